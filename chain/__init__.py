@@ -1,0 +1,1 @@
+"""The protocol as a deterministic state machine, its transports, keys and randomness."""

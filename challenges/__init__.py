@@ -1,0 +1,1 @@
+"""Challenges: derivation, openings, replay verification, witness values, verdicts, loss checks."""

@@ -1,0 +1,42 @@
+"""The one `pot` command. Each package owns its noun's sub-app; this file only mounts them.
+
+Sub-apps import heavy modules (torch, substrate-interface) inside their commands, so
+`pot --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import typer
+
+app = typer.Typer(
+    name="pot",
+    help="Proof-of-Training verifier node: commitments, exact-v1 oracle, protocol and chain.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+# noun -> (module, attribute, help)
+SUBAPPS = [
+    ("data", "commitments.cli", "data_app", "Datasets: prepare the default corpus, hash, prove samples."),
+    ("transcript", "commitments.cli", "transcript_app", "Signed run transcripts: verify offline."),
+    ("spec", "commitments.cli", "spec_app", "Execution specs: validate and digest."),
+    ("oracle", "oracle.cli", "app", "The exact-v1 oracle: walk a run, replay one step."),
+    ("chain", "chain.cli", "app", "Chains: run a dev chain, print protocol events."),
+]
+
+for noun, module, attr, help_text in SUBAPPS:
+    try:
+        sub = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError):
+        continue
+    app.add_typer(sub, name=noun, help=help_text)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

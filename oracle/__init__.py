@@ -1,0 +1,1 @@
+"""The exact-v1 oracle: exact arithmetic, models, optimizers, RNG, the step function."""
