@@ -1,0 +1,75 @@
+"""The one interface every chain transport implements (dev, substrate-remark, substrate-pallet).
+
+A transport moves protocol calls onto a chain and brings finalized blocks back. It never decides
+anything: every node derives the protocol state by applying the calls of finalized blocks, in
+order, with `chain.protocol.apply` (the same code behind every transport).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Block:
+    """A finalized block as the protocol sees it."""
+
+    number: int
+    hash: bytes  # 32 bytes; its BLAKE3 with run data is the challenge randomness
+    # (origin account id as text, call object) in the order the chain executed them.
+    calls: tuple[tuple[str, Any], ...] = field(default_factory=tuple)
+    timestamp: float | None = None
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """What a submission returned: the block that included it (if known yet) and the tx hash."""
+
+    tx_hash: bytes
+    block_number: int | None = None
+    block_hash: bytes | None = None
+
+
+class TransportError(RuntimeError):
+    """A transport-level failure (connection, timeout, rejected extrinsic), with a reason."""
+
+
+class Transport(abc.ABC):
+    """Submit calls, follow finalized blocks from a cursor, name the account."""
+
+    @property
+    @abc.abstractmethod
+    def account(self) -> str:
+        """The account id (text) that signs this transport's submissions."""
+
+    @abc.abstractmethod
+    def submit(self, calls: list[Any], *, wait: bool = True, timeout: float = 60.0) -> Receipt:
+        """Submit one or more protocol calls in one transaction (batched where supported)."""
+
+    @abc.abstractmethod
+    def finalized_head(self) -> int:
+        """Number of the newest finalized block."""
+
+    @abc.abstractmethod
+    def block(self, number: int) -> Block:
+        """The finalized block `number`, with its protocol calls decoded (bad ones skipped)."""
+
+    def follow(self, cursor: int, *, poll: float = 0.5, stop=None) -> Iterator[Block]:
+        """Yield finalized blocks after `cursor`, in order, forever (or until `stop()` is true)."""
+        import time
+
+        nxt = cursor + 1
+        while stop is None or not stop():
+            head = self.finalized_head()
+            while nxt <= head:
+                yield self.block(nxt)
+                nxt += 1
+                if stop is not None and stop():
+                    return
+            time.sleep(poll)
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections."""

@@ -1,0 +1,172 @@
+"""The canonical execution spec: what a step computes, encoded as deterministic CBOR.
+
+The spec digest is what a miner commits to. Specs are read from TOML; unknown fields and
+inconsistent settings are refused with a reason (`SpecError`), never silently defaulted away.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from commitments import cbor
+from commitments.errors import CommitmentError
+from commitments.hashing import digest
+
+SPEC_VERSION = "pot/spec/v1"
+
+
+class SpecError(CommitmentError):
+    """A spec that cannot be used, with the field and the reason."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(_Strict):
+    kind: Literal["gpt", "mlp"] = "gpt"
+    vocab_size: int = Field(256, gt=0)
+    block_size: int = Field(64, gt=0, description="context length (positions)")
+    n_layer: int = Field(2, gt=0)
+    n_head: int = Field(4, gt=0)
+    n_embd: int = Field(128, gt=0)
+    # MLP only: hidden widths of a token-level MLP language model (embedding -> hidden -> vocab).
+    hidden: tuple[int, ...] = (256,)
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    bias: bool = True
+    tie_weights: bool = True
+    gelu: Literal["tanh", "erf"] = "tanh"
+    init_std: float = Field(0.02, gt=0.0)
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> ModelSpec:
+        if self.kind == "gpt" and self.n_embd % self.n_head != 0:
+            raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        return self
+
+
+class OptimizerSpec(_Strict):
+    kind: Literal["adamw", "sgd"] = "adamw"
+    lr: float = Field(1e-3, gt=0.0)
+    beta1: float = Field(0.9, ge=0.0, lt=1.0)
+    beta2: float = Field(0.95, ge=0.0, lt=1.0)
+    eps: float = Field(1e-8, gt=0.0)
+    weight_decay: float = Field(0.0, ge=0.0)
+    momentum: float = Field(0.9, ge=0.0, lt=1.0, description="SGD only")
+    grad_clip: float = Field(1.0, ge=0.0, description="global-norm clip; 0 disables")
+
+
+class BatchSpec(_Strict):
+    batch_size: int = Field(8, gt=0, description="sequences per step")
+    seq_len: int = Field(64, gt=0, description="tokens per sequence (a sample holds seq_len + 1)")
+    micro_batches: int = Field(1, gt=0, description="gradient-accumulation micro-batches per step")
+
+    @model_validator(mode="after")
+    def _micro_divides(self) -> BatchSpec:
+        if self.batch_size % self.micro_batches != 0:
+            raise ValueError(
+                f"batch_size ({self.batch_size}) must be divisible by micro_batches ({self.micro_batches})"
+            )
+        return self
+
+
+class RngSpec(_Strict):
+    seed: int = Field(0, ge=0, lt=2**64, description="base seed: initialisation, dropout")
+    schedule_seed: int = Field(0, ge=0, lt=2**64, description="seed of the sample schedule")
+    policy: Literal["none", "philox-v1"] = Field(
+        "philox-v1", description="per-step keying: Philox4x32-10 keyed by (seed, step, op site, index)"
+    )
+
+
+class ExactSpec(_Strict):
+    matmul: Literal["single", "hilo"] = "single"
+
+
+class HardwareClass(_Strict):
+    device: str
+    isa: str = ""
+    threads: int = Field(1, gt=0)
+    torch: str = ""
+
+
+class Spec(_Strict):
+    version: Literal["pot/spec/v1"] = SPEC_VERSION
+    profile: Literal["exact-v1", "torch-native"] = "exact-v1"
+    dtype: Literal["float32"] = "float32"
+    loss: Literal["cross-entropy"] = "cross-entropy"
+    steps: int = Field(100, gt=0, description="declared number of training steps")
+    model: ModelSpec = ModelSpec()
+    optimizer: OptimizerSpec = OptimizerSpec()
+    batch: BatchSpec = BatchSpec()
+    rng: RngSpec = RngSpec()
+    exact: ExactSpec = ExactSpec()
+    hardware: HardwareClass | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Spec:
+        if self.model.dropout > 0 and self.rng.policy == "none":
+            raise ValueError("non-zero dropout needs an RNG seed policy (rng.policy = 'philox-v1')")
+        if self.profile == "torch-native" and self.hardware is None:
+            raise ValueError("profile 'torch-native' is exact only on one hardware class: add [hardware]")
+        if self.model.kind == "gpt" and self.batch.seq_len > self.model.block_size:
+            raise ValueError(
+                f"batch.seq_len ({self.batch.seq_len}) exceeds model.block_size ({self.model.block_size})"
+            )
+        return self
+
+    # --- canonical form -------------------------------------------------------------------
+    def canonical(self) -> dict[str, Any]:
+        """Plain dict of every field (defaults included), the input to CBOR."""
+        d = self.model_dump(mode="python")
+        d["model"]["hidden"] = list(d["model"]["hidden"])
+        return d
+
+    def to_cbor(self) -> bytes:
+        return cbor.encode(self.canonical())
+
+    def digest(self) -> bytes:
+        return digest("pot/spec/v1", self.canonical())
+
+    @property
+    def sample_len(self) -> int:
+        """Tokens per dataset sample: inputs plus the shifted target."""
+        return self.batch.seq_len + 1
+
+    # --- loading --------------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, source: str = "spec") -> Spec:
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            reasons = []
+            for err in exc.errors():
+                loc = ".".join(str(p) for p in err["loc"]) or "(spec)"
+                msg = err["msg"]
+                if err["type"] == "extra_forbidden":
+                    msg = "unknown field"
+                reasons.append(f"{loc}: {msg}")
+            raise SpecError(f"{source}: invalid spec: " + "; ".join(reasons)) from None
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> Spec:
+        p = Path(path)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise SpecError(f"{p}: cannot read spec: {exc.strerror or exc}") from None
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise SpecError(f"{p}: not valid TOML: {exc}") from None
+        return cls.from_dict(data, source=str(p))
+
+    @classmethod
+    def from_cbor(cls, data: bytes) -> Spec:
+        obj = cbor.decode(data)
+        if not isinstance(obj, dict):
+            raise SpecError("spec CBOR is not a map")
+        return cls.from_dict(obj, source="spec CBOR")
