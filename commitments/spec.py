@@ -63,15 +63,8 @@ class OptimizerSpec(_Strict):
 class BatchSpec(_Strict):
     batch_size: int = Field(8, gt=0, description="sequences per step")
     seq_len: int = Field(64, gt=0, description="tokens per sequence (a sample holds seq_len + 1)")
-    micro_batches: int = Field(1, gt=0, description="gradient-accumulation micro-batches per step")
-
-    @model_validator(mode="after")
-    def _micro_divides(self) -> BatchSpec:
-        if self.batch_size % self.micro_batches != 0:
-            raise ValueError(
-                f"batch_size ({self.batch_size}) must be divisible by micro_batches ({self.micro_batches})"
-            )
-        return self
+    # Gradient accumulation is deliberately not a spec field: under exact-v1 a step split into
+    # micro-batches (by whole sequences) has the same bytes as the unsplit step.
 
 
 class RngSpec(_Strict):
