@@ -1,0 +1,226 @@
+"""Tensor and state digests: what a step leaf commits to about a training state.
+
+A tensor digest is BLAKE3 over the CBOR header ["pot/tensor/v1", name, dtype, shape] followed by
+the tensor's little-endian bytes in row-major order; a state digest binds the ordered list of
+(name, tensor digest) pairs. Tensor memory is fed to BLAKE3 in place (multi-threaded when large).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import blake3 as _blake3
+import numpy as np
+
+from commitments.errors import CommitmentError
+from commitments.hashing import digest, structure_bytes
+
+TENSOR_DOMAIN = "pot/tensor/v1"
+STATE_DOMAIN = "pot/state/v1"
+
+# Below this size BLAKE3's thread fan-out costs more than it saves.
+MT_THRESHOLD = 1 << 20
+# A tensor that must be copied to become row-major (strided views, foreign byte order) is
+# copied this many bytes at a time, so hashing never holds a second full copy of it.
+CHUNK_BYTES = 64 << 20
+
+# Element types a training state may hold, keyed by the name that goes into the digest.
+_NUMPY_DTYPES = {
+    "bool": np.dtype(np.bool_),
+    "int8": np.dtype(np.int8),
+    "int16": np.dtype(np.int16),
+    "int32": np.dtype(np.int32),
+    "int64": np.dtype(np.int64),
+    "uint8": np.dtype(np.uint8),
+    "uint16": np.dtype(np.uint16),
+    "uint32": np.dtype(np.uint32),
+    "uint64": np.dtype(np.uint64),
+    "float16": np.dtype(np.float16),
+    "float32": np.dtype(np.float32),
+    "float64": np.dtype(np.float64),
+}
+SUPPORTED_DTYPES = (*_NUMPY_DTYPES, "bfloat16")
+
+
+class TensorDigestError(CommitmentError):
+    """A tensor or state that cannot be digested (unsupported dtype, bad name, duplicate...)."""
+
+
+def _torch():
+    # torch is only present when the caller handed us torch tensors; never import it here.
+    return sys.modules.get("torch")
+
+
+def _is_torch(x: Any) -> bool:
+    torch = _torch()
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def _torch_dtype_name(t: Any) -> str:
+    name = str(t.dtype).removeprefix("torch.")
+    if name not in SUPPORTED_DTYPES:
+        raise TensorDigestError(
+            f"tensor dtype torch.{name} is not supported; use one of {', '.join(SUPPORTED_DTYPES)}"
+        )
+    return name
+
+
+def _numpy_dtype_name(a: np.ndarray) -> str:
+    dt = a.dtype
+    for name, ref in _NUMPY_DTYPES.items():
+        if dt.kind == ref.kind and dt.itemsize == ref.itemsize and dt.fields is None:
+            return name
+    raise TensorDigestError(
+        f"array dtype {dt} is not supported; use one of {', '.join(_NUMPY_DTYPES)}"
+    )
+
+
+def _le_chunks_numpy(a: np.ndarray) -> Iterable[Any]:
+    """Row-major little-endian bytes of `a` as buffers; zero-copy when `a` is already so."""
+    native_le = a.dtype.byteorder == "<" or (a.dtype.byteorder in ("=", "|") and sys.byteorder == "little")
+    if a.ndim == 0:
+        a = a.reshape(1)
+    if a.flags.c_contiguous and native_le:
+        if a.size:
+            yield memoryview(a.reshape(-1).view(np.uint8))
+        return
+    # A copy is needed; take it a slab of rows at a time.
+    le = a.dtype.newbyteorder("<")
+    row_bytes = max(1, a[0].nbytes if a.shape[0] else 1)
+    rows = max(1, CHUNK_BYTES // row_bytes)
+    for i in range(0, a.shape[0], rows):
+        slab = np.ascontiguousarray(a[i : i + rows], dtype=le)
+        if slab.size:
+            yield memoryview(slab.reshape(-1).view(np.uint8))
+
+
+def _torch_as_numpy(t: Any) -> np.ndarray:
+    # numpy has no bfloat16; its bits are hashed through an int16 view of the same memory.
+    torch = _torch()
+    if t.dtype == torch.bfloat16:
+        t = t.view(torch.int16)
+    return t.numpy()
+
+
+def _le_chunks_torch(t: Any) -> Iterable[Any]:
+    torch = _torch()
+    if t.layout != torch.strided:
+        raise TensorDigestError(f"tensor layout {t.layout} is not supported; densify it first")
+    if t.is_quantized:
+        raise TensorDigestError("quantized tensors are not supported; dequantize them first")
+    if t.device.type == "meta":
+        raise TensorDigestError("a tensor on the meta device has no data to digest")
+    t = t.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    t = t.resolve_conj().resolve_neg()
+    if t.dim() == 0:
+        t = t.reshape(1)
+    if t.is_contiguous():
+        yield from _le_chunks_numpy(_torch_as_numpy(t))
+        return
+    row_bytes = max(1, t[0].numel() * t.element_size() if t.shape[0] else 1)
+    rows = max(1, CHUNK_BYTES // row_bytes)
+    for i in range(0, t.shape[0], rows):
+        yield from _le_chunks_numpy(_torch_as_numpy(t[i : i + rows].contiguous()))
+
+
+def _header_and_chunks(name: str, tensor: Any) -> tuple[bytes, Iterable[Any], int]:
+    if not isinstance(name, str) or not name:
+        raise TensorDigestError(f"tensor name must be a non-empty str, got {name!r}")
+    if _is_torch(tensor):
+        dtype = _torch_dtype_name(tensor)
+        shape = list(tensor.shape)
+        nbytes = tensor.numel() * tensor.element_size()
+        chunks = _le_chunks_torch(tensor)
+    elif isinstance(tensor, (np.ndarray, np.generic)):
+        arr = np.asarray(tensor)
+        dtype = _numpy_dtype_name(arr)
+        shape = list(arr.shape)
+        nbytes = arr.nbytes
+        chunks = _le_chunks_numpy(arr)
+    else:
+        raise TensorDigestError(
+            f"tensor {name!r} must be a torch.Tensor or numpy array, got {type(tensor).__name__}"
+        )
+    header = structure_bytes(TENSOR_DOMAIN, name, dtype, [int(d) for d in shape])
+    return header, chunks, nbytes
+
+
+def tensor_digest(name: str, tensor: Any) -> bytes:
+    """BLAKE3 of CBOR(["pot/tensor/v1", name, dtype, shape]) || little-endian row-major bytes."""
+    header, chunks, nbytes = _header_and_chunks(name, tensor)
+    threads = _blake3.blake3.AUTO if nbytes >= MT_THRESHOLD else 1
+    hasher = _blake3.blake3(header, max_threads=threads)
+    for chunk in chunks:
+        hasher.update(chunk)
+    return hasher.digest()
+
+
+def _pairs(items: Any) -> list[tuple[str, Any]]:
+    if isinstance(items, Mapping):
+        items = list(items.items())
+    elif isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+        raise TensorDigestError(
+            f"state must be an ordered sequence of (name, tensor) pairs, got {type(items).__name__}"
+        )
+    pairs = []
+    seen: set[str] = set()
+    for i, item in enumerate(items):
+        if not isinstance(item, (tuple, list)) or len(item) != 2:
+            raise TensorDigestError(f"state entry {i} must be a (name, tensor) pair, got {item!r:.80}")
+        name, tensor = item
+        if not isinstance(name, str) or not name:
+            raise TensorDigestError(f"state entry {i} has name {name!r}; names are non-empty strings")
+        if name in seen:
+            raise TensorDigestError(f"state has two tensors named {name!r}; names must be unique")
+        seen.add(name)
+        pairs.append((name, tensor))
+    return pairs
+
+
+def tensor_digests(items: Any, max_workers: int | None = None) -> list[tuple[str, bytes]]:
+    """[(name, tensor_digest)] in the given order, small tensors hashed concurrently.
+
+    BLAKE3 releases the GIL while hashing, so a thread pool overlaps the many small tensors of a
+    model while each large tensor already fans out over BLAKE3's own threads.
+    """
+    pairs = _pairs(items)
+    workers = max_workers or min(8, os.cpu_count() or 1)
+    if workers <= 1 or len(pairs) <= 1:
+        return [(n, tensor_digest(n, t)) for n, t in pairs]
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tensor-digest") as pool:
+        digests = list(pool.map(lambda p: tensor_digest(*p), pairs))
+    return [(n, d) for (n, _), d in zip(pairs, digests, strict=True)]
+
+
+def state_digest_from_digests(named_digests: Iterable[tuple[str, bytes]]) -> bytes:
+    """digest("pot/state/v1", [[name, tensor_digest], ...]) from precomputed tensor digests."""
+    entries = []
+    seen: set[str] = set()
+    for i, item in enumerate(named_digests):
+        if not isinstance(item, (tuple, list)) or len(item) != 2:
+            raise TensorDigestError(f"entry {i} must be a (name, digest) pair")
+        name, d = item
+        if not isinstance(name, str) or not name:
+            raise TensorDigestError(f"entry {i} has name {name!r}; names are non-empty strings")
+        if name in seen:
+            raise TensorDigestError(f"state has two tensors named {name!r}; names must be unique")
+        if not isinstance(d, bytes) or len(d) != 32:
+            raise TensorDigestError(f"digest of {name!r} must be 32 bytes")
+        seen.add(name)
+        entries.append([name, d])
+    return digest(STATE_DOMAIN, entries)
+
+
+def state_digest(items: Any, max_workers: int | None = None) -> bytes:
+    """Digest of a training state given as ordered (name, tensor) pairs (or an ordered mapping).
+
+    The order is the caller's canonical order (the oracle defines it): reordering changes the
+    digest. Duplicate names are refused.
+    """
+    return state_digest_from_digests(tensor_digests(items, max_workers))
