@@ -2,7 +2,8 @@
 
 A sample is `sample_len` consecutive tokens (non-overlapping; a trailing remainder is dropped).
 Its digest is digest("pot/sample/v1", index, little-endian token bytes, dtype name); the dataset
-hash is the Merkle root over the sample digests (each digest is the leaf data).
+hash is the Merkle root over the sample digests (each digest is the leaf data). The digest
+binds the index, so a proof can never present one sample in another's place.
 
 `prepare_default_corpus` builds the default corpus from text present on every machine without a
 download: the Python standard library's own top-level .py sources, tokenised at byte level.

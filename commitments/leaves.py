@@ -93,7 +93,8 @@ def loss_bits(loss: Any) -> int:
     """
     if isinstance(loss, bool):
         raise LeafError("loss must be a float32 value, got bool")
-    if isinstance(loss, float):
+    # np.float64 subclasses float; numpy values take the dtype-checked path below.
+    if isinstance(loss, float) and not isinstance(loss, np.generic):
         try:
             packed = struct.pack("<f", loss)
         except OverflowError:
