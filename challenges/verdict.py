@@ -1,0 +1,132 @@
+"""The clustering verdict: verifiers do not vote, they reveal values, and equal values cluster.
+
+Exact profiles cluster reveals by value hash (H(recomputed leaf t)); cross-architecture specs by
+norm bucket. The largest cluster wins if it meets the quorum; the winner is then compared with
+what the miner committed (H(leaf t), or its declared bucket). Pure: the same reveals in any
+order give the same result.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Literal
+
+HONEST, FRAUD, INCONCLUSIVE = "honest", "fraud", "inconclusive"
+Mode = Literal["value", "bucket"]
+
+
+class VerdictError(ValueError):
+    """Inputs the verdict cannot be computed from (wrong mode, bad quorum), with the reason."""
+
+
+@dataclass(frozen=True)
+class Reveal:
+    """One verifier's accepted reveal."""
+
+    verifier: str
+    value_hash: bytes
+    norm_bucket: int
+
+
+@dataclass(frozen=True)
+class VerdictResult:
+    verdict: str  # honest | fraud | inconclusive
+    mode: str
+    reason: str
+    winning_value: bytes | int | None = None  # value hash (mode "value") or bucket (mode "bucket")
+    cluster_size: int = 0
+    reveals: int = 0
+    # (cluster key, size), largest first, ties in key order: the whole picture for a dashboard.
+    clusters: tuple[tuple[bytes | int, int], ...] = ()
+    outliers: tuple[str, ...] = ()
+
+
+def _key(r: Reveal, mode: Mode) -> bytes | int:
+    return r.value_hash if mode == "value" else r.norm_bucket
+
+
+def decide(
+    reveals: Iterable[Reveal],
+    *,
+    mode: Mode,
+    opening_submitted: bool,
+    expected_value: bytes | None = None,
+    declared_bucket: int | None = None,
+    quorum_min_reveals: int,
+    quorum_share: Fraction,
+) -> VerdictResult:
+    """Judge one challenge.
+
+    `expected_value` is H(leaf t) from the opening (mode "value"); `declared_bucket` is the
+    miner's declared norm bucket (mode "bucket"). The winning cluster needs at least
+    `quorum_min_reveals` reveals in all, at least `quorum_share` of them, and no equal rival.
+    """
+    if mode not in ("value", "bucket"):
+        raise VerdictError(f"mode must be 'value' or 'bucket', got {mode!r}")
+    share = Fraction(quorum_share)
+    if not 0 < share <= 1:
+        raise VerdictError(f"quorum_share must be in (0, 1], got {share}")
+    if quorum_min_reveals < 1:
+        raise VerdictError(f"quorum_min_reveals must be at least 1, got {quorum_min_reveals}")
+
+    if not opening_submitted:
+        return VerdictResult(FRAUD, mode, "no opening was submitted before the deadline")
+
+    by_verifier: dict[str, Reveal] = {}
+    for r in reveals:
+        if r.verifier in by_verifier and by_verifier[r.verifier] != r:
+            raise VerdictError(f"verifier {r.verifier!r} has two different reveals")
+        by_verifier[r.verifier] = r
+    counts = Counter(_key(r, mode) for r in by_verifier.values())
+    clusters = tuple(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    n = len(by_verifier)
+    base = {"mode": mode, "reveals": n, "clusters": clusters}
+
+    if n < quorum_min_reveals:
+        return VerdictResult(
+            INCONCLUSIVE, reason=f"{n} reveal(s), the quorum needs {quorum_min_reveals}", **base
+        )
+    (top, size), *rest = clusters
+    if rest and rest[0][1] == size:
+        return VerdictResult(
+            INCONCLUSIVE, reason=f"tie: the two largest clusters both have {size} reveal(s)", **base
+        )
+    if Fraction(size, n) < share:
+        return VerdictResult(
+            INCONCLUSIVE,
+            reason=f"largest cluster holds {size} of {n} reveals, below the quorum share {share}",
+            **base,
+        )
+
+    outliers = tuple(sorted(v for v, r in by_verifier.items() if _key(r, mode) != top))
+    if mode == "value":
+        if expected_value is None:
+            raise VerdictError("mode 'value' needs expected_value (H(leaf t)) from the opening")
+        matches = top == expected_value
+        what = "H(leaf t)"
+    else:
+        if declared_bucket is None:
+            return VerdictResult(
+                FRAUD,
+                reason="no reference norm bucket was declared for a cross-architecture spec",
+                winning_value=top,
+                cluster_size=size,
+                outliers=outliers,
+                **base,
+            )
+        matches = top == declared_bucket
+        what = f"the declared bucket {declared_bucket}"
+    shown = top.hex()[:16] if isinstance(top, bytes) else str(top)
+    return VerdictResult(
+        HONEST if matches else FRAUD,
+        reason=(
+            f"winning cluster ({size} of {n}) {'equals' if matches else 'differs from'} {what}: {shown}"
+        ),
+        winning_value=top,
+        cluster_size=size,
+        outliers=outliers,
+        **base,
+    )
