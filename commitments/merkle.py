@@ -80,6 +80,7 @@ def _largest_pow2_below(n: int) -> int:
 def _leaf_hashes(leaves: Iterable[bytes], hash: HashFn) -> list[bytes]:
     if isinstance(leaves, _BYTES) or isinstance(leaves, str):
         raise MerkleError("leaves must be a sequence of byte strings, not a single byte string")
+    _digest_size(hash)
     out = []
     for i, leaf in enumerate(leaves):
         if not isinstance(leaf, _BYTES):
