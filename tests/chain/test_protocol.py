@@ -1,0 +1,414 @@
+"""Unit tests of the protocol state machine: every transition and every refusal."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from fractions import Fraction
+
+import pytest
+
+from chain import protocol as P
+from chain.calls import CommitWitness, DeclareWitnessNormBucket, RevealWitnessValue, SubmitCheckpointRoot
+from challenges.derive import challenge_steps
+from commitments import merkle
+from commitments.hashing import digest
+from tests.chain.puretest import PureChain
+from tests.chain.runs import SyntheticRun, witness
+
+PARAMS = P.ProtocolParams(commit_window=5, reveal_window=5, opening_deadline=5, challenge_delay=2,
+                          quorum_min_reveals=3, miner_stake=1000, verifier_stake=100, slash_amount=400)
+
+
+def registered(params=PARAMS, run=None):
+    chain, run = PureChain(params), run or SyntheticRun()
+    chain.block(("miner", run.register()))
+    return chain, run
+
+
+def challenged(params=PARAMS, run=None):
+    """A run whose full root is on chain and whose challenge has been issued."""
+    chain, run = registered(params, run)
+    chain.block(("miner", run.submit_full_root()))
+    chain.advance_to(chain.number + params.challenge_delay)
+    (issued,) = chain.of(P.ChallengeIssued)
+    return chain, run, issued
+
+
+# --- registration --------------------------------------------------------------------------
+
+
+def test_register_run():
+    chain, run = registered()
+    (ev,) = chain.events
+    assert isinstance(ev, P.RunRegistered)
+    assert ev.run_id == run.run_id and ev.miner == "miner" and ev.mode == "value"
+    assert ev.spec_digest == run.spec.digest() and ev.declared_steps == 8 and ev.stake == 1000
+    assert chain.state.bonds == {"miner": 1000}
+
+
+def test_register_is_idempotent_and_conflicts_refused():
+    chain, run = registered()
+    before = copy.deepcopy(chain.state)
+    assert chain.block(("miner", run.register())) == []
+    assert chain.state.runs == before.runs and chain.state.bonds == before.bonds
+    with pytest.raises(P.RunExists, match="different commitments"):
+        chain.block(("miner", run.register(endpoint="http://elsewhere")))
+    with pytest.raises(P.RunExists, match="another account"):
+        chain.block(("v1", run.register()))
+
+
+def test_register_refuses_bad_spec_and_steps():
+    chain, run = PureChain(PARAMS), SyntheticRun()
+    with pytest.raises(P.InvalidCall, match="spec is not usable"):
+        chain.block(("miner", run.register(spec=b"\xa1\x61x\x01")))
+    with pytest.raises(P.InvalidCall, match="declared_steps"):
+        chain.block(("miner", run.register(declared_steps=9)))
+    from commitments import cbor
+    partial = cbor.encode({"steps": 8})
+    with pytest.raises(P.InvalidCall, match="canonical CBOR form"):
+        chain.block(("miner", run.register(spec=partial)))
+    assert chain.state.runs == {}
+
+
+def test_cross_architecture_spec_uses_buckets():
+    chain, _ = registered(run=SyntheticRun(profile="torch-native"))
+    assert chain.of(P.RunRegistered)[0].mode == "bucket"
+
+
+# --- roots ---------------------------------------------------------------------------------
+
+
+def test_roots_append_only():
+    chain, run = registered()
+    (ev,) = chain.block(("miner", run.submit_root(3)))
+    assert ev.size == 3 and not ev.complete and ev.challenges_at is None
+    (ev,) = chain.block(("miner", run.submit_root(6, 3)))
+    assert ev.root == run.root(6)
+    assert chain.block(("miner", run.submit_root(6, 3))) == []  # identical repeat
+    (ev,) = chain.block(("miner", run.submit_root(9, 6)))
+    assert ev.complete and ev.challenges_at == chain.number + PARAMS.challenge_delay
+
+
+@pytest.mark.parametrize(
+    "make, refusal, reason",
+    [
+        (lambda r: SubmitCheckpointRoot(digest("pot/x", 1), r.root(3), 3, []), P.UnknownRun, "no run"),
+        (lambda r: dataclasses.replace(r.submit_root(5, 3), consistency_proof=[]), P.BadConsistencyProof, "prefix"),
+        (lambda r: SubmitCheckpointRoot(r.run_id, r.root(5), 5, merkle.consistency_proof(r.leaves[:5], 2)),
+         P.BadConsistencyProof, "prefix"),
+        (lambda r: r.submit_root(2), P.RootNotAppendOnly, "smaller"),
+        (lambda r: SubmitCheckpointRoot(r.run_id, r.root(4), 3, []), P.RootNotAppendOnly, "rewrites"),
+        (lambda r: SubmitCheckpointRoot(r.run_id, r.root(9), 10, []), P.BadRootSize, "outside 1..9"),
+    ],
+)
+def test_root_refusals(make, refusal, reason):
+    chain, run = registered()
+    chain.block(("miner", run.submit_root(3)))
+    before = copy.deepcopy(chain.state.runs)
+    with pytest.raises(refusal, match=reason):
+        chain.block(("miner", make(run)))
+    assert chain.state.runs == before
+
+
+def test_root_refusals_owner_and_first_proof():
+    chain, run = registered()
+    with pytest.raises(P.NotRunOwner, match="belongs to 'miner'"):
+        chain.block(("v1", run.submit_root(3)))
+    with pytest.raises(P.BadConsistencyProof, match="first root"):
+        chain.block(("miner", SubmitCheckpointRoot(run.run_id, run.root(3), 3, [run.root(1)])))
+    with pytest.raises(P.BadRootSize):
+        chain.block(("miner", SubmitCheckpointRoot(run.run_id, run.root(1), 0, [])))
+
+
+# --- issuance ------------------------------------------------------------------------------
+
+
+def test_challenges_issued_from_a_later_block():
+    chain, run = registered(P.ProtocolParams(challenges_per_run=3, challenge_delay=2))
+    chain.block(("miner", run.submit_full_root()))
+    root_block = chain.number
+    assert chain.block() == []  # delay not yet over
+    evs = chain.block()
+    assert [type(e) for e in evs] == [P.ChallengeIssued] * 3
+    issue_block = root_block + 2
+    block_hash = digest("pot/test/block/v1", issue_block)
+    assert [e.step for e in evs] == challenge_steps(block_hash, run.run_id, run.root(9), 9, 3)
+    e = evs[0]
+    assert e.block == issue_block and e.opening_deadline == issue_block + 4
+    assert e.commit_deadline == e.opening_deadline + 4 and e.reveal_deadline == e.commit_deadline + 4
+    assert e.endpoint == run.endpoint and e.mode == "value" and e.size == 9
+    assert chain.advance_to(chain.number + 3) == []  # issued once only
+
+
+def test_forced_step():
+    _, _, issued = challenged(P.ProtocolParams(forced_challenge_steps=(7,), challenge_delay=1))
+    assert issued.step == 7
+
+
+# --- openings ------------------------------------------------------------------------------
+
+
+def test_opening_accepted_and_idempotent():
+    chain, run, ch = challenged()
+    (ev,) = chain.block(("miner", run.opening(ch.challenge_id, ch.step)))
+    assert isinstance(ev, P.OpeningSubmitted) and ev.leaf == run.leaves[ch.step]
+    assert ev.leaf_hash == run.value_hash(ch.step)
+    assert chain.block(("miner", run.opening(ch.challenge_id, ch.step))) == []
+
+
+def test_opening_refusals():
+    chain, run, ch = challenged()
+    cid = ch.challenge_id
+    other = 1 if ch.step != 1 else 2
+    with pytest.raises(P.UnknownChallenge):
+        chain.block(("miner", run.opening(digest("pot/x", 0), ch.step)))
+    with pytest.raises(P.NotRunOwner):
+        chain.block(("v1", run.opening(cid, ch.step)))
+    bad = run.opening(cid, ch.step, leaf=run.leaves[other])  # a real leaf, wrong position
+    with pytest.raises(P.BadLeafProof, match=f"index {ch.step}"):
+        chain.block(("miner", bad))
+    chain.advance_to(ch.opening_deadline - 2)
+    chain.block(("miner", run.opening(cid, ch.step)))
+    assert chain.number == ch.opening_deadline - 1
+    with pytest.raises(P.AlreadyOpened):  # still in time, but a second, different opening
+        chain.block(("miner", dataclasses.replace(run.opening(cid, ch.step), uri="http://other")))
+
+
+def test_opening_after_deadline_refused_and_missing_opening_is_fraud():
+    chain, run, ch = challenged()
+    chain.advance_to(ch.opening_deadline)
+    with pytest.raises(P.OpeningTooLate, match=f"due by block {ch.opening_deadline}"):
+        chain.block(("miner", run.opening(ch.challenge_id, ch.step)))
+    resolved = chain.of(P.ChallengeResolved)
+    assert len(resolved) == 1 and resolved[0].verdict == "fraud" and "no opening" in resolved[0].reason
+    (slash,) = chain.of(P.MinerSlashed)
+    assert slash.amount == 400 and slash.miner == "miner"
+    assert chain.state.slashed == {"miner": 400}
+
+
+def _forced_five(run):
+    params = P.ProtocolParams(forced_challenge_steps=(5,), challenge_delay=1)
+    chain, run = registered(params, run)
+    chain.block(("miner", run.submit_full_root()))
+    chain.block()
+    (ch,) = chain.of(P.ChallengeIssued)
+    assert ch.step == 5
+    return chain, ch
+
+
+def test_leaf_that_is_not_a_step_leaf():
+    run = SyntheticRun()
+    run.leaves[5] = b"not a step leaf"
+    chain, ch = _forced_five(run)
+    with pytest.raises(P.BadLeaf, match="not a step leaf"):
+        chain.block(("miner", run.opening(ch.challenge_id, 5)))
+
+
+def test_leaf_of_another_step_at_the_index():
+    run = SyntheticRun()
+    run.leaves[5] = run.leaves[4]  # included at index 5, but says step 4
+    chain, ch = _forced_five(run)
+    with pytest.raises(P.BadLeaf, match="says step 4"):
+        chain.block(("miner", run.opening(ch.challenge_id, 5)))
+
+
+# --- witnesses -----------------------------------------------------------------------------
+
+
+def opened(params=PARAMS, run=None):
+    chain, run, ch = challenged(params, run)
+    chain.block(("miner", run.opening(ch.challenge_id, ch.step)))
+    return chain, run, ch
+
+
+def test_commit_bonds_once_and_refusals():
+    chain, run, ch = opened()
+    com, _ = witness(ch.challenge_id, "v1", run.value_hash(ch.step))
+    (ev,) = chain.block(("v1", com))
+    assert ev.bonded == 100 and chain.state.bonds["v1"] == 100
+    assert chain.block(("v1", com)) == []  # identical repeat
+    with pytest.raises(P.AlreadyCommitted):
+        chain.block(("v1", CommitWitness(ch.challenge_id, digest("pot/x", 2))))
+    with pytest.raises(P.OwnChallenge):
+        chain.block(("miner", com))
+    with pytest.raises(P.UnknownChallenge):
+        chain.block(("v2", CommitWitness(digest("pot/x", 3), digest("pot/x", 2))))
+    chain.advance_to(ch.commit_deadline)
+    with pytest.raises(P.CommitWindowClosed, match=f"closed at block {ch.commit_deadline}"):
+        chain.block(("v2", witness(ch.challenge_id, "v2", run.value_hash(ch.step))[0]))
+
+
+def test_reveal_refusals():
+    chain, run, ch = opened()
+    value = run.value_hash(ch.step)
+    com, rev = witness(ch.challenge_id, "v1", value)
+    with pytest.raises(P.NoCommitment):
+        chain.block(("v1", rev))
+    chain.block(("v1", com))
+    with pytest.raises(P.RevealTooEarly, match=str(ch.commit_deadline)):
+        chain.block(("v1", rev))
+    chain.advance_to(ch.commit_deadline)
+    # Wrong salt: refused, and the rejection is recorded both in the event and in the state.
+    wrong = RevealWitnessValue(ch.challenge_id, value, 0, b"\x00" * 32)
+    with pytest.raises(P.CommitmentMismatch) as err:
+        chain.block(("v1", wrong))
+    (rej,) = err.value.events
+    assert isinstance(rej, P.RevealRejected) and rej.verifier == "v1"
+    assert chain.state.challenges[ch.challenge_id].rejected[0][1] == "v1"
+    events = chain.block(("v1", wrong), strict=False)
+    assert [type(e) for e in events] == [P.RevealRejected, P.CallRefused]
+    assert events[1].refusal == "CommitmentMismatch"
+    (ev,) = chain.block(("v1", rev))
+    assert isinstance(ev, P.WitnessRevealed) and ev.value_hash == value
+    assert chain.block(("v1", rev)) == []
+    chain.advance_to(ch.reveal_deadline)
+    com2, rev2 = witness(ch.challenge_id, "v2", value)
+    with pytest.raises(P.RevealTooLate):
+        chain.block(("v1", rev))
+
+
+def _play(chain, run, ch, values, *, bucket_of=None):
+    """Verifiers v1.. commit to `values` in one block, reveal them in one block; resolve."""
+    pairs = [witness(ch.challenge_id, f"v{i + 1}", v, bucket_of(i) if bucket_of else 0)
+             for i, v in enumerate(values)]
+    chain.block(*[(f"v{i + 1}", com) for i, (com, _) in enumerate(pairs)])
+    chain.advance_to(ch.commit_deadline)
+    chain.block(*[(f"v{i + 1}", rev) for i, (_, rev) in enumerate(pairs)])
+    return chain.advance_to(ch.reveal_deadline + 1)
+
+
+def test_honest_verdict_with_outlier():
+    chain, run, ch = opened()
+    good = run.value_hash(ch.step)
+    events = _play(chain, run, ch, [good, good, digest("pot/noise", 1)])
+    resolved, outlier = events
+    assert resolved.verdict == "honest" and resolved.cluster_size == 2 and resolved.reveals == 3
+    assert resolved.winning_value == good and resolved.outliers == ("v3",)
+    assert isinstance(outlier, P.VerifierOutlier) and outlier.verifier == "v3"
+    assert chain.of(P.MinerSlashed) == []
+    assert resolved.block == ch.reveal_deadline + 1
+
+
+def test_fraud_verdict_slashes_miner():
+    chain, run, ch = opened()
+    truth = digest("pot/true-replay", 1)  # verifiers agree on a value the miner's leaf does not match
+    events = _play(chain, run, ch, [truth, truth, truth])
+    assert events[0].verdict == "fraud" and events[0].winning_value == truth
+    assert isinstance(events[1], P.MinerSlashed) and events[1].amount == 400
+
+
+def test_inconclusive_without_quorum_no_slash():
+    chain, run, ch = opened()
+    events = _play(chain, run, ch, [run.value_hash(ch.step), digest("pot/n", 1)])
+    assert [type(e) for e in events] == [P.ChallengeResolved]
+    assert events[0].verdict == "inconclusive"
+
+
+def test_slash_never_exceeds_stake():
+    params = P.ProtocolParams(challenges_per_run=3, slash_amount=400, miner_stake=1000, challenge_delay=1)
+    chain, run = registered(params)
+    chain.block(("miner", run.submit_full_root()))
+    chain.advance_to(chain.number + 1 + params.opening_deadline + 1)
+    assert [s.amount for s in chain.of(P.MinerSlashed)] == [400, 400, 200]
+
+
+def test_bucket_mode_declaration():
+    run = SyntheticRun(profile="torch-native")
+    chain, run, ch = opened(run=run)
+    assert ch.mode == "bucket"
+    with pytest.raises(P.NotRunOwner):
+        chain.block(("v1", DeclareWitnessNormBucket(ch.challenge_id, 5)))
+    (ev,) = chain.block(("miner", DeclareWitnessNormBucket(ch.challenge_id, 5)))
+    assert ev.bucket == 5
+    assert chain.block(("miner", DeclareWitnessNormBucket(ch.challenge_id, 5))) == []
+    with pytest.raises(P.AlreadyDeclared):
+        chain.block(("miner", DeclareWitnessNormBucket(ch.challenge_id, 6)))
+    # Different hardware, different value hashes, same bucket: honest.
+    events = _play(chain, run, ch, [digest("pot/a", i) for i in range(3)], bucket_of=lambda i: 5 if i < 2 else 9)
+    assert events[0].verdict == "honest" and events[0].winning_value == 5 and events[0].outliers == ("v3",)
+
+
+def test_bucket_declaration_refusals():
+    chain, run, ch = opened()
+    with pytest.raises(P.NotCrossArchitecture):
+        chain.block(("miner", DeclareWitnessNormBucket(ch.challenge_id, 5)))
+    run = SyntheticRun(profile="torch-native")
+    chain, run, ch = opened(run=run)
+    chain.advance_to(ch.commit_deadline)
+    with pytest.raises(P.DeclarationTooLate):
+        chain.block(("miner", DeclareWitnessNormBucket(ch.challenge_id, 5)))
+
+
+def test_closed_challenge_refuses_calls():
+    chain, run, ch = challenged()
+    chain.advance_to(ch.opening_deadline + 1)  # no opening: resolved as fraud before the commit window ends
+    assert chain.of(P.ChallengeResolved)[0].verdict == "fraud"
+    com, _ = witness(ch.challenge_id, "v1", run.value_hash(ch.step))
+    with pytest.raises(P.ChallengeClosed, match="already resolved \\(fraud\\)"):
+        chain.block(("v1", com))
+
+
+# --- records, snapshots, params ----------------------------------------------------------------
+
+
+def test_apply_recorded_never_raises():
+    chain = PureChain(PARAMS)
+    run = SyntheticRun()
+    events = chain.block(("miner", run.submit_full_root()), strict=False)
+    (ev,) = events
+    assert isinstance(ev, P.CallRefused) and ev.refusal == "UnknownRun" and ev.call == "submit_checkpoint_root"
+    assert ev.origin == "miner" and "no run" in ev.reason
+
+
+def test_events_to_json_use_hex():
+    chain, run, ch = opened()
+    d = json.loads(ch.to_json())
+    assert d["event"] == "ChallengeIssued" and d["run_id"] == run.run_id.hex() and d["step"] == ch.step
+    resolved = _play(chain, run, ch, [run.value_hash(ch.step)] * 3)[0]
+    d = resolved.to_dict()
+    assert d["winning_value"] == run.value_hash(ch.step).hex()
+    assert d["clusters"] == [[run.value_hash(ch.step).hex(), 3]]
+    json.dumps(d)
+
+
+def test_snapshot_round_trip_continues_identically():
+    chain, run, ch = opened()
+    com, _ = witness(ch.challenge_id, "v1", run.value_hash(ch.step))
+    chain.block(("v1", com))
+    snap = chain.state.to_cbor()
+    restored = P.ProtocolState.from_cbor(snap)
+    assert restored == chain.state
+    twin = PureChain(PARAMS)
+    twin.state, twin.number = restored, chain.number
+    a = _play(chain, run, ch, [run.value_hash(ch.step)] * 3)
+    twin_events = _play(twin, run, ch, [run.value_hash(ch.step)] * 3)
+    assert a == twin_events and chain.state == twin.state
+
+
+def test_bad_snapshot_refused():
+    with pytest.raises(P.SnapshotError, match="unusable"):
+        P.ProtocolState.from_cbor(b"\xa0")
+    with pytest.raises(P.SnapshotError):
+        P.ProtocolState.from_cbor(b"garbage")
+
+
+def test_params_validated():
+    with pytest.raises(ValueError, match="commit_window"):
+        P.ProtocolParams(commit_window=0)
+    with pytest.raises(ValueError, match="quorum_share"):
+        P.ProtocolParams(quorum_share=Fraction(0))
+    with pytest.raises(ValueError, match="forced_challenge_steps"):
+        P.ProtocolParams(forced_challenge_steps=(0,))
+    p = P.ProtocolParams(quorum_share="2/3", forced_challenge_steps=[7])
+    assert p.quorum_share == Fraction(2, 3) and p.forced_challenge_steps == (7,)
+    assert P.ProtocolParams.from_dict(p.to_dict()) == p
+
+
+def test_blocks_must_advance():
+    chain = PureChain(PARAMS)
+    chain.block()
+    from chain.transport import Block
+    with pytest.raises(ValueError, match="not after"):
+        P.on_block(chain.state, Block(1, b"\x00" * 32))
