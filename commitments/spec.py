@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -24,7 +24,8 @@ class SpecError(CommitmentError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: a TOML `steps = true` or `bias = "yes"` is a mistake to refuse, not a value to coerce.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class ModelSpec(_Strict):
@@ -35,7 +36,7 @@ class ModelSpec(_Strict):
     n_head: int = Field(4, gt=0)
     n_embd: int = Field(128, gt=0)
     # MLP only: hidden widths of a token-level MLP language model (embedding -> hidden -> vocab).
-    hidden: tuple[int, ...] = (256,)
+    hidden: tuple[Annotated[int, Field(gt=0)], ...] = Field((256,), strict=False)  # TOML gives a list
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
     bias: bool = True
     tie_weights: bool = True
@@ -80,7 +81,7 @@ class ExactSpec(_Strict):
 
 
 class HardwareClass(_Strict):
-    device: str
+    device: str = Field(min_length=1)
     isa: str = ""
     threads: int = Field(1, gt=0)
     torch: str = ""
