@@ -1,0 +1,91 @@
+"""The torch-native op namespace: the same signatures as oracle.exact.ops, in stock PyTorch.
+
+Bit-exact only on one hardware class (device, dispatch level, threads, library versions), which
+the spec declares. Randomness still comes from oracle.rng, so only the arithmetic differs.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+NAME = "torch-native"
+
+
+def linear(x, w, b=None, *, variant="single"):
+    return F.linear(x, w, b)
+
+
+def matmul(a, b, *, variant="single"):
+    return torch.matmul(a, b)
+
+
+def sum(x, dim=None, keepdim=False):  # noqa: A001 - mirrors the exact namespace
+    return torch.sum(x) if dim is None else torch.sum(x, dim=dim, keepdim=keepdim)
+
+
+def mean(x, dim=None, keepdim=False):
+    return torch.mean(x) if dim is None else torch.mean(x, dim=dim, keepdim=keepdim)
+
+
+def softmax(x, dim=-1):
+    return torch.softmax(x, dim=dim)
+
+
+def log_softmax(x, dim=-1):
+    return torch.log_softmax(x, dim=dim)
+
+
+def layer_norm(x, w, b, eps=1e-5):
+    return F.layer_norm(x, (x.shape[-1],), w, b, eps)
+
+
+def gelu(x, form="tanh"):
+    return F.gelu(x, approximate="tanh" if form == "tanh" else "none")
+
+
+exp, log, tanh, erf = torch.exp, torch.log, torch.tanh, torch.erf
+
+
+def embedding(idx, w):
+    return F.embedding(idx, w)
+
+
+def add(a, b):
+    return a + b
+
+
+def dropout(x, p, keep_mask):
+    if p == 0.0:
+        return x
+    scale = torch.tensor(1.0 / (1.0 - p), dtype=x.dtype, device=x.device)
+    return torch.where(keep_mask, x * scale, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
+def cross_entropy(logits, targets, *, total_count=None):
+    """Mean token cross-entropy; with `total_count`, the sum divided by that count instead, so
+    micro-batch losses add up to the whole batch's mean."""
+    flat = logits.reshape(-1, logits.shape[-1])
+    t = targets.reshape(-1)
+    if total_count is None:
+        return F.cross_entropy(flat, t)
+    return F.cross_entropy(flat, t, reduction="sum") / torch.tensor(
+        float(total_count), dtype=flat.dtype, device=flat.device
+    )
+
+
+def causal_attention(q, k, v, *, variant="single", dropout_p=0.0, dropout_mask=None):
+    """Math-form causal attention over [B, H, T, D] (no fused SDPA kernels)."""
+    T, D = q.shape[-2], q.shape[-1]
+    scale = torch.tensor(D**-0.5, dtype=q.dtype, device=q.device)
+    att = torch.matmul(q, k.transpose(-2, -1)) * scale
+    causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    att = att.masked_fill(~causal, float("-inf"))
+    att = torch.softmax(att, dim=-1)
+    if dropout_p > 0.0:
+        att = dropout(att, dropout_p, dropout_mask)
+    return torch.matmul(att, v)
+
+
+def sum_of_squares(tensors):
+    return torch.stack([torch.sum(t * t) for t in tensors]).sum()
