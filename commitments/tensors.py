@@ -24,6 +24,8 @@ STATE_DOMAIN = "pot/state/v1"
 
 # Below this size BLAKE3's thread fan-out costs more than it saves.
 MT_THRESHOLD = 1 << 20
+# In a whole state, tensors this large get all of BLAKE3's threads; smaller ones share a pool.
+LARGE_TENSOR = 32 << 20
 # A tensor that must be copied to become row-major (strided views, foreign byte order) is
 # copied this many bytes at a time, so hashing never holds a second full copy of it.
 CHUNK_BYTES = 64 << 20
@@ -151,14 +153,24 @@ def _header_and_chunks(name: str, tensor: Any) -> tuple[bytes, Iterable[Any], in
     return header, chunks, nbytes
 
 
-def tensor_digest(name: str, tensor: Any) -> bytes:
-    """BLAKE3 of CBOR(["pot/tensor/v1", name, dtype, shape]) || little-endian row-major bytes."""
+def _digest(name: str, tensor: Any, multithread: bool) -> bytes:
     header, chunks, nbytes = _header_and_chunks(name, tensor)
-    threads = _blake3.blake3.AUTO if nbytes >= MT_THRESHOLD else 1
+    threads = _blake3.blake3.AUTO if multithread and nbytes >= MT_THRESHOLD else 1
     hasher = _blake3.blake3(header, max_threads=threads)
     for chunk in chunks:
         hasher.update(chunk)
     return hasher.digest()
+
+
+def tensor_digest(name: str, tensor: Any) -> bytes:
+    """BLAKE3 of CBOR(["pot/tensor/v1", name, dtype, shape]) || little-endian row-major bytes."""
+    return _digest(name, tensor, multithread=True)
+
+
+def _nbytes(tensor: Any) -> int:
+    if _is_torch(tensor):
+        return tensor.numel() * tensor.element_size()
+    return int(getattr(tensor, "nbytes", 0))
 
 
 def _pairs(items: Any) -> list[tuple[str, Any]]:
@@ -184,18 +196,28 @@ def _pairs(items: Any) -> list[tuple[str, Any]]:
 
 
 def tensor_digests(items: Any, max_workers: int | None = None) -> list[tuple[str, bytes]]:
-    """[(name, tensor_digest)] in the given order, small tensors hashed concurrently.
+    """[(name, tensor_digest)] in the given order.
 
-    BLAKE3 releases the GIL while hashing, so a thread pool overlaps the many small tensors of a
-    model while each large tensor already fans out over BLAKE3's own threads.
+    Tensors of at least LARGE_TENSOR bytes are hashed one after another, each over all of
+    BLAKE3's threads; the many smaller ones are spread over a thread pool, one thread each,
+    because BLAKE3 releases the GIL and fanning a few MB out over threads costs more than it gains.
     """
     pairs = _pairs(items)
-    workers = max_workers or min(8, os.cpu_count() or 1)
-    if workers <= 1 or len(pairs) <= 1:
-        return [(n, tensor_digest(n, t)) for n, t in pairs]
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tensor-digest") as pool:
-        digests = list(pool.map(lambda p: tensor_digest(*p), pairs))
-    return [(n, d) for (n, _), d in zip(pairs, digests, strict=True)]
+    workers = max_workers or os.cpu_count() or 1
+    out: list[bytes | None] = [None] * len(pairs)
+    large = [i for i, (_, t) in enumerate(pairs) if _nbytes(t) >= LARGE_TENSOR]
+    rest = [i for i, (_, t) in enumerate(pairs) if _nbytes(t) < LARGE_TENSOR]
+    if workers <= 1 or len(rest) <= 1:
+        for i in rest:
+            out[i] = _digest(*pairs[i], multithread=workers > 1)
+    else:
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tensor-digest") as pool:
+            for i, d in zip(rest, pool.map(lambda i: _digest(*pairs[i], multithread=False), rest),
+                            strict=True):
+                out[i] = d
+    for i in large:
+        out[i] = _digest(*pairs[i], multithread=True)
+    return [(n, d) for (n, _), d in zip(pairs, out, strict=True)]
 
 
 def state_digest_from_digests(named_digests: Iterable[tuple[str, bytes]]) -> bytes:
