@@ -103,8 +103,8 @@ def clip(ops, grads: list[torch.Tensor], max_norm: float) -> tuple[list[torch.Te
     """Global-norm clipping over `grads` in canonical order; returns (grads, norm).
 
     norm = sqrt(sum_of_squares(grads)) with the sum exact; coef = min(max_norm / (norm + 1e-6), 1);
-    every gradient is multiplied by coef (a no-op when coef is 1). A non-finite norm makes coef NaN,
-    and the NaN reaches the parameters: a step on non-finite gradients is visibly broken."""
+    every gradient is multiplied by coef (a no-op when coef is 1). A non-finite norm sets coef to NaN,
+    so every gradient and then every parameter becomes NaN: a broken step is visible in the state."""
     norm = torch.sqrt(ops.sum_of_squares(grads).to(torch.float32))
     if max_norm <= 0.0:
         return grads, norm
@@ -112,7 +112,8 @@ def clip(ops, grads: list[torch.Tensor], max_norm: float) -> tuple[list[torch.Te
     coef = torch.tensor(max_norm, dtype=torch.float32, device=dev) / (
         norm + torch.tensor(CLIP_EPS, dtype=torch.float32, device=dev))
     one = torch.ones((), dtype=torch.float32, device=dev)
-    coef = torch.where(torch.isnan(coef), coef, torch.minimum(coef, one))
+    nan = torch.full((), float("nan"), dtype=torch.float32, device=dev)
+    coef = torch.where(torch.isfinite(norm), torch.minimum(coef, one), nan)
     return [g * coef for g in grads], norm
 
 

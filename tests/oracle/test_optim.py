@@ -1,0 +1,116 @@
+"""The exact-v1 optimizers follow torch.optim's algorithms (to float32 rounding) in a fixed order."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from commitments.spec import OptimizerSpec
+from oracle import native, optim
+
+
+def _problem(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    names = ["w", "b"]
+    params = [torch.randn(6, 5, generator=g), torch.randn(5, generator=g)]
+    grads = [[torch.randn(6, 5, generator=g), torch.randn(5, generator=g)] for _ in range(5)]
+    return names, params, grads
+
+
+def test_pow_int_is_square_and_multiply():
+    assert optim.pow_int(0.9, 0) == 1.0
+    assert optim.pow_int(0.9, 1) == 0.9
+    assert optim.pow_int(0.9, 5) == ((0.9 * 0.9) * (0.9 * 0.9)) * 0.9
+    assert abs(optim.pow_int(0.999, 1000) - 0.999**1000) < 1e-14
+
+
+@pytest.mark.parametrize("wd", [0.0, 0.1])
+def test_adamw_tracks_torch(wd):
+    spec = OptimizerSpec(kind="adamw", lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=wd)
+    names, params, grads = _problem()
+    ref = [p.clone().requires_grad_(True) for p in params]
+    topt = torch.optim.AdamW([{"params": [ref[0]], "weight_decay": wd}, {"params": [ref[1]], "weight_decay": 0.0}],
+                             lr=1e-2, betas=(0.9, 0.95), eps=1e-8)
+    cur = [p.clone() for p in params]
+    moments = {"exp_avg": [torch.zeros_like(p) for p in params], "exp_avg_sq": [torch.zeros_like(p) for p in params]}
+    for t, g in enumerate(grads, start=1):
+        for r, gi in zip(ref, g, strict=True):
+            r.grad = gi.clone()
+        topt.step()
+        cur, moments = optim.update(spec, t, names, cur, g, moments)
+    for a, r in zip(cur, ref, strict=True):
+        assert torch.allclose(a, r.detach(), rtol=1e-5, atol=1e-6)
+    assert not torch.equal(cur[0], params[0])
+
+
+def test_sgd_tracks_torch():
+    spec = OptimizerSpec(kind="sgd", lr=0.05, momentum=0.9, weight_decay=0.01)
+    names, params, grads = _problem(1)
+    ref = [p.clone().requires_grad_(True) for p in params]
+    topt = torch.optim.SGD([{"params": [ref[0]], "weight_decay": 0.01}, {"params": [ref[1]], "weight_decay": 0.0}],
+                           lr=0.05, momentum=0.9)
+    cur = [p.clone() for p in params]
+    moments = {"momentum": [torch.zeros_like(p) for p in params]}
+    for t, g in enumerate(grads, start=1):
+        for r, gi in zip(ref, g, strict=True):
+            r.grad = gi.clone()
+        topt.step()
+        cur, moments = optim.update(spec, t, names, cur, g, moments)
+    for a, r in zip(cur, ref, strict=True):
+        assert torch.allclose(a, r.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_adamw_order_of_operations_is_the_documented_one():
+    # One step written out with float32 numpy-free torch ops, line by line as in docs/exact-v1.md.
+    spec = OptimizerSpec(kind="adamw", lr=3e-3, beta1=0.8, beta2=0.99, eps=1e-6, weight_decay=0.5)
+    p = torch.tensor([[0.5, -1.25], [3.0, 1e-3]])
+    g = torch.tensor([[0.1, -0.2], [7.0, -1e-4]])
+    m = torch.tensor([[0.01, 0.02], [-0.03, 0.0]])
+    v = torch.tensor([[1e-4, 2e-4], [3e-4, 0.0]])
+    t = 3
+    f = lambda x: torch.tensor(x, dtype=torch.float32)  # noqa: E731
+    pw = p * f(1 - 3e-3 * 0.5)
+    m2 = f(0.8) * m + f(1 - 0.8) * g
+    v2 = f(0.99) * v + f(1 - 0.99) * (g * g)
+    bc1 = 1 - 0.8 * 0.8 * 0.8
+    bc2 = 1 - 0.99 * 0.99 * 0.99
+    d = torch.sqrt(v2) / f(math.sqrt(bc2)) + f(1e-6)
+    want = pw - (m2 / d) * f(3e-3 / bc1)
+    (got,), mom = optim.update(spec, t, ["w"], [p], [g], {"exp_avg": [m], "exp_avg_sq": [v]})
+    assert torch.equal(got, want)
+    assert torch.equal(mom["exp_avg"][0], m2) and torch.equal(mom["exp_avg_sq"][0], v2)
+
+
+def test_clip_matches_torch_clip_grad_norm():
+    g = torch.Generator().manual_seed(3)
+    grads = [torch.randn(10, 10, generator=g) * 3, torch.randn(7, generator=g)]
+    clipped, norm = optim.clip(native, [x.clone() for x in grads], 1.0)
+    ps = [torch.zeros_like(x, requires_grad=True) for x in grads]
+    for p, x in zip(ps, grads, strict=True):
+        p.grad = x.clone()
+    ref_norm = torch.nn.utils.clip_grad_norm_(ps, 1.0)
+    assert torch.allclose(norm, ref_norm, rtol=1e-6)
+    for c, p in zip(clipped, ps, strict=True):
+        assert torch.allclose(c, p.grad, rtol=1e-6, atol=1e-7)
+    small = [x * 1e-3 for x in grads]
+    same, _ = optim.clip(native, small, 1.0)
+    assert all(torch.equal(a, b) for a, b in zip(same, small, strict=True))  # coef is exactly 1
+    untouched, _ = optim.clip(native, grads, 0.0)
+    assert all(a is b for a, b in zip(untouched, grads, strict=True))
+
+
+def test_nonfinite_gradient_poisons_the_update():
+    grads = [torch.tensor([1.0, float("inf")])]
+    clipped, norm = optim.clip(native, grads, 1.0)
+    assert torch.isinf(norm)
+    assert torch.isnan(clipped[0]).all()
+
+
+def test_refusals():
+    with pytest.raises(optim.OptimError, match="step must be >= 1"):
+        optim.update(OptimizerSpec(), 0, ["w"], [torch.zeros(1)], [torch.zeros(1)],
+                     {"exp_avg": [torch.zeros(1)], "exp_avg_sq": [torch.zeros(1)]})
+    with pytest.raises(optim.OptimError, match="needs moments"):
+        optim.update(OptimizerSpec(), 1, ["w"], [torch.zeros(1)], [torch.zeros(1)], {"momentum": [torch.zeros(1)]})
