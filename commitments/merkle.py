@@ -306,6 +306,124 @@ def verify_consistency(old_size: int, new_size: int, old_root: bytes, new_root: 
     return sn == 0 and _eq(fr, old_root) and _eq(sr, new_root)
 
 
+# -------------------------------------------------------------------------------- full tree
+
+class MerkleTree:
+    """A tree that keeps every node, for a prover answering many proofs over one log.
+
+    Level j holds the nodes over leaf ranges [i*2^j, min((i+1)*2^j, size)) packed as one byte
+    string each (2 * size digests in all). An RFC subtree [lo, hi) met while walking a proof is
+    always such a node, so proofs for the current size cost O(log n); `append_hash` updates one
+    node per level.
+    """
+
+    def __init__(self, leaf_hashes: Sequence[bytes] = (), hash: HashFn = blake3) -> None:
+        self._hash = hash
+        self._d = _digest_size(hash)
+        hashes = _check_hashes(leaf_hashes, hash)
+        self._levels: list[bytearray] = [bytearray(b"".join(hashes))]
+        d = self._d
+        level = self._levels[0]
+        while len(level) > d:
+            count = len(level) // d
+            nxt = bytearray()
+            for i in range(0, count - 1, 2):
+                nxt += hash(_NODE + level[i * d:(i + 2) * d]).digest()
+            if count & 1:
+                nxt += level[(count - 1) * d:]
+            self._levels.append(nxt)
+            level = nxt
+
+    @classmethod
+    def from_leaves(cls, leaves: Iterable[bytes], hash: HashFn = blake3) -> MerkleTree:
+        return cls(_leaf_hashes(leaves, hash), hash)
+
+    @property
+    def size(self) -> int:
+        return len(self._levels[0]) // self._d
+
+    def _node(self, j: int, i: int) -> bytes:
+        return bytes(self._levels[j][i * self._d:(i + 1) * self._d])
+
+    def _range(self, lo: int, hi: int) -> bytes:
+        j = (hi - lo - 1).bit_length()
+        return self._node(j, lo >> j)
+
+    def leaf_hash(self, index: int) -> bytes:
+        index = _check_int(index, "index")
+        if not 0 <= index < self.size:
+            raise MerkleError(f"leaf index {index} is out of range for a tree of {self.size} leaves")
+        return self._node(0, index)
+
+    def append(self, leaf: bytes) -> bytes:
+        lh = leaf_hash(leaf, self._hash)
+        self.append_hash(lh)
+        return lh
+
+    def append_hash(self, leaf_hash_: bytes) -> None:
+        if not isinstance(leaf_hash_, _BYTES) or len(leaf_hash_) != self._d:
+            raise MerkleError(f"leaf hash must be {self._d} bytes, got {leaf_hash_!r:.80}")
+        d = self._d
+        self._levels[0] += leaf_hash_
+        idx, j = self.size - 1, 0
+        while len(self._levels[j]) > d:
+            level = self._levels[j]
+            parent = idx >> 1
+            left = level[2 * parent * d:(2 * parent + 1) * d]
+            right = level[(2 * parent + 1) * d:(2 * parent + 2) * d]
+            value = self._hash(_NODE + left + right).digest() if right else bytes(left)
+            if j + 1 == len(self._levels):
+                self._levels.append(bytearray())
+            up = self._levels[j + 1]
+            up[parent * d:(parent + 1) * d] = value
+            idx, j = parent, j + 1
+
+    def root(self) -> bytes:
+        if not self.size:
+            return empty_root(self._hash)
+        return bytes(self._levels[-1])
+
+    def inclusion_proof(self, index: int) -> list[bytes]:
+        index = _check_int(index, "index")
+        n = self.size
+        if not 0 <= index < n:
+            raise MerkleError(f"leaf index {index} is out of range for a tree of {n} leaves")
+        path: list[bytes] = []
+        lo, hi = 0, n
+        while hi - lo > 1:
+            k = _largest_pow2_below(hi - lo)
+            if index < lo + k:
+                path.append(self._range(lo + k, hi))
+                hi = lo + k
+            else:
+                path.append(self._range(lo, lo + k))
+                lo = lo + k
+        path.reverse()
+        return path
+
+    def consistency_proof(self, old_size: int) -> list[bytes]:
+        old_size = _check_int(old_size, "old_size")
+        n = self.size
+        if not 0 <= old_size <= n:
+            raise MerkleError(f"old_size {old_size} is out of range for a tree of {n} leaves")
+        if old_size == 0 or old_size == n:
+            return []
+        proof: list[bytes] = []
+        lo, hi, m, whole = 0, n, old_size, True
+        while m != hi - lo:
+            k = _largest_pow2_below(hi - lo)
+            if m <= k:
+                proof.append(self._range(lo + k, hi))
+                hi = lo + k
+            else:
+                proof.append(self._range(lo, lo + k))
+                lo, m, whole = lo + k, m - k, False
+        if not whole:
+            proof.append(self._range(lo, hi))
+        proof.reverse()
+        return proof
+
+
 # ----------------------------------------------------------------------------------- builder
 
 class MerkleBuilder:

@@ -434,3 +434,36 @@ def test_builder_state_records_the_hash():
     with pytest.raises(M.MerkleError, match="made with hash 'sha256'"):
         M.MerkleBuilder.from_dict(b.to_dict())
     assert M.MerkleBuilder.from_dict(b.to_dict(), hash=SHA).root() == M.root(leaves_of(3), hash=SHA)
+
+
+# --- the full tree kept by a prover
+
+@pytest.mark.parametrize("hash", [blake3, SHA])
+def test_full_tree_grown_by_appends_matches_bulk_build_and_functions(hash):
+    d = leaves_of(MAX_N)
+    grown = M.MerkleTree(hash=hash)
+    assert grown.size == 0 and grown.root() == M.root([], hash=hash)
+    for n in range(1, MAX_N + 1):
+        grown.append(d[n - 1])
+        bulk = M.MerkleTree.from_leaves(d[:n], hash=hash)
+        assert grown.size == bulk.size == n
+        assert grown.root() == bulk.root() == M.root(d[:n], hash=hash)
+        for i in range(n):
+            assert grown.inclusion_proof(i) == bulk.inclusion_proof(i) == ref_path(i, d[:n], hash)
+        for m in range(1, n):
+            assert grown.consistency_proof(m) == bulk.consistency_proof(m) == ref_subproof(m, d[:n], True, hash)
+    assert grown.leaf_hash(7) == M.leaf_hash(d[7], hash)
+
+
+def test_full_tree_refuses_bad_arguments():
+    t = M.MerkleTree.from_leaves(leaves_of(5))
+    for call, reason in [
+        (lambda: t.inclusion_proof(5), "out of range"),
+        (lambda: t.consistency_proof(6), "out of range"),
+        (lambda: t.leaf_hash(-1), "out of range"),
+        (lambda: t.append_hash(b"\x00"), "32 bytes"),
+        (lambda: M.MerkleTree([b"\x00" * 32, b"short"]), "leaf hash 1 must be 32 bytes"),
+    ]:
+        with pytest.raises(M.MerkleError, match=reason):
+            call()
+    assert t.consistency_proof(0) == t.consistency_proof(5) == []

@@ -182,3 +182,11 @@ def test_cuda_tensor_digest_equals_cpu():
     t = rand(300, 200)
     assert T.tensor_digest("w", t.cuda()) == T.tensor_digest("w", t)
     assert T.tensor_digest("w", t.cuda().t()) == T.tensor_digest("w", t.t())
+
+
+def test_large_and_small_tensors_mixed_keep_order(monkeypatch):
+    monkeypatch.setattr(T, "LARGE_TENSOR", 4096)  # 32x32 float32 and up count as large
+    items = [(f"t{i}", rand(8 * (i % 5) + 1, 32, seed=i)) for i in range(20)]
+    assert any(T._nbytes(t) >= 4096 for _, t in items) and any(T._nbytes(t) < 4096 for _, t in items)
+    for workers in (1, 3):
+        assert T.tensor_digests(items, max_workers=workers) == [(n, T.tensor_digest(n, t)) for n, t in items]
