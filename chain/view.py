@@ -1,0 +1,128 @@
+"""Derive the protocol state from a chain: follow finalized blocks and apply them in order.
+
+Every node computes the same state this way, whatever the transport. A refused call becomes a
+recorded `CallRefused` event, never an exception. The state and cursor can be saved to a
+snapshot file (written atomically) so a restarted follower resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from chain.protocol import (
+    Event,
+    ProtocolParams,
+    ProtocolState,
+    SnapshotError,
+    apply_recorded,
+    new_state,
+    on_block,
+)
+from chain.transport import Block, Transport
+from commitments import cbor
+from commitments.errors import CommitmentError
+
+SNAPSHOT_DOMAIN = "pot/chain-view/v1"
+
+
+class ChainView:
+    """The protocol state of one chain, as of `cursor` (the last block applied)."""
+
+    def __init__(self, transport: Transport, params: ProtocolParams | None = None, *,
+                 cursor: int = 0, state: ProtocolState | None = None, keep_events: bool = True) -> None:
+        # Block 0 is genesis and carries no calls, so a fresh view starts after it.
+        self.transport = transport
+        if state is not None and params is not None and state.params != params:
+            raise SnapshotError("the snapshot was made with other protocol parameters than the ones given")
+        self.state = state if state is not None else new_state(params)
+        self.cursor = cursor
+        self.cursor_hash: bytes | None = None  # hash of block `cursor`, when known
+        self.keep_events = keep_events
+        self.events: list[Event] = []
+
+    @property
+    def params(self) -> ProtocolParams:
+        return self.state.params
+
+    def process(self, block: Block) -> list[Event]:
+        """Apply one finalized block: protocol work first, then its calls in chain order."""
+        if block.number != self.cursor + 1:
+            raise ValueError(f"block {block.number} does not follow the cursor {self.cursor}")
+        events = on_block(self.state, block)
+        for origin, call in block.calls:
+            events += apply_recorded(self.state, call, origin, block)
+        self.cursor, self.cursor_hash = block.number, block.hash
+        if self.keep_events:
+            self.events += events
+        return events
+
+    def sync(self, until: int | None = None) -> list[Event]:
+        """Apply every finalized block after the cursor (up to `until`); return their events."""
+        head = self.transport.finalized_head()
+        if until is not None:
+            head = min(head, until)
+        out: list[Event] = []
+        while self.cursor < head:
+            out += self.process(self.transport.block(self.cursor + 1))
+        return out
+
+    def follow(self, *, poll: float = 0.5, stop: Callable[[], bool] | None = None) -> Iterator[Event]:
+        """Yield events as finalized blocks arrive, forever (or until `stop()`)."""
+        for block in self.transport.follow(self.cursor, poll=poll, stop=stop):
+            yield from self.process(block)
+
+    # --- queries --------------------------------------------------------------------------
+    def of(self, kind: type[Event]) -> list[Event]:
+        return [e for e in self.events if isinstance(e, kind)]
+
+    # --- snapshots ------------------------------------------------------------------------
+    def save(self, path: str | Path) -> None:
+        """Write (cursor, state) to `path` atomically: temp file, fsync, rename."""
+        path = Path(path)
+        data = cbor.encode([SNAPSHOT_DOMAIN, self.cursor, self.cursor_hash, self.state.to_cbor()])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    @classmethod
+    def load(cls, transport: Transport, path: str | Path, params: ProtocolParams | None = None,
+             **kw) -> ChainView:
+        """Resume from a snapshot written by `save`; a missing file starts from genesis.
+
+        The snapshot remembers the hash of its cursor block: a snapshot of another chain (a
+        recreated dev file, another network) is refused instead of silently mixing states.
+        """
+        path = Path(path)
+        if not path.exists():
+            return cls(transport, params, **kw)
+        try:
+            domain, cursor, cursor_hash, state_bytes = cbor.decode(path.read_bytes())
+            if domain != SNAPSHOT_DOMAIN or not isinstance(cursor, int):
+                raise SnapshotError(f"not a {SNAPSHOT_DOMAIN} snapshot")
+        except (CommitmentError, ValueError, TypeError) as exc:
+            raise SnapshotError(f"{path}: unusable chain-view snapshot: {exc}") from None
+        state = ProtocolState.from_cbor(state_bytes)
+        if cursor_hash is not None:
+            if transport.finalized_head() < cursor:
+                raise SnapshotError(f"{path}: the snapshot is at block {cursor}, beyond this chain's head")
+            if transport.block(cursor).hash != cursor_hash:
+                raise SnapshotError(f"{path}: block {cursor} of this chain differs from the snapshot's")
+        view = cls(transport, params, cursor=cursor, state=state, **kw)
+        view.cursor_hash = cursor_hash
+        return view
