@@ -143,8 +143,7 @@ class Dataset:
         self.sample_len = sample_len
         self.vocab_size = vocab_size
         self.num_samples = tokens.size // sample_len
-        self._leaf_hashes: list[bytes] | None = None
-        self._root: bytes | None = None
+        self._tree: merkle.MerkleTree | None = None
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], sample_len: int, *, vocab_size: int | None = None) -> Dataset:
@@ -186,21 +185,25 @@ class Dataset:
     def sample_digest(self, i: int) -> bytes:
         return sample_digest(self._check_index(i), self.sample(i))
 
+    @property
+    def tree(self) -> merkle.MerkleTree:
+        """The tree over the sample digests, built once (2 * num_samples digests, packed)."""
+        if self._tree is None:
+            self._tree = merkle.MerkleTree(_leaf_hashes(self.tokens, self.sample_len, self.num_samples))
+        return self._tree
+
     def leaf_hashes(self) -> list[bytes]:
-        """Merkle leaf hashes of every sample digest, computed once and kept."""
-        if self._leaf_hashes is None:
-            self._leaf_hashes = _leaf_hashes(self.tokens, self.sample_len, self.num_samples)
-        return self._leaf_hashes
+        """Merkle leaf hashes of every sample digest."""
+        tree = self.tree
+        return [tree.leaf_hash(i) for i in range(self.num_samples)]
 
     @property
     def dataset_hash(self) -> bytes:
-        if self._root is None:
-            self._root = merkle.root_from_hashes(self.leaf_hashes())
-        return self._root
+        return self.tree.root()
 
     def sample_proof(self, i: int) -> list[bytes]:
-        """Inclusion proof of sample i under `dataset_hash`."""
-        return merkle.inclusion_proof_from_hashes(self.leaf_hashes(), self._check_index(i))
+        """Inclusion proof of sample i under `dataset_hash` (O(log n) once the tree is built)."""
+        return self.tree.inclusion_proof(self._check_index(i))
 
     def info(self) -> DatasetInfo:
         return DatasetInfo(self.path, self.tokens.dtype.name, int(self.tokens.size), self.sample_len,

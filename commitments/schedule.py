@@ -88,8 +88,7 @@ class Schedule:
         self.num_samples = num_samples
         self.seed = seed
         self._batch_fn = batch_fn
-        self._leaf_hashes: list[bytes] | None = None
-        self._commitment: bytes | None = None
+        self._tree: merkle.MerkleTree | None = None
 
     @classmethod
     def from_batches(cls, batches: Sequence[Sequence[int]]) -> Schedule:
@@ -113,21 +112,21 @@ class Schedule:
     def leaf(self, t: int) -> bytes:
         return batch_leaf(t, self.batch(t))
 
-    def leaf_hashes(self) -> list[bytes]:
-        if self._leaf_hashes is None:
-            self._leaf_hashes = [merkle.leaf_hash(self.leaf(t)) for t in range(1, self.steps + 1)]
-        return self._leaf_hashes
+    @property
+    def tree(self) -> merkle.MerkleTree:
+        """The tree over the batch leaves, built once on first use."""
+        if self._tree is None:
+            self._tree = merkle.MerkleTree([merkle.leaf_hash(self.leaf(t)) for t in range(1, self.steps + 1)])
+        return self._tree
 
     @property
     def commitment(self) -> bytes:
         """Merkle root over the batch leaves of steps 1..steps."""
-        if self._commitment is None:
-            self._commitment = merkle.root_from_hashes(self.leaf_hashes())
-        return self._commitment
+        return self.tree.root()
 
     def proof(self, t: int) -> list[bytes]:
         """Inclusion proof of batch t (leaf index t-1) under `commitment`."""
-        return merkle.inclusion_proof_from_hashes(self.leaf_hashes(), self._check_step(t) - 1)
+        return self.tree.inclusion_proof(self._check_step(t) - 1)
 
 
 def derive_schedule(seed: int | bytes, num_samples: int, steps: int, batch_size: int) -> Schedule:
