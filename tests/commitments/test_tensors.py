@@ -6,6 +6,9 @@ import blake3
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 from commitments import cbor
 from commitments import tensors as T
@@ -69,7 +72,7 @@ def test_strided_tensors_are_hashed_in_slabs(monkeypatch):
 def test_numpy_and_torch_agree_for_every_dtype():
     base = torch.arange(-3, 9).reshape(3, 4)
     for dt in (torch.bool, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8,
-               torch.float16, torch.float32, torch.float64):
+               torch.uint16, torch.uint32, torch.uint64, torch.float16, torch.float32, torch.float64):
         t = base.to(dt)
         assert T.tensor_digest("x", t) == T.tensor_digest("x", t.numpy()), dt
     assert T.tensor_digest("x", np.arange(5, dtype=np.uint32)) != T.tensor_digest("x", np.arange(5, dtype=np.int32))
@@ -190,3 +193,24 @@ def test_large_and_small_tensors_mixed_keep_order(monkeypatch):
     assert any(T._nbytes(t) >= 4096 for _, t in items) and any(T._nbytes(t) < 4096 for _, t in items)
     for workers in (1, 3):
         assert T.tensor_digests(items, max_workers=workers) == [(n, T.tensor_digest(n, t)) for n, t in items]
+
+
+NUMPY_DTYPES = st.sampled_from(["bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
+                                "uint32", "uint64", "float16", "float32", "float64"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(NUMPY_DTYPES.flatmap(lambda dt: hnp.arrays(dt, hnp.array_shapes(min_dims=0, max_dims=4, max_side=6))),
+       st.sampled_from(["C", "F", "reversed", "big-endian"]))
+def test_digest_equals_the_reference_bytes_for_any_array(a, layout):
+    name = "x"
+    header = cbor.encode(["pot/tensor/v1", name, a.dtype.name, list(a.shape)])
+    expected = blake3.blake3(header + a.astype(a.dtype.newbyteorder("<")).tobytes(order="C")).digest()
+    if layout == "F":
+        b = a.copy(order="F")
+    elif layout == "reversed":
+        b = a[::-1].copy()[::-1] if a.ndim else a  # negative strides
+    else:
+        b = a.astype(a.dtype.newbyteorder(">"))
+    assert T.tensor_digest(name, b) == expected
+    assert T.tensor_digest(name, torch.from_numpy(a.copy(order="C"))) == expected
