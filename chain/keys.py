@@ -24,7 +24,9 @@ class KeyLoadError(ValueError):
     """The key could not be loaded; the message names the form and the problem, not the secret."""
 
 
-def load_key(key_uri_or_path: str | os.PathLike, password: str | None = None, *, ss58_format: int = 42) -> Keypair:
+def load_key(
+    key_uri_or_path: str | os.PathLike, password: str | None = None, *, ss58_format: int = 42
+) -> Keypair:
     """An sr25519 Keypair from a dev URI, a mnemonic (with path), a 0x seed or a keystore file."""
     if isinstance(key_uri_or_path, os.PathLike):
         return _from_keystore(Path(key_uri_or_path), password, ss58_format)
@@ -56,7 +58,9 @@ def _is_file(text: str) -> bool:
 
 def _from_dev_uri(uri: str, ss58_format: int) -> Keypair:
     if not _PATH_RE.match(uri):
-        raise KeyLoadError("dev key URI must look like //Name or //Name/soft (empty junctions are not allowed)")
+        raise KeyLoadError(
+            "dev key URI must look like //Name or //Name/soft (empty junctions are not allowed)"
+        )
     try:
         return Keypair.create_from_uri(uri, ss58_format=ss58_format, crypto_type=KeypairType.SR25519)
     except Exception:
@@ -77,7 +81,9 @@ def _from_mnemonic(text: str, ss58_format: int) -> Keypair:
     if "///" in path:
         raise KeyLoadError("passwords inside a key URI (///password) are not supported for sr25519 keys")
     if path and not _PATH_RE.match(path):
-        raise KeyLoadError("mnemonic derivation path must look like //hard/soft (empty junctions are not allowed)")
+        raise KeyLoadError(
+            "mnemonic derivation path must look like //hard/soft (empty junctions are not allowed)"
+        )
     words = phrase.split(" ")
     if len(words) not in (12, 15, 18, 21, 24):
         raise KeyLoadError(
@@ -89,9 +95,13 @@ def _from_mnemonic(text: str, ss58_format: int) -> Keypair:
     except Exception:
         valid = False
     if not valid:
-        raise KeyLoadError(f"the {len(words)}-word mnemonic is not valid BIP39 (unknown word or bad checksum)")
+        raise KeyLoadError(
+            f"the {len(words)}-word mnemonic is not valid BIP39 (unknown word or bad checksum)"
+        )
     try:
-        return Keypair.create_from_uri(phrase + path, ss58_format=ss58_format, crypto_type=KeypairType.SR25519)
+        return Keypair.create_from_uri(
+            phrase + path, ss58_format=ss58_format, crypto_type=KeypairType.SR25519
+        )
     except Exception:
         raise KeyLoadError("the mnemonic could not be derived along its path") from None
 
@@ -100,14 +110,20 @@ def _from_keystore(path: Path, password: str | None, ss58_format: int) -> Keypai
     try:
         size = path.stat().st_size
     except OSError as exc:
-        raise KeyLoadError(f"keystore {path}: cannot read it ({exc.strerror or type(exc).__name__})") from None
+        raise KeyLoadError(
+            f"keystore {path}: cannot read it ({exc.strerror or type(exc).__name__})"
+        ) from None
     if size > MAX_KEYSTORE_BYTES:
         raise KeyLoadError(f"keystore {path}: {size} bytes is too large for a polkadot.js keystore")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise KeyLoadError(f"keystore {path}: not a JSON file ({type(exc).__name__})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("encoded"), str) or not isinstance(data.get("encoding"), dict):
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("encoded"), str)
+        or not isinstance(data.get("encoding"), dict)
+    ):
         raise KeyLoadError(f"keystore {path}: not a polkadot.js keystore (needs 'encoded' and 'encoding')")
     enc = data["encoding"]
     content = enc.get("content")
@@ -115,7 +131,9 @@ def _from_keystore(path: Path, password: str | None, ss58_format: int) -> Keypai
         raise KeyLoadError(f"keystore {path}: encoding.content must name pkcs8, got {content!r}")
     if "sr25519" not in content:
         kinds = [c for c in content if c != "pkcs8"]
-        raise KeyLoadError(f"keystore {path}: holds a {'/'.join(map(str, kinds)) or 'unknown'} key; sr25519 is required")
+        raise KeyLoadError(
+            f"keystore {path}: holds a {'/'.join(map(str, kinds)) or 'unknown'} key; sr25519 is required"
+        )
     types = enc.get("type")
     if not isinstance(types, list) or "xsalsa20-poly1305" not in types:
         raise KeyLoadError(f"keystore {path}: encoding.type must include xsalsa20-poly1305, got {types!r}")

@@ -75,9 +75,28 @@ def test_keystore_wrong_or_missing_password(tmp_path):
     [
         ("not json", "not a JSON file"),
         ("[1, 2]", "not a polkadot.js keystore"),
-        (json.dumps({"encoded": "00", "encoding": {"content": ["pkcs8", "ed25519"], "type": ["scrypt", "xsalsa20-poly1305"]}}), "sr25519 is required"),
-        (json.dumps({"encoded": "00", "encoding": {"content": ["pkcs8", "sr25519"], "type": ["none"]}}), "xsalsa20-poly1305"),
-        (json.dumps({"encoded": "00", "encoding": {"content": ["pkcs8", "sr25519"], "type": ["scrypt", "xsalsa20-poly1305"]}}), "wrong password or corrupt"),
+        (
+            json.dumps(
+                {
+                    "encoded": "00",
+                    "encoding": {"content": ["pkcs8", "ed25519"], "type": ["scrypt", "xsalsa20-poly1305"]},
+                }
+            ),
+            "sr25519 is required",
+        ),
+        (
+            json.dumps({"encoded": "00", "encoding": {"content": ["pkcs8", "sr25519"], "type": ["none"]}}),
+            "xsalsa20-poly1305",
+        ),
+        (
+            json.dumps(
+                {
+                    "encoded": "00",
+                    "encoding": {"content": ["pkcs8", "sr25519"], "type": ["scrypt", "xsalsa20-poly1305"]},
+                }
+            ),
+            "wrong password or corrupt",
+        ),
     ],
 )
 def test_bad_keystores(tmp_path, body, reason):
