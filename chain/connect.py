@@ -49,10 +49,10 @@ def connect(url: str, *, account: str | None = None, key: str | None = None, **o
         sealing = opts.pop("sealing", None) or query.get("sealing")
         return DevTransport(path, account or DEV_DEFAULT_ACCOUNT, sealing=sealing, **opts)
     if scheme in ("ws", "wss"):
-        from chain.substrate import connect_substrate
-
         kind = opts.pop("kind", "remark")
         if kind not in ("remark", "pallet"):
             raise ChainURLError(f"substrate transport kind must be 'remark' or 'pallet', got {kind!r}")
+        from chain.substrate import connect_substrate
+
         return connect_substrate(url, key if key is not None else account, kind=kind, **opts)
     raise ChainURLError(f"{url!r}: unsupported chain URL; use dev:///path/to/chain.db or ws://host:port")

@@ -1,0 +1,95 @@
+"""ChainView: derived state from blocks, refusals recorded, snapshots resume where they stopped."""
+
+from __future__ import annotations
+
+import pytest
+
+from chain import protocol as P
+from chain.dev import DevTransport
+from chain.protocol import ProtocolParams, SnapshotError
+from chain.transport import Block
+from chain.view import ChainView
+from tests.chain.runs import SyntheticRun
+
+PARAMS = ProtocolParams(challenge_delay=1)
+
+
+def chain_with_run(path):
+    run = SyntheticRun()
+    miner = DevTransport(path, "miner")
+    miner.submit([run.register()])
+    miner.submit([run.submit_root(4)])
+    miner.submit_payloads([b"pot1 not cbor"])  # skipped by the transport, not a crash
+    miner.submit([run.submit_root(2)])  # refused: not append-only
+    return run, miner
+
+
+def test_view_derives_state_and_records_refusals(tmp_path):
+    run, miner = chain_with_run(tmp_path / "c.db")
+    view = ChainView(miner, PARAMS)
+    events = view.sync()
+    kinds = [type(e).__name__ for e in events]
+    assert kinds == ["RunRegistered", "CheckpointRootUpdated", "CallRefused"]
+    assert events[2].refusal == "RootNotAppendOnly" and events[2].block == 4
+    assert view.cursor == 4 and view.state.head == 4
+    assert view.state.runs[run.run_id].size == 4
+    assert view.sync() == []
+
+
+def test_sync_until_and_process_order(tmp_path):
+    _, miner = chain_with_run(tmp_path / "c.db")
+    view = ChainView(miner, PARAMS)
+    assert [type(e) for e in view.sync(until=1)] == [P.RunRegistered]
+    assert view.cursor == 1
+    with pytest.raises(ValueError, match="does not follow the cursor"):
+        view.process(Block(3, bytes(32)))
+
+
+def test_follow_yields_events(tmp_path):
+    _, miner = chain_with_run(tmp_path / "c.db")
+    view = ChainView(miner, PARAMS)
+    seen = []
+    for ev in view.follow(poll=0.01, stop=lambda: view.cursor >= 4):
+        seen.append(ev)
+    assert [type(e).__name__ for e in seen][:2] == ["RunRegistered", "CheckpointRootUpdated"]
+
+
+def test_snapshot_resume_equals_full_replay(tmp_path):
+    run, miner = chain_with_run(tmp_path / "c.db")
+    snap = tmp_path / "view" / "state.cbor"
+    view = ChainView(miner, PARAMS)
+    view.sync(until=2)
+    view.save(snap)
+    miner.submit([run.submit_root(9, 4)])
+    miner.seal()
+    miner.seal()
+    resumed = ChainView.load(miner, snap, PARAMS)
+    assert resumed.cursor == 2
+    tail = resumed.sync()
+    full = ChainView(miner, PARAMS)
+    all_events = full.sync()
+    assert tail == [e for e in all_events if e.block > 2]
+    assert any(isinstance(e, P.ChallengeIssued) for e in tail)
+    assert resumed.state == full.state
+
+
+def test_snapshot_refusals(tmp_path):
+    _, miner = chain_with_run(tmp_path / "a.db")
+    snap = tmp_path / "state.cbor"
+    view = ChainView(miner, PARAMS)
+    view.sync()
+    view.save(snap)
+    with pytest.raises(SnapshotError, match="other protocol parameters"):
+        ChainView.load(miner, snap, ProtocolParams(challenge_delay=3))
+    other = DevTransport(tmp_path / "b.db", "miner")
+    for _ in range(5):
+        other.seal()
+    with pytest.raises(SnapshotError, match="differs from the snapshot"):
+        ChainView.load(other, snap, PARAMS)
+    with pytest.raises(SnapshotError, match="beyond this chain's head"):
+        ChainView.load(DevTransport(tmp_path / "c.db"), snap, PARAMS)
+    snap.write_bytes(b"garbage")
+    with pytest.raises(SnapshotError, match="unusable"):
+        ChainView.load(miner, snap, PARAMS)
+    missing = ChainView.load(miner, tmp_path / "none.cbor", PARAMS)
+    assert missing.cursor == 0
