@@ -16,6 +16,7 @@ Rejecting the top `2**64 mod n` values removes modulo bias, so each index is uni
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 
 from commitments import cbor, merkle
@@ -38,11 +39,18 @@ def _positive_int(name: str, value: object) -> int:
 
 
 def _check_indices(indices: Sequence[int]) -> list[int]:
+    if isinstance(indices, (str, bytes)):
+        raise ScheduleError(f"a batch is a sequence of sample indices, got {type(indices).__name__}")
     out = []
     for k, i in enumerate(indices):
-        if not isinstance(i, int) or isinstance(i, bool) or i < 0:
+        # operator.index takes numpy and torch integers too, and refuses floats and strings.
+        try:
+            value = operator.index(i) if not isinstance(i, bool) else -1
+        except TypeError:
+            value = -1
+        if value < 0:
             raise ScheduleError(f"batch index {k} must be a non-negative int, got {i!r}")
-        out.append(i)
+        out.append(value)
     return out
 
 
@@ -68,14 +76,17 @@ def draw_index(seed: int | bytes, t: int, j: int, num_samples: int) -> int:
 
 
 def _draw(prefix: bytes, t: int, j: int, n: int) -> int:
-    limit = _U64 - (_U64 % n)
-    stem = b"\x85" + prefix + cbor.encode(t) + cbor.encode(j)
+    return _draw_from(b"\x85" + prefix + cbor.encode(t) + cbor.encode(j), _U64 - (_U64 % n), n)
+
+
+def _draw_from(stem: bytes, limit: int, n: int) -> int:
+    # stem = the CBOR array head and every field but the counter; counter 0 encodes as 0x00.
+    x = int.from_bytes(h(stem + b"\x00")[:8], "little")
     counter = 0
-    while True:
-        x = int.from_bytes(h(stem + cbor.encode(counter))[:8], "little")
-        if x < limit:
-            return x % n
+    while x >= limit:
         counter += 1
+        x = int.from_bytes(h(stem + cbor.encode(counter))[:8], "little")
+    return x % n
 
 
 class Schedule:
@@ -135,10 +146,13 @@ def derive_schedule(seed: int | bytes, num_samples: int, steps: int, batch_size:
     n = _positive_int("num_samples", num_samples)
     _positive_int("steps", steps)
     b = _positive_int("batch_size", batch_size)
-    prefix = cbor.encode(RNG_DOMAIN) + cbor.encode(seed)
+    prefix = b"\x85" + cbor.encode(RNG_DOMAIN) + cbor.encode(seed)
+    limit = _U64 - (_U64 % n)
+    j_codes = [cbor.encode(j) for j in range(b)]
 
     def batch_fn(t: int) -> list[int]:
-        return [_draw(prefix, t, j, n) for j in range(b)]
+        stem_t = prefix + cbor.encode(t)
+        return [_draw_from(stem_t + jc, limit, n) for jc in j_codes]
 
     return Schedule(steps, batch_fn, batch_size=b, num_samples=n, seed=seed)
 

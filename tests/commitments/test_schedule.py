@@ -45,6 +45,7 @@ def test_rejection_sampling_redraws_instead_of_taking_a_biased_value():
         assert draw_index(9, 1, j, n) == index
         redrawn += counter > 0
     assert redrawn > 0
+    assert derive_schedule(9, n, 1, 40).batch(1) == [_rule(9, 1, j, n)[0] for j in range(40)]
 
 
 def test_indices_are_roughly_uniform():
@@ -105,6 +106,15 @@ def test_tampered_batches_and_proofs_are_rejected():
     assert not verify_batch(14, s.batch(13), 13, s.proof(13), c)
     assert not verify_batch(1, [-1, 2, 3], 13, s.proof(1), c)
     assert not verify_batch(1, ["1", 2, 3], 13, s.proof(1), c)
+
+
+def test_numpy_integers_are_plain_indices_but_floats_and_strings_are_not():
+    import numpy as np
+
+    assert batch_leaf(2, np.array([4, 5], dtype=np.int64)) == batch_leaf(2, [4, 5])
+    for bad in ([1.0], ["3"], [True], "12"):
+        with pytest.raises(ScheduleError):
+            batch_leaf(2, bad)
 
 
 def test_explicit_schedules_allow_any_batches():
