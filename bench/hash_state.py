@@ -58,12 +58,15 @@ def build_state(shapes, seed: int):
     return flat, items, total
 
 
-def best_of(repeats: int, fn) -> float:
-    best = float("inf")
+def best_times(repeats: int, methods: dict) -> dict[str, float]:
+    """Best wall time of each method; rounds interleave the methods so that load from other
+    processes on the machine falls on all of them alike."""
+    best = {k: float("inf") for k in methods}
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
+        for k, fn in methods.items():
+            t0 = time.perf_counter()
+            fn()
+            best[k] = min(best[k], time.perf_counter() - t0)
     return best
 
 
@@ -92,10 +95,13 @@ def main(argv: list[str] | None = None) -> int:
     gb = state_bytes / 1e9
     flat_gb = view.nbytes / 1e9
 
-    t_st = best_of(args.repeats, lambda: blake3.blake3(view).digest())
-    t_mt = best_of(args.repeats, lambda: blake3.blake3(view, max_threads=blake3.blake3.AUTO).digest())
-    t_sd = best_of(args.repeats, lambda: state_digest(items))
-    t_sd1 = best_of(args.repeats, lambda: state_digest(items, max_workers=1))
+    best = best_times(args.repeats, {
+        "single": lambda: blake3.blake3(view).digest(),
+        "multi": lambda: blake3.blake3(view, max_threads=blake3.blake3.AUTO).digest(),
+        "state": lambda: state_digest(items),
+        "state_serial": lambda: state_digest(items, max_workers=1),
+    })
+    t_st, t_mt, t_sd, t_sd1 = best["single"], best["multi"], best["state"], best["state_serial"]
 
     res = {
         "params": params,
