@@ -24,6 +24,10 @@ SUBAPPS = [
     ("spec", "commitments.cli", "spec_app", "Execution specs: validate and digest."),
     ("oracle", "oracle.cli", "app", "The exact-v1 oracle: walk a run, replay one step."),
     ("chain", "chain.cli", "app", "Chains: run a dev chain, print protocol events."),
+    ("miner", "commitments.sdk.cli", "miner_app", "Miners: train with commitments, serve openings."),
+    ("recipe", "commitments.sdk.cli", "recipe_app", "Run documents: write and verify promised digests."),
+    ("node", "node.commands", "node_app", "The verifier node: init its database, run the daemon."),
+    ("verify", "node.commands", "verify_app", "Offline checks: verify one opening."),
 ]
 
 for noun, module, attr, help_text in SUBAPPS:
