@@ -1,0 +1,199 @@
+"""Gradient accumulation with the same bytes for every micro-batch split (docs/exact-v1.md §5).
+
+Contractions over the token axis (weight, bias, layer-norm and embedding gradients, the loss sum)
+are computed per sequence: each sequence's partial is an exact value (block-quantised integers
+summed exactly, one power-of-two scale). The partials are then folded in sequence order into a
+float64 pair (hi, lo) by error-free transformations and rounded once to float32. A micro-batch
+holds whole, consecutive sequences, so every split deposits the same partials in the same order
+and the fold performs the same operations: identical bytes.
+
+Use (the step code)::
+
+    acc = ExactGradAccumulator(params)          # leaf tensors with requires_grad, canonical order
+    for lo, hi in micro_batch_slices:
+        with acc.micro_batch():
+            logits = model(...inputs[lo:hi]...)
+            loss = ops.cross_entropy(logits, targets[lo:hi], total_count=n_tokens_in_step)
+            loss.backward()
+    grads = acc.grads()                          # float32, one per param, in order
+    loss = acc.loss()                            # float32 mean over the whole step
+
+While a micro-batch is open, the exact ops' backward passes hand parameter-gradient partials to the
+accumulator instead of returning them to autograd (so param.grad stays None); cross_entropy hands it
+the per-sequence loss sums. A parameter used at several places (a tied embedding and head) gets one
+fold per use site, numbered in the order the backward pass reaches them; grads() folds the sites'
+(hi, lo) pairs in site order and rounds once. Without an open accumulator the same ops return the
+rounded per-site gradient to autograd, which equals grads() for every parameter used once.
+
+The fold is exact whenever each running total is representable as hi + lo (a 106-bit window);
+`inexact_count` reports how many element updates were not, which in practice stays 0. Either way
+the result is a fixed sequence of IEEE operations in sequence order, so splits cannot change it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import torch
+
+from oracle.exact.quant import F32, F64, ExactError, canon_nan, round_odd, two_sum
+
+_state = threading.local()
+
+
+def active() -> ExactGradAccumulator | None:
+    """The accumulator whose micro-batch is open on this thread, if any."""
+    return getattr(_state, "acc", None)
+
+
+class Fold:
+    """A running sum (hi, lo) of float64 tensors, added to in a fixed order."""
+
+    def __init__(self, shape, device) -> None:
+        self.hi = torch.zeros(shape, dtype=F64, device=device)
+        self.lo = torch.zeros(shape, dtype=F64, device=device)
+        self.inexact = 0
+
+    def add(self, v: torch.Tensor, rows: torch.Tensor | None = None) -> None:
+        """Add the exact float64 value v (to the given rows only, if `rows` is set)."""
+        if rows is None:
+            self.hi, self.lo, bad = _fold_step(self.hi, self.lo, v)
+        else:
+            h, lo, bad = _fold_step(self.hi[rows], self.lo[rows], v)
+            self.hi[rows] = h
+            self.lo[rows] = lo
+        self.inexact += int(bad)
+
+    def add_fold(self, other: Fold) -> None:
+        self.add(other.hi)
+        self.add(other.lo)
+        self.inexact += other.inexact
+
+    def result(self) -> torch.Tensor:
+        """float32 of hi + lo, rounded once; canonical NaN."""
+        s, err = two_sum(self.hi, self.lo)
+        s = torch.where(torch.isfinite(s), s, self.hi)
+        err = torch.where(torch.isfinite(err), err, torch.zeros_like(err))
+        return canon_nan(round_odd(s, err).to(F32))
+
+
+def _fold_step(hi: torch.Tensor, lo: torch.Tensor, v: torch.Tensor):
+    s, e = two_sum(hi, v)
+    t, f = two_sum(lo, e)
+    h2, l2 = two_sum(s, t)
+    bad = torch.count_nonzero(torch.isfinite(f) & (f != 0))
+    # non-finite totals follow IEEE: once hi is inf or NaN it stays so, with lo = 0
+    fin = torch.isfinite(s)
+    h2 = torch.where(fin, h2, s)
+    l2 = torch.where(fin & torch.isfinite(l2), l2, torch.zeros_like(l2))
+    return h2, l2, bad
+
+
+def fold_rows(values: torch.Tensor) -> torch.Tensor:
+    """float32 of the fold of values[0], values[1], ... (sequence order), rounded once."""
+    if values.shape[0] == 1:
+        return canon_nan(values[0].to(F32))
+    f = Fold(values.shape[1:], values.device)
+    for b in range(values.shape[0]):
+        f.add(values[b])
+    return f.result()
+
+
+class ExactGradAccumulator:
+    """Collects exact per-sequence gradient partials across micro-batches; see the module doc."""
+
+    def __init__(self, params) -> None:
+        self.params = list(params)
+        for i, p in enumerate(self.params):
+            if not isinstance(p, torch.Tensor) or p.dtype != F32:
+                raise ExactError(f"param {i}: expected a float32 tensor, got "
+                                 f"{getattr(p, 'dtype', type(p).__name__)}")
+        self._index = {id(p): i for i, p in enumerate(self.params)}
+        self._sites: dict[tuple[int, int], Fold] = {}
+        self._seen: dict[int, int] = {}
+        self._loss: Fold | None = None
+        self._loss_total: float | None = None
+        self._open = False
+
+    # --- micro-batches -----------------------------------------------------------------------
+    @contextlib.contextmanager
+    def micro_batch(self):
+        """Open one micro-batch: run its forward and backward inside. Micro-batches must come in
+        sequence order and hold whole sequences."""
+        if active() is not None:
+            raise ExactError("an ExactGradAccumulator micro-batch is already open on this thread")
+        self._seen = {}
+        _state.acc = self
+        self._open = True
+        try:
+            yield self
+        finally:
+            _state.acc = None
+            self._open = False
+
+    def owns(self, t: torch.Tensor) -> bool:
+        return id(t) in self._index
+
+    def deposit(self, param: torch.Tensor, values: torch.Tensor) -> None:
+        """Add the exact per-sequence partials values[b] (float64, param-shaped) for the next use
+        site of `param`, in sequence order."""
+        def fill(fold):
+            for b in range(values.shape[0]):
+                fold.add(values[b])
+        self.deposit_site(param, fill)
+
+    def deposit_site(self, param: torch.Tensor, fill) -> None:
+        """Call fill(fold) with the Fold of `param`'s next use site in this micro-batch."""
+        i = self._index[id(param)]
+        site = self._seen.get(i, 0)
+        self._seen[i] = site + 1
+        key = (i, site)
+        fold = self._sites.get(key)
+        if fold is None:
+            fold = self._sites[key] = Fold(param.shape, param.device)
+        fill(fold)
+
+    def deposit_loss(self, per_sequence: torch.Tensor, total_count) -> None:
+        """Per-sequence loss sums (float64 exact values) and the step's token count."""
+        if self._loss is None:
+            self._loss = Fold(per_sequence.shape[1:], per_sequence.device)
+            self._loss_total = total_count
+        elif self._loss_total != total_count:
+            raise ExactError(f"cross_entropy total_count changed between micro-batches "
+                             f"({self._loss_total} then {total_count})")
+        for b in range(per_sequence.shape[0]):
+            self._loss.add(per_sequence[b])
+
+    # --- results -----------------------------------------------------------------------------
+    @property
+    def inexact_count(self) -> int:
+        return sum(f.inexact for f in self._sites.values()) + (self._loss.inexact if self._loss else 0)
+
+    def grads(self) -> list[torch.Tensor]:
+        """float32 gradient of every param (zeros where none was deposited), each rounded once."""
+        out = []
+        for i, p in enumerate(self.params):
+            if p.grad is not None:
+                raise ExactError(f"param {i} (shape {tuple(p.shape)}) received a gradient outside the "
+                                 f"exact ops; every use of a parameter must go through oracle.exact.ops")
+            sites = sorted(k for k in self._sites if k[0] == i)
+            if not sites:
+                out.append(torch.zeros_like(p))
+                continue
+            total = Fold(p.shape, p.device)
+            first = self._sites[sites[0]]
+            total.hi, total.lo, total.inexact = first.hi.clone(), first.lo.clone(), first.inexact
+            for k in sites[1:]:
+                total.add_fold(self._sites[k])
+            out.append(total.result())
+        return out
+
+    def loss(self) -> torch.Tensor:
+        """float32 loss of the whole step: the folded per-sequence sums over total_count."""
+        if self._loss is None:
+            raise ExactError("no cross_entropy loss was computed inside a micro-batch")
+        s, err = two_sum(self._loss.hi, self._loss.lo)
+        del err
+        total = torch.full((), float(self._loss_total), dtype=F64, device=s.device)
+        return canon_nan((s / total).to(F32))

@@ -1,0 +1,384 @@
+"""Compiled CPU kernels (numba) for the transcendental chain: exp, GELU, softmax-family rows.
+
+Each mirrors an eager definition in oracle.exact.transcendental / oracle.exact.ops operation for
+operation, so its results equal the eager ones bit for bit (tests/oracle/test_exact_kernels.py
+checks random and edge-case vectors). No fastmath: LLVM then keeps every multiply and add
+separately rounded (no FMA contraction, no reassociation, no flush-to-zero); the tests also scan
+the generated machine code for fused multiply-add instructions.
+Used only for CPU tensors; set POT_EXACT_KERNELS=0 to run the eager definitions everywhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+
+import numpy as np
+import torch
+
+from oracle.exact import transcendental as tx
+from oracle.exact.quant import E_MIN, F32, F64, sum_bits
+
+try:  # numba is a declared dependency; without it the eager path runs
+    import numba
+    from numba import njit, prange
+except ImportError:  # pragma: no cover
+    numba = None
+
+_disabled = os.environ.get("POT_EXACT_KERNELS", "1") == "0"
+
+
+def enabled() -> bool:
+    return numba is not None and not _disabled
+
+
+@contextlib.contextmanager
+def disabled():
+    """Run the eager definitions on CPU too (for conformance tests and benchmarks)."""
+    global _disabled
+    old, _disabled = _disabled, True
+    try:
+        yield
+    finally:
+        _disabled = old
+
+
+# The constants, as tuples numba folds into the code.
+_EXP_C = tx.EXP_C
+_EXPM1_C = tx.EXPM1_C
+_LOG_C = tx.LOG_C
+_ERF_C = tx.ERF_C
+INV_LN2, LN2_HI, LN2_LO = tx.INV_LN2, tx.LN2_HI, tx.LN2_LO
+EXP_LO, EXP_HI = tx.EXP_LO, tx.EXP_HI
+SQRT_HALF = tx.SQRT_HALF
+ERF_SPLIT, ERFC_ZERO, ERFC_CF_TERMS, INV_SQRT_PI = tx.ERF_SPLIT, tx.ERFC_ZERO, tx.ERFC_CF_TERMS, tx.INV_SQRT_PI
+SQRT_2_OVER_PI, GELU_A, INV_SQRT2, INV_SQRT_2PI = tx.SQRT_2_OVER_PI, tx.GELU_A, tx.INV_SQRT2, tx.INV_SQRT_2PI
+NAN32 = np.float32(np.nan)
+
+if numba is not None:
+    _opts = dict(cache=True, nogil=True, error_model="numpy")  # fastmath stays off
+
+    @njit(**_opts)
+    def _horner(c, y):
+        p = c[len(c) - 1]
+        for i in range(len(c) - 2, -1, -1):
+            p = p * y + c[i]
+        return p
+
+    @njit(**_opts)
+    def _scale_pow2(p, k):
+        ki = np.int64(k)
+        k1 = ki >> 1  # floor division by 2, as torch.div(..., rounding_mode="floor")
+        k2 = ki - k1
+        return (p * math.ldexp(1.0, k1)) * math.ldexp(1.0, k2)
+
+    @njit(**_opts)
+    def exp64(x):
+        if x != x:
+            return x
+        xc = min(max(x, EXP_LO), EXP_HI)
+        k = np.rint(xc * INV_LN2)
+        r = (xc - k * LN2_HI) - k * LN2_LO
+        return _scale_pow2(_horner(_EXP_C, r), k)
+
+    @njit(**_opts)
+    def log64(x):
+        if x != x or x < 0.0:
+            return np.nan
+        if x == 0.0:
+            return -np.inf
+        if x == np.inf:
+            return np.inf
+        m, e0 = math.frexp(x)
+        e = float(e0)
+        if m < SQRT_HALF:
+            m = m * 2.0
+            e = e - 1.0
+        s = (m - 1.0) / (m + 1.0)
+        w = s * s
+        lm = (2.0 * s) * _horner(_LOG_C, w)
+        return (e * LN2_LO + lm) + e * LN2_HI
+
+    @njit(**_opts)
+    def _erfc_large(a):
+        a = min(max(a, ERF_SPLIT), ERFC_ZERO)
+        f = a
+        for n in range(ERFC_CF_TERMS, 0, -1):
+            f = a + (n * 0.5) / f
+        return exp64(-(a * a)) * INV_SQRT_PI / f
+
+    @njit(**_opts)
+    def erfc64(x):
+        if x != x:
+            return x
+        a = abs(x)
+        if a < ERF_SPLIT:
+            es = a * _horner(_ERF_C, a * a)
+            return 1.0 + es if x < 0 else 1.0 - es
+        cl = 0.0 if a >= ERFC_ZERO else _erfc_large(a)
+        return 2.0 - cl if x < 0 else cl
+
+    @njit(**_opts)
+    def _f32(v):
+        return NAN32 if v != v else np.float32(v)
+
+    # --- elementwise ---------------------------------------------------------------------
+
+    @njit(parallel=True, **_opts)
+    def _exp_k(x, out):
+        for i in prange(x.shape[0]):
+            out[i] = _f32(exp64(np.float64(x[i])))
+
+    @njit(**_opts)
+    def _gelu_tanh_h(x):
+        x2 = x * x
+        u = SQRT_2_OVER_PI * (x + GELU_A * (x2 * x))
+        return 2.0 / (1.0 + exp64(-2.0 * u)), x2
+
+    @njit(parallel=True, **_opts)
+    def _gelu_tanh_k(x, out):
+        for i in prange(x.shape[0]):
+            v = np.float64(x[i])
+            h, _ = _gelu_tanh_h(v)
+            out[i] = _f32((0.5 * v) * h)
+
+    @njit(parallel=True, **_opts)
+    def _gelu_tanh_grad_k(x, g, out):
+        for i in prange(x.shape[0]):
+            v = np.float64(x[i])
+            h, x2 = _gelu_tanh_h(v)
+            up = SQRT_2_OVER_PI * (1.0 + (3.0 * GELU_A) * x2)
+            d = 0.5 * h + ((0.5 * v) * (h * (2.0 - h))) * up
+            out[i] = _f32(np.float64(g[i]) * d)
+
+    @njit(parallel=True, **_opts)
+    def _gelu_erf_k(x, out):
+        for i in prange(x.shape[0]):
+            v = np.float64(x[i])
+            out[i] = _f32((0.5 * v) * erfc64(-(v * INV_SQRT2)))
+
+    @njit(parallel=True, **_opts)
+    def _gelu_erf_grad_k(x, g, out):
+        for i in prange(x.shape[0]):
+            v = np.float64(x[i])
+            d = 0.5 * erfc64(-(v * INV_SQRT2)) + (v * exp64(-0.5 * (v * v))) * INV_SQRT_2PI
+            out[i] = _f32(np.float64(g[i]) * d)
+
+    # --- exact row sum (mirrors quant.exact_sum64 along one row) --------------------------
+
+    @njit(**_opts)
+    def _exact_sum(buf, s):
+        n = buf.shape[0]
+        maxabs = 0.0
+        bad = False
+        for j in range(n):
+            a = abs(buf[j])
+            if not (a <= 1.7976931348623157e308):  # inf or NaN
+                bad = True
+            elif a > maxabs:
+                maxabs = a
+        has_nan = has_p = has_m = False
+        if bad:
+            for j in range(n):
+                v = buf[j]
+                if v != v:
+                    has_nan = True
+                elif v == np.inf:
+                    has_p = True
+                elif v == -np.inf:
+                    has_m = True
+        if maxabs == 0.0:
+            e = 0
+        else:
+            _, e = math.frexp(maxabs)
+        if e < E_MIN:
+            e = E_MIN
+        up = math.ldexp(1.0, s - e)
+        total = 0.0
+        for j in range(n):
+            v = buf[j]
+            if bad and not (abs(v) <= 1.7976931348623157e308):
+                continue
+            total += np.rint(v * up)
+        val = total * math.ldexp(1.0, e - s)
+        if has_nan or (has_p and has_m):
+            return np.nan
+        if has_p:
+            return np.inf
+        if has_m:
+            return -np.inf
+        return val
+
+    @njit(**_opts)
+    def _row_max(x):
+        m = -np.inf
+        for j in range(x.shape[0]):
+            v = x[j]
+            if v != v:
+                return np.float32(np.nan)
+            if v > m:
+                m = v
+        return np.float32(m)
+
+    @njit(parallel=True, **_opts)
+    def _softmax_k(x, out, s):
+        R, n = x.shape
+        for r in prange(R):
+            m = np.float64(_row_max(x[r]))
+            e = np.empty(n)
+            for j in range(n):
+                e[j] = exp64(np.float64(x[r, j]) - m)
+            S = _exact_sum(e, s)
+            for j in range(n):
+                out[r, j] = _f32(e[j] / S)
+
+    @njit(parallel=True, **_opts)
+    def _log_softmax_k(x, out, s):
+        R, n = x.shape
+        for r in prange(R):
+            m = np.float64(_row_max(x[r]))
+            z = np.empty(n)
+            e = np.empty(n)
+            for j in range(n):
+                z[j] = np.float64(x[r, j]) - m
+                e[j] = exp64(z[j])
+            ls = log64(_exact_sum(e, s))
+            for j in range(n):
+                out[r, j] = _f32(z[j] - ls)
+
+    @njit(parallel=True, **_opts)
+    def _softmax_bwd_k(p, g, out, s):
+        R, n = p.shape
+        for r in prange(R):
+            prod = np.empty(n)
+            for j in range(n):
+                prod[j] = np.float64(g[r, j]) * np.float64(p[r, j])
+            d = _exact_sum(prod, s)
+            for j in range(n):
+                out[r, j] = _f32(np.float64(p[r, j]) * (np.float64(g[r, j]) - d))
+
+    @njit(parallel=True, **_opts)
+    def _log_softmax_bwd_k(y, g, out, s):
+        R, n = y.shape
+        for r in prange(R):
+            gg = np.empty(n)
+            for j in range(n):
+                gg[j] = np.float64(g[r, j])
+            gs = _exact_sum(gg, s)
+            for j in range(n):
+                out[r, j] = _f32(gg[j] - exp64(np.float64(y[r, j])) * gs)
+
+    @njit(parallel=True, **_opts)
+    def _ce_k(x, t, loss, mo, so, s):
+        R, n = x.shape
+        for r in prange(R):
+            m32 = _row_max(x[r])
+            m = np.float64(m32)
+            e = np.empty(n)
+            for j in range(n):
+                e[j] = exp64(np.float64(x[r, j]) - m)
+            S = _exact_sum(e, s)
+            zt = np.float64(x[r, t[r]]) - m
+            loss[r] = _f32(log64(S) - zt)
+            mo[r] = m32
+            so[r] = S
+
+    @njit(parallel=True, **_opts)
+    def _ce_bwd_k(x, t, mi, si, g, total, out):
+        R, n = x.shape
+        for r in prange(R):
+            m = np.float64(mi[r])
+            S = si[r]
+            for j in range(n):
+                p = exp64(np.float64(x[r, j]) - m) / S
+                oh = 1.0 if j == t[r] else 0.0
+                out[r, j] = _f32(((p - oh) * g) / total)
+
+
+# --- torch wrappers ----------------------------------------------------------------------------
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().contiguous().numpy()
+
+
+def _flat_out(x: torch.Tensor):
+    out = torch.empty(x.shape, dtype=F32)
+    return out, out.view(-1).numpy()
+
+
+def exp(x: torch.Tensor) -> torch.Tensor:
+    out, o = _flat_out(x)
+    _exp_k(_np(x).reshape(-1), o)
+    return out
+
+
+def gelu(x: torch.Tensor, form: str) -> torch.Tensor:
+    out, o = _flat_out(x)
+    (_gelu_tanh_k if form == "tanh" else _gelu_erf_k)(_np(x).reshape(-1), o)
+    return out
+
+
+def gelu_grad(x: torch.Tensor, g: torch.Tensor, form: str) -> torch.Tensor:
+    out, o = _flat_out(x)
+    (_gelu_tanh_grad_k if form == "tanh" else _gelu_erf_grad_k)(_np(x).reshape(-1), _np(g).reshape(-1), o)
+    return out
+
+
+def _rows2(t: torch.Tensor) -> np.ndarray:
+    n = t.shape[-1] if t.dim() else 1
+    return _np(t).reshape(-1, n)
+
+
+def softmax_rows(x: torch.Tensor) -> torch.Tensor:
+    out = torch.empty(x.shape, dtype=F32)
+    if x.numel():
+        _softmax_k(_rows2(x), out.numpy().reshape(-1, x.shape[-1]), sum_bits(x.shape[-1]))
+    return out
+
+
+def log_softmax_rows(x: torch.Tensor) -> torch.Tensor:
+    out = torch.empty(x.shape, dtype=F32)
+    if x.numel():
+        _log_softmax_k(_rows2(x), out.numpy().reshape(-1, x.shape[-1]), sum_bits(x.shape[-1]))
+    return out
+
+
+def softmax_bwd_rows(p: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    out = torch.empty(p.shape, dtype=F32)
+    if p.numel():
+        _softmax_bwd_k(_rows2(p), _rows2(g), out.numpy().reshape(-1, p.shape[-1]), sum_bits(p.shape[-1]))
+    return out
+
+
+def log_softmax_bwd_rows(y: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    out = torch.empty(y.shape, dtype=F32)
+    if y.numel():
+        _log_softmax_bwd_k(_rows2(y), _rows2(g), out.numpy().reshape(-1, y.shape[-1]), sum_bits(y.shape[-1]))
+    return out
+
+
+def ce_rows(x: torch.Tensor, t: torch.Tensor):
+    R = x.shape[0]
+    loss = torch.empty(R, dtype=F32)
+    m = torch.empty(R, dtype=F32)
+    S = torch.empty(R, dtype=F64)
+    if R:
+        _ce_k(_np(x), _np(t), loss.numpy(), m.numpy(), S.numpy(), sum_bits(x.shape[1]))
+    return loss, m, S
+
+
+def ce_bwd_rows(x, t, m, S, scale):
+    g64, total = scale
+    out = torch.empty(x.shape, dtype=F32)
+    if x.numel():
+        _ce_bwd_k(_np(x), _np(t), _np(m), _np(S), float(g64), float(total), out.numpy())
+    return out
+
+
+def all_kernels():
+    """(name, dispatcher) of every compiled kernel, for the machine-code scan."""
+    if numba is None:
+        return []
+    return [(n, f) for n, f in globals().items() if n.startswith("_") and n.endswith("_k")]
