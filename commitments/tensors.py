@@ -7,9 +7,10 @@ the tensor's little-endian bytes in row-major order; a state digest binds the or
 
 from __future__ import annotations
 
+import math
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -81,23 +82,44 @@ def _numpy_dtype_name(a: np.ndarray) -> str:
     )
 
 
+def _slabs(x: Any, ready: Callable[[Any], bool], copy: Callable[[Any], Any], itemsize: int) -> Iterable[Any]:
+    """Pieces of `x` that concatenate to its row-major contents, each `ready` (usable in place)
+    or a `copy` of at most about CHUNK_BYTES, so no full second copy of `x` is ever held."""
+    if ready(x):
+        yield x
+        return
+    if x.ndim == 1:
+        step = max(1, CHUNK_BYTES // itemsize)
+        for i in range(0, x.shape[0], step):
+            yield copy(x[i : i + step])
+        return
+    row_bytes = itemsize * math.prod(x.shape[1:])
+    if row_bytes > CHUNK_BYTES:
+        for i in range(x.shape[0]):
+            yield from _slabs(x[i], ready, copy, itemsize)
+        return
+    rows = max(1, CHUNK_BYTES // max(1, row_bytes))
+    for i in range(0, x.shape[0], rows):
+        yield copy(x[i : i + rows])
+
+
+def _byte_view(a: np.ndarray) -> memoryview:
+    return memoryview(a.reshape(-1).view(np.uint8))
+
+
 def _le_chunks_numpy(a: np.ndarray) -> Iterable[Any]:
     """Row-major little-endian bytes of `a` as buffers; zero-copy when `a` is already so."""
+    le = a.dtype.newbyteorder("<")
     native_le = a.dtype.byteorder == "<" or (a.dtype.byteorder in ("=", "|") and sys.byteorder == "little")
     if a.ndim == 0:
         a = a.reshape(1)
-    if a.flags.c_contiguous and native_le:
-        if a.size:
-            yield memoryview(a.reshape(-1).view(np.uint8))
-        return
-    # A copy is needed; take it a slab of rows at a time.
-    le = a.dtype.newbyteorder("<")
-    row_bytes = max(1, a[0].nbytes if a.shape[0] else 1)
-    rows = max(1, CHUNK_BYTES // row_bytes)
-    for i in range(0, a.shape[0], rows):
-        slab = np.ascontiguousarray(a[i : i + rows], dtype=le)
+
+    def ready(x: np.ndarray) -> bool:
+        return native_le and x.flags.c_contiguous
+
+    for slab in _slabs(a, ready, lambda x: np.ascontiguousarray(x, dtype=le), a.dtype.itemsize):
         if slab.size:
-            yield memoryview(slab.reshape(-1).view(np.uint8))
+            yield _byte_view(slab)
 
 
 def _torch_as_numpy(t: Any) -> np.ndarray:
@@ -122,13 +144,8 @@ def _le_chunks_torch(t: Any) -> Iterable[Any]:
     t = t.resolve_conj().resolve_neg()
     if t.dim() == 0:
         t = t.reshape(1)
-    if t.is_contiguous():
-        yield from _le_chunks_numpy(_torch_as_numpy(t))
-        return
-    row_bytes = max(1, t[0].numel() * t.element_size() if t.shape[0] else 1)
-    rows = max(1, CHUNK_BYTES // row_bytes)
-    for i in range(0, t.shape[0], rows):
-        yield from _le_chunks_numpy(_torch_as_numpy(t[i : i + rows].contiguous()))
+    for slab in _slabs(t, lambda x: x.is_contiguous(), lambda x: x.contiguous(), t.element_size()):
+        yield from _le_chunks_numpy(_torch_as_numpy(slab))
 
 
 def _header_and_chunks(name: str, tensor: Any) -> tuple[bytes, Iterable[Any], int]:

@@ -69,6 +69,19 @@ def test_strided_tensors_are_hashed_in_slabs(monkeypatch):
     assert T.tensor_digest("w", np.asfortranarray(t.numpy())) == expected
 
 
+def test_copies_stay_bounded_even_for_long_strided_rows(monkeypatch):
+    monkeypatch.setattr(T, "CHUNK_BYTES", 64)
+    cases = [rand(50, 3).t(), rand(300)[::3], rand(4, 5, 40).permute(2, 0, 1), rand(7, 9).t()]
+    for t in cases:
+        assert not t.is_contiguous()
+        expected = T.tensor_digest("w", t.contiguous())
+        assert T.tensor_digest("w", t) == expected
+        assert T.tensor_digest("w", t.numpy()) == expected
+        pieces = list(T._le_chunks_torch(t))
+        assert b"".join(bytes(p) for p in pieces) == t.contiguous().numpy().tobytes()
+        assert max(len(p) for p in pieces) <= 64
+
+
 def test_numpy_and_torch_agree_for_every_dtype():
     base = torch.arange(-3, 9).reshape(3, 4)
     for dt in (torch.bool, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8,
