@@ -1,0 +1,76 @@
+"""The Substrate client without a node: SCALE compact helpers, backoff, retries on a dead port,
+and refusals of bad URLs and options."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+
+import pytest
+
+from chain.substrate import SubstrateClient, TransportError, _compact, _read_compact, connect_substrate
+
+
+@pytest.mark.parametrize("n", [0, 1, 63, 64, 16383, 16384, 2**30 - 1, 2**30, 2**32, 2**64 - 1, 2**128 - 1])
+def test_compact_round_trip(n):
+    data = b"\xaa" + _compact(n) + b"\xbb"
+    value, end = _read_compact(data, 1)
+    assert value == n and data[end:] == b"\xbb"
+
+
+def test_compact_known_vectors():
+    # From the SCALE specification's examples.
+    assert _compact(1) == bytes.fromhex("04")
+    assert _compact(42) == bytes.fromhex("a8")
+    assert _compact(69) == bytes.fromhex("1501")
+    assert _compact(65535) == bytes.fromhex("feff0300")
+    assert _compact(100000000000000) == bytes.fromhex("0b00407a10f35a")
+
+
+def test_backoff_grows_is_capped_and_jittered():
+    c = SubstrateClient("ws://127.0.0.1:9", backoff_base=0.5, backoff_max=4.0)
+    for attempt, cap in [(1, 0.5), (2, 1.0), (3, 2.0), (4, 4.0), (9, 4.0)]:
+        samples = {c.backoff(attempt) for _ in range(50)}
+        assert all(cap / 2 <= s <= cap for s in samples)
+        assert len(samples) > 1  # jittered
+
+
+def _dead_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_dead_node_is_retried_with_backoff_then_refused(caplog):
+    c = SubstrateClient(f"ws://127.0.0.1:{_dead_port()}", rpc_timeout=2, max_attempts=3, backoff_base=0.2)
+    t0 = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="chain.substrate"):
+        with pytest.raises(
+            TransportError, match=r"chain_getFinalizedHead: .* unreachable after 3 attempt\(s\)"
+        ):
+            c.rpc("chain_getFinalizedHead", [])
+    assert time.monotonic() - t0 >= 0.1 + 0.2  # two waits of at least half their caps
+    assert caplog.text.count("retry ") == 2
+    assert c.reconnects == 3
+
+
+def test_single_attempt_when_retry_is_off():
+    c = SubstrateClient(f"ws://127.0.0.1:{_dead_port()}", max_attempts=5)
+    with pytest.raises(TransportError, match=r"after 1 attempt"):
+        c.rpc("author_submitExtrinsic", ["0x00"], retry=False)
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9944", "127.0.0.1:9944", "", None])
+def test_bad_urls(url):
+    with pytest.raises(TransportError, match="ws:// or wss://"):
+        SubstrateClient(url)  # type: ignore[arg-type]
+
+
+def test_bad_options():
+    with pytest.raises(TypeError, match="unknown option.*colour"):
+        connect_substrate("ws://127.0.0.1:9", "//Alice", colour="red")
+    with pytest.raises(TransportError, match="unknown Substrate transport kind"):
+        connect_substrate("ws://127.0.0.1:9", "//Alice", kind="smoke-signal")
+    with pytest.raises(TransportError, match="rpc_timeout"):
+        SubstrateClient("ws://127.0.0.1:9", rpc_timeout=0)
