@@ -1,0 +1,579 @@
+"""Openings of a challenged step: one file = magic, u32 manifest length, CBOR manifest, pre-state.
+
+The miner builds it (`build_opening`); verifiers load it (`load_opening`, refusing anything
+malformed) and check it against the chain's facts before any compute (`validate_opening`).
+
+Container (big-endian length):
+
+    b"POTO1\\n" | u32 len(manifest) | manifest (canonical CBOR map) | pre-state (safetensors bytes)
+
+Manifest fields (exactly these, no others):
+
+    version            "pot/opening/v1"
+    run_id             32 bytes
+    step               t >= 1, the challenged step
+    spec               the spec's canonical CBOR (Spec.to_cbor())
+    pre_state_blob     BLAKE3 of the safetensors bytes that follow the manifest
+    pre_state_len      their length
+    token_dtype        dtype name of the samples' tokens ("uint16" or "uint32")
+    samples            [[index, little-endian token bytes, dataset proof], ...] in batch order
+    num_samples        number of samples in the dataset (the dataset tree's size)
+    dataset_hash       the dataset's Merkle root
+    schedule_proof     inclusion proof of batch t (leaf index t-1) under schedule_commitment
+    schedule_commitment, steps   the schedule's root and length
+    leaf_prev, leaf_prev_proof   leaf t-1 and its inclusion proof (index t-1)
+    leaf, leaf_proof             leaf t and its inclusion proof (index t)
+    root, size                   the checkpoint tree both proofs are for
+
+Opening digest = digest("pot/opening/v1", manifest); the manifest binds the pre-state through
+its blob digest and length, so the digest covers the whole file.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from commitments import cbor, merkle
+from commitments.dataset import ALLOWED_DTYPES, verify_sample
+from commitments.errors import CommitmentError
+from commitments.hashing import DIGEST_SIZE, digest, h
+from commitments.leaves import StepLeaf, parse_step_leaf
+from commitments.schedule import verify_batch
+from commitments.spec import Spec
+
+OPENING_VERSION = "pot/opening/v1"
+MAGIC = b"POTO1\n"
+_HEADER = len(MAGIC) + 4
+# A manifest holds B samples with their proofs and two leaf proofs: megabytes at the very most.
+MAX_MANIFEST_BYTES = 64 * 1024 * 1024
+# The pre-state of a GPT-2-small AdamW run is ~1.5 GB; callers lower this to their own budget.
+DEFAULT_MAX_BYTES = 4 * 1024 * 1024 * 1024
+MAX_PROOF_LEN = merkle.MAX_PROOF_LEN
+MAX_LEAVES_BYTES = 512 * 1024 * 1024
+
+FIELDS = (
+    "version", "run_id", "step", "spec", "pre_state_blob", "pre_state_len", "token_dtype", "samples",
+    "num_samples", "dataset_hash", "schedule_proof", "schedule_commitment", "steps",
+    "leaf_prev", "leaf_prev_proof", "leaf", "leaf_proof", "root", "size",
+)
+
+
+class OpeningRefused(ValueError):
+    """An opening that is malformed or does not match the chain, with the reason."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class LeavesRefused(OpeningRefused):
+    """A served leaf list that is malformed or does not recompute the committed root."""
+
+
+# --- the opening as data ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sample:
+    index: int
+    tokens: bytes  # little-endian, `Opening.token_dtype`
+    proof: tuple[bytes, ...]
+
+
+@dataclass(frozen=True)
+class Opening:
+    """A loaded, well-formed opening (nothing checked against the chain yet)."""
+
+    manifest: dict[str, Any]
+    manifest_bytes: bytes
+    pre_state: bytes
+    digest: bytes
+
+    @property
+    def run_id(self) -> bytes:
+        return self.manifest["run_id"]
+
+    @property
+    def step(self) -> int:
+        return self.manifest["step"]
+
+    @property
+    def spec_bytes(self) -> bytes:
+        return self.manifest["spec"]
+
+    @property
+    def token_dtype(self) -> str:
+        return self.manifest["token_dtype"]
+
+    @property
+    def samples(self) -> list[Sample]:
+        return [Sample(i, tok, tuple(p)) for i, tok, p in self.manifest["samples"]]
+
+    @property
+    def indices(self) -> list[int]:
+        return [s[0] for s in self.manifest["samples"]]
+
+    @property
+    def leaf(self) -> bytes:
+        return self.manifest["leaf"]
+
+    @property
+    def leaf_proof(self) -> list[bytes]:
+        return list(self.manifest["leaf_proof"])
+
+    @property
+    def leaf_prev(self) -> bytes:
+        return self.manifest["leaf_prev"]
+
+    @property
+    def root(self) -> bytes:
+        return self.manifest["root"]
+
+    @property
+    def size(self) -> int:
+        return self.manifest["size"]
+
+    def __getattr__(self, name: str) -> Any:
+        # Every other manifest field reads as an attribute too (opening.dataset_hash, ...).
+        manifest = self.__dict__.get("manifest")
+        if manifest is not None and name in manifest:
+            return manifest[name]
+        raise AttributeError(f"Opening has no attribute {name!r}")
+
+
+@dataclass(frozen=True)
+class ValidatedOpening:
+    """An opening that passed every check of `validate_opening`; ready to replay."""
+
+    opening: Opening
+    spec: Spec
+    state: Any  # oracle.state.TrainState, the pre-state (after step t-1)
+    batch: Any  # torch.int64 tensor [batch_size, seq_len + 1]
+    leaf_prev: StepLeaf
+    leaf_t: StepLeaf
+
+    @property
+    def step(self) -> int:
+        return self.opening.step
+
+    @property
+    def run_id(self) -> bytes:
+        return self.opening.run_id
+
+    @property
+    def digest(self) -> bytes:
+        return self.opening.digest
+
+    @property
+    def leaf_bytes(self) -> bytes:
+        return self.opening.leaf
+
+
+# --- digests and encoding ---------------------------------------------------------------------
+
+
+def manifest_digest(manifest: dict[str, Any]) -> bytes:
+    return digest(OPENING_VERSION, manifest)
+
+
+def opening_digest(data: bytes | bytearray | memoryview | Opening) -> bytes:
+    """The digest of an opening file's bytes (or of a loaded Opening)."""
+    if isinstance(data, Opening):
+        return data.digest
+    return load_opening(data).digest
+
+
+def encode_opening(manifest: dict[str, Any], pre_state: bytes) -> bytes:
+    """The container bytes for a manifest and its pre-state (the manifest is encoded canonically)."""
+    mb = cbor.encode(manifest)
+    if len(mb) > MAX_MANIFEST_BYTES:
+        raise OpeningRefused(f"manifest of {len(mb)} bytes exceeds the limit of {MAX_MANIFEST_BYTES}")
+    return MAGIC + struct.pack(">I", len(mb)) + mb + bytes(pre_state)
+
+
+def state_bytes(state: Any) -> bytes:
+    """The safetensors bytes of a TrainState, tensors in canonical order (what openings carry)."""
+    from safetensors.torch import save
+
+    tensors = {k: v.detach().cpu().contiguous() for k, v in state.tensors.items()}
+    return save(tensors, metadata={"format": "pot/state/v1", "order": ",".join(tensors)})
+
+
+def build_opening(*, spec: Spec, run_id: bytes, step: int, pre_state: Any, dataset: Any, schedule: Any,
+                  leaves: Sequence[bytes], size: int | None = None, root: bytes | None = None) -> bytes:
+    """The opening file of step `step` (miner side).
+
+    `pre_state` is the state after step-1 (a TrainState, or its safetensors bytes); `leaves` are
+    the run's leaf bytes 0.. (at least `size` of them); the proofs are for the tree over the
+    first `size` leaves (default all), whose root must equal `root` when given.
+    """
+    if not isinstance(run_id, (bytes, bytearray)) or len(run_id) != DIGEST_SIZE:
+        raise OpeningRefused("run_id must be 32 bytes")
+    size = len(leaves) if size is None else size
+    if not isinstance(size, int) or not 2 <= size <= len(leaves):
+        raise OpeningRefused(f"size {size!r} must be in 2..{len(leaves)} (the leaves held)")
+    if not isinstance(step, int) or isinstance(step, bool) or not 1 <= step < size:
+        raise OpeningRefused(f"step {step!r} is outside 1..{size - 1} for a tree of {size} leaves")
+    tree = merkle.MerkleTree.from_leaves(list(leaves[:size]))
+    if root is not None and bytes(root) != tree.root():
+        raise OpeningRefused(f"the leaves held do not give the root {bytes(root).hex()[:16]} at size {size}")
+    blob = pre_state if isinstance(pre_state, (bytes, bytearray, memoryview)) else state_bytes(pre_state)
+    blob = bytes(blob)
+    indices = schedule.batch(step)
+    dtype = dataset.tokens.dtype.name
+    samples = []
+    for i in indices:
+        tok = np.ascontiguousarray(dataset.sample(int(i)), dtype=np.dtype(dtype).newbyteorder("<"))
+        samples.append([int(i), tok.tobytes(), dataset.sample_proof(int(i))])
+    manifest = {
+        "version": OPENING_VERSION,
+        "run_id": bytes(run_id),
+        "step": step,
+        "spec": spec.to_cbor(),
+        "pre_state_blob": h(blob),
+        "pre_state_len": len(blob),
+        "token_dtype": dtype,
+        "samples": samples,
+        "num_samples": dataset.num_samples,
+        "dataset_hash": dataset.dataset_hash,
+        "schedule_proof": schedule.proof(step),
+        "schedule_commitment": schedule.commitment,
+        "steps": schedule.steps,
+        "leaf_prev": bytes(leaves[step - 1]),
+        "leaf_prev_proof": tree.inclusion_proof(step - 1),
+        "leaf": bytes(leaves[step]),
+        "leaf_proof": tree.inclusion_proof(step),
+        "root": tree.root(),
+        "size": size,
+    }
+    return encode_opening(manifest, blob)
+
+
+# --- loading (shape only) ---------------------------------------------------------------------
+
+
+def _read_limited(path: Path, max_bytes: int) -> bytes:
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise OpeningRefused(f"{path}: cannot read the opening: {exc.strerror or exc}") from None
+    if st.st_size > max_bytes:
+        raise OpeningRefused(f"{path}: the opening is {st.st_size} bytes, over the limit of {max_bytes}")
+    try:
+        with open(path, "rb") as f:
+            data = f.read(max_bytes + 1)
+    except OSError as exc:
+        raise OpeningRefused(f"{path}: cannot read the opening: {exc.strerror or exc}") from None
+    if len(data) > max_bytes:
+        raise OpeningRefused(f"{path}: the opening is over the limit of {max_bytes} bytes")
+    return data
+
+
+def _is_uint(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 64
+
+
+def _is_digest(v: Any) -> bool:
+    return isinstance(v, bytes) and len(v) == DIGEST_SIZE
+
+
+def _check_proof(name: str, v: Any) -> None:
+    if not isinstance(v, list) or len(v) > MAX_PROOF_LEN or not all(_is_digest(p) for p in v):
+        raise OpeningRefused(f"manifest field {name} must be a list of at most {MAX_PROOF_LEN} 32-byte hashes")
+
+
+def _check_manifest(m: Any) -> None:
+    if not isinstance(m, dict):
+        raise OpeningRefused(f"the manifest must be a CBOR map, got {type(m).__name__}")
+    keys = set(m)
+    if not all(isinstance(k, str) for k in keys):
+        raise OpeningRefused("manifest keys must be text")
+    missing, extra = [f for f in FIELDS if f not in keys], sorted(keys - set(FIELDS))
+    if missing:
+        raise OpeningRefused(f"manifest is missing field(s) {', '.join(missing)}")
+    if extra:
+        raise OpeningRefused(f"manifest has unknown field(s) {', '.join(extra)}")
+    if m["version"] != OPENING_VERSION:
+        raise OpeningRefused(f"manifest version must be {OPENING_VERSION!r}, got {m['version']!r}")
+    for name in ("run_id", "pre_state_blob", "dataset_hash", "schedule_commitment", "root"):
+        if not _is_digest(m[name]):
+            raise OpeningRefused(f"manifest field {name} must be 32 bytes")
+    for name in ("step", "pre_state_len", "num_samples", "steps", "size"):
+        if not _is_uint(m[name]):
+            raise OpeningRefused(f"manifest field {name} must be an unsigned integer, got {m[name]!r:.40}")
+    if m["step"] < 1:
+        raise OpeningRefused("manifest step must be at least 1 (leaf 0 is the initial state, not a step)")
+    for name in ("spec", "leaf_prev", "leaf"):
+        if not isinstance(m[name], bytes) or not m[name]:
+            raise OpeningRefused(f"manifest field {name} must be non-empty bytes")
+    if m["token_dtype"] not in ALLOWED_DTYPES:
+        raise OpeningRefused(f"manifest token_dtype must be one of {', '.join(ALLOWED_DTYPES)}, "
+                             f"got {m['token_dtype']!r:.40}")
+    for name in ("schedule_proof", "leaf_prev_proof", "leaf_proof"):
+        _check_proof(name, m[name])
+    samples = m["samples"]
+    if not isinstance(samples, list) or not samples:
+        raise OpeningRefused("manifest samples must be a non-empty list")
+    for k, s in enumerate(samples):
+        if not (isinstance(s, list) and len(s) == 3):
+            raise OpeningRefused(f"sample {k} must be [index, token bytes, proof]")
+        if not _is_uint(s[0]):
+            raise OpeningRefused(f"sample {k}: index must be an unsigned integer")
+        if not isinstance(s[1], bytes):
+            raise OpeningRefused(f"sample {k}: tokens must be bytes")
+        _check_proof(f"samples[{k}] proof", s[2])
+
+
+def load_opening(data_or_path: bytes | bytearray | memoryview | str | os.PathLike[str], *,
+                 max_bytes: int = DEFAULT_MAX_BYTES) -> Opening:
+    """Parse an opening file (bytes or a path); refuses anything malformed with `OpeningRefused`."""
+    if isinstance(data_or_path, (str, os.PathLike)):
+        data = _read_limited(Path(data_or_path), max_bytes)
+    elif isinstance(data_or_path, (bytes, bytearray, memoryview)):
+        data = bytes(data_or_path)
+        if len(data) > max_bytes:
+            raise OpeningRefused(f"the opening is {len(data)} bytes, over the limit of {max_bytes}")
+    else:
+        raise OpeningRefused(f"an opening is bytes or a path, got {type(data_or_path).__name__}")
+    if len(data) < _HEADER:
+        raise OpeningRefused(f"truncated opening: {len(data)} bytes is shorter than the {_HEADER}-byte header")
+    if data[:len(MAGIC)] != MAGIC:
+        raise OpeningRefused(f"not an opening: the file does not start with {MAGIC!r}")
+    (mlen,) = struct.unpack(">I", data[len(MAGIC):_HEADER])
+    if mlen > MAX_MANIFEST_BYTES:
+        raise OpeningRefused(f"manifest length {mlen} exceeds the limit of {MAX_MANIFEST_BYTES}")
+    if _HEADER + mlen > len(data):
+        raise OpeningRefused(f"truncated opening: the manifest needs {mlen} bytes, "
+                             f"{len(data) - _HEADER} follow the header")
+    mb = data[_HEADER:_HEADER + mlen]
+    try:
+        manifest = cbor.decode(mb, max_bytes=MAX_MANIFEST_BYTES)
+    except CommitmentError as exc:
+        raise OpeningRefused(f"the manifest is not canonical CBOR: {exc}") from None
+    _check_manifest(manifest)
+    pre_state = data[_HEADER + mlen:]
+    if len(pre_state) != manifest["pre_state_len"]:
+        raise OpeningRefused(f"pre-state length is {len(pre_state)} bytes, the manifest says "
+                             f"{manifest['pre_state_len']} (truncated or padded file)")
+    return Opening(manifest, mb, pre_state, manifest_digest(manifest))
+
+
+# --- validation against the chain (pure; no compute beyond hashing) -----------------------------
+
+
+def _eq(a: bytes, b: bytes) -> bool:
+    return hmac.compare_digest(bytes(a), bytes(b))
+
+
+def _short(b: bytes) -> str:
+    return bytes(b).hex()[:16]
+
+
+def parse_state_bytes(blob: bytes, spec: Spec, *, where: str = "pre-state") -> Any:
+    """A TrainState from safetensors bytes, checked against the spec's layout; OpeningRefused if not."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load
+
+    from oracle.state import StateError, TrainState, check_tensors, layout
+
+    try:
+        loaded = load(bytes(blob))
+    except (SafetensorError, ValueError, TypeError, RuntimeError, OverflowError) as exc:
+        raise OpeningRefused(f"{where} is not a readable safetensors file ({exc})") from None
+    try:
+        check_tensors(loaded.items(), spec, where=where, ordered=False)
+        state = TrainState({s.name: loaded[s.name] for s in layout(spec)})
+        state.check(spec)
+    except StateError as exc:
+        raise OpeningRefused(str(exc) if str(exc).startswith(where) else f"{where}: {exc}") from None
+    return state
+
+
+def _nonfinite(state: Any) -> str | None:
+    import torch
+
+    for name, t in state.tensors.items():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            bad = int((~torch.isfinite(t)).sum())
+            return f"{name} holds {bad} non-finite value(s)"
+    return None
+
+
+def validate_opening(opening: Opening, *, expected_digest: bytes, run_id: bytes, step: int,
+                     spec_digest: bytes, dataset_hash: bytes, schedule_commitment: bytes,
+                     initial_hash: bytes, root: bytes, size: int) -> ValidatedOpening:
+    """Check an opening against the chain's facts, cheapest first; each refusal names the problem.
+
+    Order: opening digest, spec digest, run/step and committed roots, leaf t-1 and t inclusion,
+    leaf shapes and steps, schedule proof, sample proofs, pre-state blob digest and length,
+    pre-state parse against the spec, pre-state digest vs leaf t-1 (and the initial hash), finiteness.
+    """
+    import torch
+
+    if not isinstance(opening, Opening):
+        raise OpeningRefused(f"validate_opening needs a loaded Opening, got {type(opening).__name__}")
+    m = opening.manifest
+    t = m["step"]
+    if not _eq(opening.digest, expected_digest):
+        raise OpeningRefused(f"opening digest {_short(opening.digest)} != the digest on chain "
+                             f"{_short(expected_digest)}")
+    try:
+        spec = Spec.from_cbor(m["spec"])
+    except CommitmentError as exc:
+        raise OpeningRefused(f"the opening's spec is not usable: {exc}") from None
+    if spec.to_cbor() != m["spec"]:
+        raise OpeningRefused("the opening's spec is not in canonical form (Spec.to_cbor())")
+    if not _eq(spec.digest(), spec_digest):
+        raise OpeningRefused(f"spec digest {_short(spec.digest())} != the run's spec digest {_short(spec_digest)}")
+    if not _eq(m["run_id"], run_id):
+        raise OpeningRefused(f"the opening is for run {_short(m['run_id'])}, not run {_short(run_id)}")
+    if t != step:
+        raise OpeningRefused(f"the opening is for step {t}, the challenge is step {step}")
+    if not _eq(m["dataset_hash"], dataset_hash):
+        raise OpeningRefused(f"dataset hash {_short(m['dataset_hash'])} != the run's {_short(dataset_hash)}")
+    if not _eq(m["schedule_commitment"], schedule_commitment):
+        raise OpeningRefused(f"schedule commitment {_short(m['schedule_commitment'])} != the run's "
+                             f"{_short(schedule_commitment)}")
+    if m["steps"] != spec.steps:
+        raise OpeningRefused(f"the schedule has {m['steps']} steps, the spec declares {spec.steps}")
+    if not _eq(m["root"], root) or m["size"] != size:
+        raise OpeningRefused(f"the opening's tree ({_short(m['root'])}, size {m['size']}) is not the "
+                             f"challenged root ({_short(root)}, size {size})")
+    if not 1 <= t < size:
+        raise OpeningRefused(f"step {t} has no leaf in a tree of {size} leaves")
+    if not merkle.verify_inclusion(m["leaf_prev"], t - 1, size, m["leaf_prev_proof"], root):
+        raise OpeningRefused(f"leaf {t - 1} is not included in the root at index {t - 1} (bad proof or leaf)")
+    if not merkle.verify_inclusion(m["leaf"], t, size, m["leaf_proof"], root):
+        raise OpeningRefused(f"leaf {t} is not included in the root at index {t} (bad proof or leaf)")
+    try:
+        leaf_prev = parse_step_leaf(m["leaf_prev"])
+        leaf_t = parse_step_leaf(m["leaf"])
+    except CommitmentError as exc:
+        raise OpeningRefused(f"a committed leaf is not a step leaf: {exc}") from None
+    if leaf_prev.t != t - 1:
+        raise OpeningRefused(f"leaf {t - 1} says step {leaf_prev.t}")
+    if leaf_t.t != t:
+        raise OpeningRefused(f"leaf {t} says step {leaf_t.t}")
+    samples = m["samples"]
+    if len(samples) != spec.batch.batch_size:
+        raise OpeningRefused(f"the batch holds {len(samples)} samples, the spec's batch_size is "
+                             f"{spec.batch.batch_size}")
+    indices = [s[0] for s in samples]
+    if not verify_batch(t, indices, m["steps"], m["schedule_proof"], schedule_commitment):
+        raise OpeningRefused(f"batch {indices[:8]}{'...' if len(indices) > 8 else ''} is not the schedule's "
+                             f"batch of step {t} (schedule proof fails)")
+    dtype = np.dtype(m["token_dtype"]).newbyteorder("<")
+    rows = []
+    for k, (index, tok, proof) in enumerate(samples):
+        if len(tok) != spec.sample_len * dtype.itemsize:
+            raise OpeningRefused(f"sample {k} (index {index}) holds {len(tok)} bytes, not {spec.sample_len} "
+                                 f"{m['token_dtype']} tokens")
+        arr = np.frombuffer(tok, dtype=dtype)
+        if not verify_sample(arr, index, m["num_samples"], proof, dataset_hash):
+            raise OpeningRefused(f"sample {k} (index {index}) is not in the dataset (dataset proof fails)")
+        top = int(arr.max())
+        if top >= spec.model.vocab_size:
+            raise OpeningRefused(f"sample {k} (index {index}) holds token {top}, outside the vocabulary "
+                                 f"of {spec.model.vocab_size}")
+        rows.append(arr.astype(np.int64))
+    if len(opening.pre_state) != m["pre_state_len"]:
+        raise OpeningRefused(f"pre-state is {len(opening.pre_state)} bytes, the manifest says {m['pre_state_len']}")
+    if not _eq(h(opening.pre_state), m["pre_state_blob"]):
+        raise OpeningRefused("pre-state bytes do not match the manifest's blob digest")
+    state = parse_state_bytes(opening.pre_state, spec)
+    if state.step != t - 1:
+        raise OpeningRefused(f"the pre-state's step counter is {state.step}, step {t} needs {t - 1}")
+    sd = state.digest()
+    if not _eq(sd, leaf_prev.state_digest):
+        raise OpeningRefused(f"pre-state digest {_short(sd)} != leaf {t - 1}'s {_short(leaf_prev.state_digest)}")
+    if t == 1 and not _eq(sd, initial_hash):
+        raise OpeningRefused(f"pre-state digest {_short(sd)} != the run's initial hash {_short(initial_hash)}")
+    bad = _nonfinite(state)
+    if bad is not None:
+        raise OpeningRefused(f"pre-state: {bad}")
+    batch = torch.from_numpy(np.stack(rows))
+    return ValidatedOpening(opening, spec, state, batch, leaf_prev, leaf_t)
+
+
+# --- the committed loss sequence ----------------------------------------------------------------
+
+
+def encode_leaves(leaves: Sequence[bytes]) -> bytes:
+    """What `GET /runs/{run_id}/leaves` serves: CBOR list of leaf bytes 0..n-1."""
+    return cbor.encode([bytes(x) for x in leaves])
+
+
+def decode_leaves(data: bytes, *, max_bytes: int = MAX_LEAVES_BYTES) -> list[bytes]:
+    """Parse a served leaf list; refuses anything but a canonical CBOR list of byte strings."""
+    try:
+        obj = cbor.decode(data, max_bytes=max_bytes)
+    except CommitmentError as exc:
+        raise LeavesRefused(f"the leaf list is not canonical CBOR: {exc}") from None
+    if not isinstance(obj, list) or not all(isinstance(x, bytes) for x in obj):
+        raise LeavesRefused("the leaf list must be a CBOR list of byte strings")
+    return obj
+
+
+def verify_leaves(leaves: Sequence[bytes] | bytes, root: bytes, size: int) -> list[StepLeaf]:
+    """Parse every leaf and recompute the root; the committed steps 0..size-1 with their losses."""
+    if isinstance(leaves, (bytes, bytearray, memoryview)):
+        leaves = decode_leaves(bytes(leaves))
+    leaves = list(leaves)
+    if not _is_uint(size) or size < 1:
+        raise LeavesRefused(f"size must be a positive integer, got {size!r}")
+    if len(leaves) < size:
+        raise LeavesRefused(f"{len(leaves)} leaves were served, the committed tree has {size}")
+    leaves = leaves[:size]  # a prover may already hold leaves past the committed root
+    parsed = []
+    for i, raw in enumerate(leaves):
+        if not isinstance(raw, (bytes, bytearray)):
+            raise LeavesRefused(f"leaf {i} is not bytes")
+        try:
+            leaf = parse_step_leaf(bytes(raw))
+        except CommitmentError as exc:
+            raise LeavesRefused(f"leaf {i}: {exc}") from None
+        if leaf.t != i:
+            raise LeavesRefused(f"leaf {i} says step {leaf.t}")
+        parsed.append(leaf)
+    got = merkle.root([bytes(x) for x in leaves])
+    if not _eq(got, root):
+        raise LeavesRefused(f"the served leaves give root {_short(got)}, the committed root is {_short(root)}")
+    return parsed
+
+
+def committed_losses(leaves: Sequence[StepLeaf]) -> list[float]:
+    """Losses of steps 1..n-1 as floats (leaf 0, the initial state, has none)."""
+    return [leaf.loss for leaf in leaves[1:]]
+
+
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "FIELDS",
+    "LeavesRefused",
+    "MAGIC",
+    "OPENING_VERSION",
+    "Opening",
+    "OpeningRefused",
+    "Sample",
+    "ValidatedOpening",
+    "build_opening",
+    "committed_losses",
+    "decode_leaves",
+    "encode_leaves",
+    "encode_opening",
+    "load_opening",
+    "manifest_digest",
+    "opening_digest",
+    "parse_state_bytes",
+    "state_bytes",
+    "validate_opening",
+    "verify_leaves",
+]
