@@ -183,6 +183,38 @@ def _classes(x: torch.Tensor):
             ind(fin & (x > 0)), ind(fin & (x < 0)))
 
 
+K_CHUNK = 512
+
+
+def k_chunks(k: int) -> tuple[int, int]:
+    """(number of chunks, chunk length) of a single-slice contraction of length k: chunks of at
+    most K_CHUNK, as even as possible (the last zero-padded). The bits per factor are
+    dot_bits(chunk length); the block exponents still span the whole row/column."""
+    nc = max(1, -(-k // K_CHUNK))
+    return nc, -(-k // nc)
+
+
+def _chunked_integer_matmul(qa: torch.Tensor, qb: torch.Tensor, nc: int, kc: int):
+    """Exact integer qa @ qb as float64 (hi, lo) when the sum may exceed 2^53: each chunk's
+    product P_c is exact (< 2^53); P_c = H_c 2^t + L_c with 0 <= L_c < 2^t, t = ceil(log2 nc), so
+    sum H_c and sum L_c are exact, and (sum H_c) 2^t + sum L_c is one exact TwoSum."""
+    k = qa.shape[-1]
+    pad = nc * kc - k
+    if pad:
+        qa = torch.nn.functional.pad(qa, (0, pad))
+        qb = torch.nn.functional.pad(qb.transpose(-2, -1), (0, pad)).transpose(-2, -1)
+    ac = qa.reshape(*qa.shape[:-1], nc, kc).movedim(-2, 0)
+    bc = qb.reshape(*qb.shape[:-2], nc, kc, qb.shape[-1]).movedim(-3, 0)
+    p = torch.matmul(ac, bc)
+    t = log2_ceil(nc)
+    down = pow2(torch.full((), -t, dtype=torch.int64, device=p.device))
+    up = pow2(torch.full((), t, dtype=torch.int64, device=p.device))
+    h = torch.floor(p * down)
+    lo_sum = torch.sum(p - h * up, dim=0)
+    hi_sum = torch.sum(h, dim=0) * up
+    return two_sum(hi_sum, lo_sum)
+
+
 def _matmul_nonfinite(a: torch.Tensor, b: torch.Tensor):
     """Per output: (NaN, +inf, -inf) flags of the IEEE product sum, from counts of term classes.
 
@@ -202,8 +234,9 @@ def _matmul_nonfinite(a: torch.Tensor, b: torch.Tensor):
 def matmul_parts(a: torch.Tensor, b: torch.Tensor, variant: str = "single"):
     """The exact value of quantised a[..., m, k] @ b[..., k, n] as float64 parts (hi, lo).
 
-    Blocks: one per row of a along k, one per column of b along k. "single": hi holds the whole
-    value, lo is None. "hilo": the exact value is hi + lo (hi = fl(value)). Non-finite entries
+    Blocks: one per row of a along k, one per column of b along k. "single": dot_bits of the chunk
+    length (k_chunks), the exact value is hi + lo (lo None when k fits one chunk). "hilo":
+    hilo_bits(k) per slice, the exact value is hi + lo (hi = fl(value)). Non-finite entries
     follow IEEE classes (see _matmul_nonfinite)."""
     k = a.shape[-1]
     if b.shape[-2] != k:
@@ -223,11 +256,18 @@ def matmul_parts(a: torch.Tensor, b: torch.Tensor, variant: str = "single"):
         bmax = torch.amax(torch.abs(b), dim=-2, keepdim=True)
     ea, eb = block_exponent(amax), block_exponent(bmax)
     if variant == "single":
-        s = dot_bits(k)
+        nc, kc = k_chunks(k)
+        s = dot_bits(kc)
         qa = torch.round(torch.mul(a.to(F64), pow2(s - ea)))
         qb = torch.round(torch.mul(b.to(F64), pow2(s - eb)))
-        hi = torch.matmul(qa, qb) * pow2(ea - s) * pow2(eb - s)
-        lo = None
+        if nc == 1:
+            hi, lo = torch.matmul(qa, qb), None
+        else:
+            hi, lo = _chunked_integer_matmul(qa, qb, nc, kc)
+        scale_a, scale_b = pow2(ea - s), pow2(eb - s)
+        hi = hi * scale_a * scale_b
+        if lo is not None:
+            lo = lo * scale_a * scale_b
     elif variant == "hilo":
         s = hilo_bits(k)
         sa = torch.mul(a.to(F64), pow2(s - ea))

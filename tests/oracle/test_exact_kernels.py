@@ -1,0 +1,140 @@
+"""The numba kernels equal the eager exact-v1 definitions bit for bit (DESIGN §3 rule 6)."""
+
+from __future__ import annotations
+
+import platform
+
+import numpy as np
+import pytest
+import torch
+
+from oracle.exact import kernels, ops
+from oracle.exact import transcendental as tx
+from tests.oracle.vectors.edge import bits, edge_rows, edge_values, random_values
+
+pytestmark = pytest.mark.skipif(not kernels.enabled(), reason="numba kernels not available")
+
+
+def _inputs():
+    return torch.cat([edge_values(), random_values(20000, 1)])
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> None:
+    assert a.dtype == b.dtype and a.shape == b.shape
+    diff = (bits(a) != bits(b)).nonzero()
+    assert diff.numel() == 0, f"{diff.numel()} elements differ, first at {diff[:5].tolist()}"
+
+
+def test_exp_kernel_equals_eager():
+    x = _inputs()
+    _same(kernels.exp(x), tx.exp32(x))
+
+
+@pytest.mark.parametrize("form", ["tanh", "erf"])
+def test_gelu_kernels_equal_eager(form):
+    x = _inputs()
+    g = torch.cat([edge_values().flip(0), random_values(20000, 2)])
+    _same(kernels.gelu(x, form), tx.gelu32(x, form))
+    _same(kernels.gelu_grad(x, g, form), tx.gelu_grad32(x, g, form))
+    ones = torch.ones_like(x)
+    _same(kernels.gelu_grad(x, ones, form), tx.gelu_grad32(x, ones, form))
+
+
+def _row_batches():
+    g = torch.Generator().manual_seed(3)
+    yield from ([r.unsqueeze(0)] for r in edge_rows())
+    yield [torch.randn(64, 33, generator=g) * 5]
+    yield [torch.randn(8, 1000, generator=g) * 30]
+    yield [(torch.randn(4, 17, generator=g) * 1e-38)]
+
+
+def test_softmax_rows_equal_eager():
+    for (x,) in _row_batches():
+        _same(kernels.softmax_rows(x), ops.softmax_rows_eager(x))
+        _same(kernels.log_softmax_rows(x), ops.log_softmax_rows_eager(x))
+        g = torch.randn(x.shape, generator=torch.Generator().manual_seed(x.numel()))
+        p = ops.softmax_rows_eager(x)
+        y = ops.log_softmax_rows_eager(x)
+        _same(kernels.softmax_bwd_rows(p, g), ops.softmax_bwd_rows_eager(p, g))
+        _same(kernels.log_softmax_bwd_rows(y, g), ops.log_softmax_bwd_rows_eager(y, g))
+        # gradients holding edge values too
+        ge = edge_values()[: x.shape[-1]].expand(x.shape[0], -1) if x.shape[-1] <= edge_values().numel() else g
+        _same(kernels.softmax_bwd_rows(p, ge.contiguous()), ops.softmax_bwd_rows_eager(p, ge.contiguous()))
+
+
+def test_cross_entropy_rows_equal_eager():
+    for (x,) in _row_batches():
+        t = torch.arange(x.shape[0]) % x.shape[1]
+        lk, mk, sk = kernels.ce_rows(x, t)
+        le, me, se = ops.ce_rows_eager(x, t)
+        _same(lk, le)
+        _same(mk, me)
+        assert torch.equal(sk.view(torch.int64), se.view(torch.int64))
+        for g, total in ((1.0, 7), (0.37, 1000), (-2.0, 3)):
+            scale = (torch.tensor(g, dtype=torch.float64), torch.tensor(float(total), dtype=torch.float64))
+            _same(kernels.ce_bwd_rows(x, t, mk, sk, scale), ops.ce_bwd_rows_eager(x, t, me, se, scale))
+
+
+def test_ops_give_same_bytes_with_and_without_kernels():
+    g = torch.Generator().manual_seed(5)
+    x = (torch.randn(3, 5, 40, generator=g) * 3).requires_grad_(True)
+    outs = []
+    for use in (True, False):
+        ctx = kernels.disabled() if not use else _null()
+        with ctx:
+            xx = x.detach().clone().requires_grad_(True)
+            y = ops.gelu(xx, "erf") * 0.5
+            z = ops.log_softmax(y, dim=1)
+            w = ops.softmax(z, dim=-1)
+            t = torch.arange(15).reshape(3, 5) % 40
+            loss = ops.cross_entropy(ops.add(w, ops.exp(y)), t)
+            loss.backward()
+            outs.append((loss.detach(), xx.grad))
+    _same(outs[0][0], outs[1][0])
+    _same(outs[0][1], outs[1][1])
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+def test_canonical_nan_from_kernels():
+    x = torch.tensor([np.array([0xFFC01234], dtype=np.uint32).view(np.float32)[0], float("nan")])
+    for y in (kernels.exp(x), kernels.gelu(x, "tanh"), kernels.gelu(x, "erf")):
+        assert (bits(y) == 0x7FC00000).all()
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 mnemonic scan")
+def test_no_fused_multiply_add_in_machine_code():
+    import numba
+
+    fma = ("vfmadd", "vfmsub", "vfnmadd", "vfnmsub")
+    # positive control: with fastmath LLVM does contract a*b+c on this CPU (if it has FMA)
+    ctl = numba.njit(fastmath=True)(lambda a, b, c: a * b + c)
+    ctl(1.0, 2.0, 3.0)
+    has_fma_unit = any(m in ctl.inspect_asm(ctl.signatures[0]) for m in fma)
+    if not has_fma_unit:
+        pytest.skip("this CPU has no FMA instructions to look for")
+    # compile every kernel for its signatures (by calling it) ...
+    test_softmax_rows_equal_eager()
+    test_cross_entropy_rows_equal_eager()
+    test_exp_kernel_equals_eager()
+    test_gelu_kernels_equal_eager("tanh")
+    test_gelu_kernels_equal_eager("erf")
+    scanned = 0
+    for name, k in kernels.all_kernels():
+        # ... and recompile it uncached and serial with the same options (cached code cannot be
+        # inspected), then scan its assembly, callees included
+        fresh = numba.njit(nogil=True, error_model="numpy")(k.py_func)
+        for sig in k.signatures:
+            fresh.compile(sig)
+            asm = fresh.inspect_asm(sig).lower()
+            scanned += 1
+            assert "mulsd" in asm or "mulpd" in asm, f"{name}: no float64 multiply found; scan is blind"
+            for mnemonic in fma:
+                assert mnemonic not in asm, f"{name}: {mnemonic} in the machine code"
+    assert scanned >= 9

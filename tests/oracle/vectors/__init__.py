@@ -1,0 +1,1 @@
+"""Conformance vectors and edge-case inputs of exact-v1."""
