@@ -1,0 +1,278 @@
+"""The node's configuration: one TOML (examples/node.toml documents every key) plus a secrets file.
+
+Any key can be overridden by the environment as POT_<SECTION>_<KEY> (e.g. POT_CHAIN_URL); the
+secrets file's keys as POT_KEY_<KEY>. Both are validated at start; errors name the key and file.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+ENV_PREFIX = "POT"
+FAULTS = ("none", "noise")
+# Points right after which the test-only `fault_kill_at` makes the daemon SIGKILL itself.
+KILL_POINTS = ("none", "event_ingested", "fetched", "validated", "replayed", "journaled", "commit_sent",
+               "commit_confirmed", "reveal_sent")
+
+
+class ConfigError(ValueError):
+    """A configuration or secrets problem, naming the file, the key and what is wrong."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NodeSection(_Section):
+    data_dir: str = "pot-node-data"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    secrets_file: str = ""
+    loop_interval_s: float = Field(0.2, gt=0, le=10)
+    # Test/demo only: "noise" reveals random values instead of the replay's (ends an outlier).
+    fault: Literal["none", "noise"] = "none"
+    # Test only: SIGKILL the daemon itself right after this point was made durable.
+    fault_kill_at: Literal[KILL_POINTS] = "none"  # type: ignore[valid-type]
+
+
+class ChainSection(_Section):
+    url: str = "dev:///pot-chain.db"
+    account: str = ""  # dev chains: the account name; Substrate: the key comes from the secrets file
+    kind: Literal["remark", "pallet"] = "remark"
+    poll_s: float = Field(0.5, gt=0, le=60)
+    watchdog_s: float = Field(60.0, gt=0)
+    rpc_timeout_s: float = Field(30.0, gt=0)
+    submit_timeout_s: float = Field(60.0, gt=0)
+    resend_after_blocks: int = Field(3, ge=1)
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not v.startswith(("dev://", "ws://", "wss://")):
+            raise ValueError("must be dev:///path/to/chain.db, ws://host:port or wss://host:port")
+        return v
+
+
+class DatabaseSection(_Section):
+    url: str = ""  # empty: sqlite:///<data_dir>/node.db
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if v and not v.startswith(("sqlite:", "postgresql:", "postgresql+psycopg2:")):
+            raise ValueError("must be an sqlite:///... or postgresql://... URL")
+        return v
+
+
+class FetchSection(_Section):
+    connect_timeout_s: float = Field(5.0, gt=0)
+    read_timeout_s: float = Field(30.0, gt=0)
+    total_timeout_s: float = Field(300.0, gt=0)
+    max_opening_bytes: int = Field(4 * 1024**3, ge=1024)
+    max_leaves_bytes: int = Field(64 * 1024**2, ge=1024)
+    attempts: int = Field(5, ge=1, le=100)
+    backoff_base_s: float = Field(0.5, gt=0)
+    backoff_max_s: float = Field(15.0, gt=0)
+
+
+class ReplaySection(_Section):
+    workers: int = Field(1, ge=1, le=256)
+    timeout_s: float = Field(1800.0, gt=0)
+
+
+class LossChecksSection(_Section):
+    window: int = Field(3, ge=1)
+    noise_sigmas: float = Field(3.0, gt=0)
+    max_drop_factor: float = Field(4.0, gt=1)
+    plateau_steps: int = Field(4, ge=2)
+    max_jump_factor: float = Field(2.0, gt=1)
+
+
+class HttpSection(_Section):
+    listen: str = "127.0.0.1:8700"
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, v: str) -> str:
+        host, sep, port = v.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError("must be host:port, e.g. 127.0.0.1:8700")
+        return v
+
+
+class ProtocolSection(_Section):
+    """Must equal every other participant's parameters (a dev chain records them; we compare)."""
+
+    commit_window: int = 4
+    reveal_window: int = 4
+    opening_deadline: int = 4
+    challenges_per_run: int = 1
+    challenge_delay: int = 2
+    quorum_min_reveals: int = 3
+    quorum_share: str = "1/2"
+    miner_stake: int = 1000
+    verifier_stake: int = 100
+    slash_amount: int = 500
+    forced_challenge_steps: list[int] = Field(default_factory=list)
+
+    def params(self):
+        from fractions import Fraction
+
+        from chain.protocol import ProtocolParams
+
+        return ProtocolParams(**{**self.model_dump(), "quorum_share": Fraction(self.quorum_share),
+                                 "forced_challenge_steps": tuple(self.forced_challenge_steps)})
+
+    @model_validator(mode="after")
+    def _check(self) -> ProtocolSection:
+        try:
+            self.params()
+        except (ValueError, ZeroDivisionError) as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+
+class NodeConfig(_Section):
+    node: NodeSection = NodeSection()
+    chain: ChainSection = ChainSection()
+    database: DatabaseSection = DatabaseSection()
+    fetch: FetchSection = FetchSection()
+    replay: ReplaySection = ReplaySection()
+    losschecks: LossChecksSection = LossChecksSection()
+    http: HttpSection = HttpSection()
+    protocol: ProtocolSection = ProtocolSection()
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.node.data_dir)
+
+    @property
+    def database_url(self) -> str:
+        return self.database.url or f"sqlite:///{(self.data_dir / 'node.db').as_posix()}"
+
+
+class Secrets(_Section):
+    """The signing key: exactly one of uri, mnemonic or keystore (+ password)."""
+
+    uri: str = ""
+    mnemonic: str = ""
+    keystore: str = ""
+    password: str = ""
+
+    @model_validator(mode="after")
+    def _one(self) -> Secrets:
+        given = [k for k in ("uri", "mnemonic", "keystore") if getattr(self, k)]
+        if len(given) > 1:
+            raise ValueError(f"give exactly one of uri, mnemonic, keystore (got {', '.join(given)})")
+        if self.password and not self.keystore:
+            raise ValueError("password only applies to a keystore")
+        return self
+
+    @property
+    def key(self) -> str | None:
+        return self.uri or self.mnemonic or self.keystore or None
+
+    def __repr__(self) -> str:  # never print a secret
+        return f"Secrets(uri={'***' if self.uri else ''!r}, mnemonic={'***' if self.mnemonic else ''!r}, " \
+               f"keystore={self.keystore!r})"
+
+
+def _read_toml(path: Path, what: str) -> dict[str, Any]:
+    try:
+        with path.open("rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"{what} {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{what} {path} is not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"{what} {path} cannot be read: {exc}") from None
+
+
+def _env_overrides(data: dict[str, Any], sections: dict[str, type[BaseModel]], env: dict[str, str],
+                   prefix: str) -> dict[str, Any]:
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    for section, model in sections.items():
+        for key, field in model.model_fields.items():
+            name = f"{prefix}_{section.upper()}_{key.upper()}" if section else f"{prefix}_{key.upper()}"
+            if name not in env:
+                continue
+            raw: Any = env[name]
+            if field.annotation is not None and "list" in str(field.annotation):
+                raw = [int(x) for x in raw.replace(",", " ").split()] if raw.strip() else []
+            if section:
+                target = out.setdefault(section, {})
+                if not isinstance(target, dict):
+                    raise ConfigError(f"[{section}] must be a table")
+                target[key] = raw
+            else:
+                out[key] = raw
+    return out
+
+
+def _explain(exc: ValidationError, where: str) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key (see examples/node.toml for the documented keys)"
+        lines.append(f"  {loc}: {msg}")
+    return f"{where}:\n" + "\n".join(lines)
+
+
+def load_config(path: str | os.PathLike[str] | None, env: dict[str, str] | None = None) -> NodeConfig:
+    """Read and validate the node config (None: defaults), applying POT_<SECTION>_<KEY> overrides."""
+    env = dict(os.environ if env is None else env)
+    data = _read_toml(Path(path), "config file") if path is not None else {}
+    sections = {name: f.annotation for name, f in NodeConfig.model_fields.items()}
+    data = _env_overrides(data, sections, env, ENV_PREFIX)  # type: ignore[arg-type]
+    try:
+        cfg = NodeConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc, f"config {path or '(defaults)'} is invalid")) from None
+    if path is not None:
+        base = Path(path).resolve().parent
+        node = cfg.node
+        updates: dict[str, Any] = {}
+        if not Path(node.data_dir).is_absolute():
+            updates["data_dir"] = str(base / node.data_dir)
+        if node.secrets_file and not Path(node.secrets_file).is_absolute():
+            updates["secrets_file"] = str(base / node.secrets_file)
+        if updates:
+            cfg = cfg.model_copy(update={"node": node.model_copy(update=updates)})
+    return cfg
+
+
+def load_secrets(path: str | os.PathLike[str] | None, env: dict[str, str] | None = None) -> Secrets:
+    """Read the secrets file ([key] table) with POT_KEY_<KEY> overrides; refuse loose permissions."""
+    env = dict(os.environ if env is None else env)
+    data: dict[str, Any] = {}
+    if path:
+        p = Path(path)
+        raw = _read_toml(p, "secrets file")
+        if set(raw) - {"key"}:
+            raise ConfigError(f"secrets file {p}: only a [key] table is allowed, found {sorted(set(raw) - {'key'})}")
+        data = dict(raw.get("key", {}))
+        if os.name == "posix" and p.stat().st_mode & 0o077:
+            raise ConfigError(f"secrets file {p} is readable by others (mode {p.stat().st_mode & 0o777:o}); "
+                              f"run: chmod 600 {p}")
+    data = _env_overrides({"key": data}, {"key": Secrets}, env, ENV_PREFIX)["key"]
+    try:
+        return Secrets.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc, f"secrets {path or '(environment)'} are invalid")) from None
+
+
+def check_signer(cfg: NodeConfig, secrets: Secrets) -> None:
+    """The chain URL decides what identifies this node: a dev account name or a Substrate key."""
+    if cfg.chain.url.startswith("dev://"):
+        if not cfg.chain.account:
+            raise ConfigError("chain.account (POT_CHAIN_ACCOUNT) names this node's account on a dev chain")
+    elif secrets.key is None:
+        raise ConfigError("a Substrate chain needs a signing key: set [key] uri, mnemonic or keystore in the "
+                          "secrets file (node.secrets_file) or POT_KEY_URI")

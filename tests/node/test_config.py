@@ -1,0 +1,98 @@
+"""Node configuration: the documented example is complete, env overrides apply, errors name the key."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from node.config import (
+    ConfigError,
+    NodeConfig,
+    check_signer,
+    load_config,
+    load_secrets,
+)
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "node.toml"
+
+
+def test_example_documents_every_key_with_its_default_and_env_var():
+    cfg = load_config(EXAMPLE, env={})
+    defaults = NodeConfig()
+    text = EXAMPLE.read_text()
+    for section, field in NodeConfig.model_fields.items():
+        model = field.annotation
+        for key in model.model_fields:
+            assert re.search(rf"^{key} = ", text, re.M), f"[{section}] {key} is not in examples/node.toml"
+            assert f"POT_{section.upper()}_{key.upper()}" in text, f"env var of {section}.{key} undocumented"
+            if not (section == "node" and key == "data_dir"):
+                assert getattr(getattr(cfg, section), key) == getattr(getattr(defaults, section), key)
+
+
+def test_env_overrides_win(tmp_path):
+    p = tmp_path / "node.toml"
+    p.write_text('[chain]\nurl = "dev:///a.db"\naccount = "v1"\n[replay]\nworkers = 2\n')
+    cfg = load_config(p, env={"POT_CHAIN_URL": "dev:///b.db", "POT_REPLAY_WORKERS": "3",
+                              "POT_PROTOCOL_FORCED_CHALLENGE_STEPS": "7, 9", "POT_NODE_FAULT": "noise"})
+    assert cfg.chain.url == "dev:///b.db" and cfg.chain.account == "v1"
+    assert cfg.replay.workers == 3
+    assert cfg.protocol.params().forced_challenge_steps == (7, 9)
+    assert cfg.node.fault == "noise"
+    assert cfg.data_dir == tmp_path / "pot-node-data"
+    assert cfg.database_url == f"sqlite:///{tmp_path / 'pot-node-data' / 'node.db'}"
+
+
+@pytest.mark.parametrize("toml, needle", [
+    ('[chain]\nurl = "http://x"\n', "chain.url: must be dev:///"),
+    ('[replay]\nworkers = 0\n', "replay.workers"),
+    ('[node]\nfault = "lies"\n', "node.fault"),
+    ('[chain]\nurll = "dev:///x"\n', "chain.urll: unknown key"),
+    ('[protocol]\ncommit_window = 0\n', "commit_window must be a positive integer"),
+    ('[http]\nlisten = "8700"\n', "http.listen: must be host:port"),
+    ('[database]\nurl = "mysql://x"\n', "database.url"),
+    ("[chain\n", "not valid TOML"),
+])
+def test_bad_config_names_the_key(tmp_path, toml, needle):
+    p = tmp_path / "node.toml"
+    p.write_text(toml)
+    with pytest.raises(ConfigError) as exc:
+        load_config(p, env={})
+    assert needle in str(exc.value)
+
+
+def test_missing_config_file(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.toml", env={})
+
+
+def test_secrets_file_and_env(tmp_path):
+    p = tmp_path / "secrets.toml"
+    p.write_text('[key]\nuri = "//Bob"\n')
+    p.chmod(0o600)
+    s = load_secrets(p, env={})
+    assert s.key == "//Bob" and "//Bob" not in repr(s)
+    assert load_secrets(None, env={"POT_KEY_URI": "//Carol"}).key == "//Carol"
+    p.chmod(0o644)
+    with pytest.raises(ConfigError, match="chmod 600"):
+        load_secrets(p, env={})
+
+
+def test_secrets_refuse_two_keys(tmp_path):
+    p = tmp_path / "secrets.toml"
+    p.write_text('[key]\nuri = "//Bob"\nmnemonic = "a b c"\n')
+    os.chmod(p, 0o600)
+    with pytest.raises(ConfigError, match="exactly one of uri, mnemonic, keystore"):
+        load_secrets(p, env={})
+
+
+def test_signer_needed_per_chain_kind(tmp_path):
+    dev = load_config(None, env={"POT_CHAIN_URL": "dev:///c.db"})
+    with pytest.raises(ConfigError, match="chain.account"):
+        check_signer(dev, load_secrets(None, env={}))
+    ws = load_config(None, env={"POT_CHAIN_URL": "ws://127.0.0.1:9944"})
+    with pytest.raises(ConfigError, match="signing key"):
+        check_signer(ws, load_secrets(None, env={}))
+    check_signer(ws, load_secrets(None, env={"POT_KEY_URI": "//Alice"}))

@@ -1,0 +1,71 @@
+"""Node database: migrations create exactly the model; unmigrated and foreign databases are refused."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+
+from node.db import (
+    SCHEMA_NAME,
+    DatabaseError,
+    current_revision,
+    head_revision,
+    make_engine,
+    metadata,
+    node_meta,
+    open_database,
+)
+
+
+def test_init_migrates_to_head_and_stamps_schema(engine):
+    assert current_revision(engine) == head_revision()
+    with engine.connect() as c:
+        assert c.execute(sa.select(node_meta.c.value).where(node_meta.c.key == "schema")).scalar() == SCHEMA_NAME
+
+
+def test_migrations_match_the_model(engine):
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    with engine.connect() as c:
+        diff = compare_metadata(MigrationContext.configure(c), metadata)
+    assert diff == []
+
+
+def test_init_twice_is_harmless(db_url):
+    open_database(db_url, init=True).dispose()
+    eng = open_database(db_url, init=True)
+    with eng.connect() as c:
+        assert c.execute(sa.select(sa.func.count()).select_from(node_meta)
+                         .where(node_meta.c.key == "schema")).scalar() == 1
+    eng.dispose()
+
+
+def test_unmigrated_database_is_refused_without_init(db_url):
+    with pytest.raises(DatabaseError, match="not initialised; run `pot node init"):
+        open_database(db_url)
+
+
+def test_foreign_database_is_refused_even_with_init(db_url):
+    eng = make_engine(db_url)
+    with eng.begin() as c:
+        c.execute(sa.text("CREATE TABLE accounts (id INTEGER PRIMARY KEY)"))
+    eng.dispose()
+    with pytest.raises(DatabaseError, match="foreign database"):
+        open_database(db_url)
+    with pytest.raises(DatabaseError, match="refusing to initialise a foreign database"):
+        open_database(db_url, init=True)
+
+
+def test_other_schema_name_is_refused(engine, db_url):
+    with engine.begin() as c:
+        c.execute(node_meta.update().where(node_meta.c.key == "schema").values(value="someone-else"))
+    with pytest.raises(DatabaseError, match="belongs to 'someone-else'"):
+        open_database(db_url)
+
+
+def test_old_revision_is_refused(engine, db_url):
+    with engine.begin() as c:
+        c.execute(sa.text("UPDATE alembic_version SET version_num = '0000'"))
+    with pytest.raises(DatabaseError, match="schema revision 0000"):
+        open_database(db_url)
