@@ -1,0 +1,93 @@
+"""Execution profiles: which op namespace a step runs on, and how micro-batches combine.
+
+exact-v1 (the default) runs oracle.exact.ops and accumulates micro-batch gradients as exact
+integer partials rounded once, so a step is one set of bytes everywhere. torch-native runs stock
+PyTorch with deterministic flags; it is bit-exact only on the hardware class the spec declares.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+
+import torch
+
+
+class ProfileError(ValueError):
+    """An unknown profile, or one this installation cannot run."""
+
+
+def deterministic_flags() -> None:
+    """Settings both profiles need: deterministic kernels, no TF32, no flush-to-zero."""
+    torch.use_deterministic_algorithms(True, warn_only=False)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    torch.set_flush_denormal(False)
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    ops: ModuleType
+    # grads(model, params, inputs, targets, drop_for_rows, micro_batches) -> (loss, grads in order)
+    grads: Callable
+
+
+def _native_grads(ops, model, params, inputs, targets, drop_for, micro_batches):
+    names = list(params)
+    leaves = {n: p.detach().requires_grad_(True) for n, p in params.items()}
+    total = inputs.numel()
+    loss_sum = None
+    grads = None
+    for lo, hi in split_rows(inputs.shape[0], micro_batches):
+        logits = model.forward(ops, leaves, inputs[lo:hi], drop_for(lo))
+        loss = ops.cross_entropy(logits, targets[lo:hi], total_count=total)
+        g = torch.autograd.grad(loss, [leaves[n] for n in names])
+        grads = list(g) if grads is None else [a + b for a, b in zip(grads, g, strict=True)]
+        loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
+    return loss_sum, grads
+
+
+def split_rows(batch: int, micro_batches: int) -> list[tuple[int, int]]:
+    """Contiguous whole-sequence slices [lo, hi) of a batch, as even as possible."""
+    if not isinstance(micro_batches, int) or not 1 <= micro_batches <= batch:
+        raise ProfileError(f"micro_batches must be between 1 and the batch size {batch}, got {micro_batches!r}")
+    base, extra = divmod(batch, micro_batches)
+    out, lo = [], 0
+    for i in range(micro_batches):
+        hi = lo + base + (1 if i < extra else 0)
+        out.append((lo, hi))
+        lo = hi
+    return out
+
+
+def _exact_grads(model, params, inputs, targets, drop_for, micro_batches):
+    from oracle.exact import ops
+    from oracle.exact.accumulate import ExactGradAccumulator
+
+    names = list(params)
+    leaves = {n: p.detach().clone().requires_grad_(True) for n, p in params.items()}
+    acc = ExactGradAccumulator([leaves[n] for n in names])
+    total = inputs.numel()
+    for lo, hi in split_rows(inputs.shape[0], micro_batches):
+        with acc.micro_batch():
+            logits = model.forward(ops, leaves, inputs[lo:hi], drop_for(lo))
+            ops.cross_entropy(logits, targets[lo:hi], total_count=total).backward()
+    return acc.loss(), acc.grads()
+
+
+def get(name: str) -> Profile:
+    deterministic_flags()
+    if name == "torch-native":
+        from oracle import native
+
+        return Profile(name, native, lambda *a: _native_grads(native, *a))
+    if name == "exact-v1":
+        from oracle.exact import ops
+
+        return Profile(name, ops, _exact_grads)
+    raise ProfileError(f"unknown profile {name!r}; expected 'exact-v1' or 'torch-native'")
