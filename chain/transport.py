@@ -57,6 +57,20 @@ class Transport(abc.ABC):
     def block(self, number: int) -> Block:
         """The finalized block `number`, with its protocol calls decoded (bad ones skipped)."""
 
+    def submit_payloads(self, payloads: list[bytes], *, wait: bool = True, timeout: float = 60.0) -> Receipt:
+        """Submit calls already encoded with `encode_call` (e.g. bytes replayed from a journal).
+
+        The same bytes give the same calls on chain, so re-sending after a crash is idempotent at
+        the protocol level. Transports that carry raw payloads override this to skip the decode.
+        """
+        from chain.calls import CallDecodeError, decode_call
+
+        try:
+            calls = [decode_call(p) for p in payloads]
+        except CallDecodeError as exc:
+            raise TransportError(f"cannot submit the payload: {exc}") from None
+        return self.submit(calls, wait=wait, timeout=timeout)
+
     def follow(self, cursor: int, *, poll: float = 0.5, stop=None) -> Iterator[Block]:
         """Yield finalized blocks after `cursor`, in order, forever (or until `stop()` is true)."""
         import time
