@@ -272,16 +272,21 @@ class ChopsticksNetwork(Network):
     """The protocol suite's Network over the remark transport on chopsticks."""
 
     def __init__(self, params: ProtocolParams, node: Chopsticks | None = None) -> None:
-        from chain.substrate import connect_substrate
+        from chain.keys import load_key
+        from chain.substrate import RemarkTransport, SubstrateClient
 
         self.params = params
         self.node = node or chopsticks_node()
         fresh_chain(self.node)
-        keys = {name: unique_key(name) for name in ACCOUNTS}
+        # One connection for all accounts: the client serialises its RPCs, and five metadata
+        # downloads per test would dominate the suite's run time.
+        self.client = SubstrateClient(self.node.url)
         self._transports: dict[str, RemarkTransport] = {}
         try:
+            self.client.ensure_connected()
             for name in ACCOUNTS:
-                self._transports[name] = connect_substrate(self.node.url, keys[name], kind="remark")
+                key = load_key(unique_key(name), ss58_format=self.client.ss58_format)
+                self._transports[name] = RemarkTransport(self.client, key)
             self.node.fund([t.account for t in self._transports.values()])
         except BaseException:
             self.close()
@@ -297,9 +302,8 @@ class ChopsticksNetwork(Network):
         return self.node.new_blocks(n)
 
     def close(self) -> None:
-        for t in self._transports.values():
-            t.close()
         self._transports.clear()
+        self.client.close()
 
 
 def make_network(params: ProtocolParams) -> ChopsticksNetwork:
