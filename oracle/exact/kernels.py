@@ -136,12 +136,20 @@ if numba is not None:
         u = SQRT_2_OVER_PI * (x + GELU_A * (x2 * x))
         return 2.0 / (1.0 + exp64(-2.0 * u)), x2
 
+    @njit(**_opts)
+    def _inf_slope(v, d):
+        if v == np.inf:
+            return 1.0
+        if v == -np.inf:
+            return 0.0
+        return d
+
     @njit(parallel=True, **_opts)
     def _gelu_tanh_k(x, out):
         for i in prange(x.shape[0]):
             v = np.float64(x[i])
             h, _ = _gelu_tanh_h(v)
-            out[i] = _f32((0.5 * v) * h)
+            out[i] = np.float32(-0.0) if v == -np.inf else _f32((0.5 * v) * h)
 
     @njit(parallel=True, **_opts)
     def _gelu_tanh_grad_k(x, g, out):
@@ -150,20 +158,21 @@ if numba is not None:
             h, x2 = _gelu_tanh_h(v)
             up = SQRT_2_OVER_PI * (1.0 + (3.0 * GELU_A) * x2)
             d = 0.5 * h + ((0.5 * v) * (h * (2.0 - h))) * up
-            out[i] = _f32(np.float64(g[i]) * d)
+            out[i] = _f32(np.float64(g[i]) * _inf_slope(v, d))
 
     @njit(parallel=True, **_opts)
     def _gelu_erf_k(x, out):
         for i in prange(x.shape[0]):
             v = np.float64(x[i])
-            out[i] = _f32((0.5 * v) * erfc64(-(v * INV_SQRT2)))
+            y = np.float32(-0.0) if v == -np.inf else _f32((0.5 * v) * erfc64(-(v * INV_SQRT2)))
+            out[i] = y
 
     @njit(parallel=True, **_opts)
     def _gelu_erf_grad_k(x, g, out):
         for i in prange(x.shape[0]):
             v = np.float64(x[i])
             d = 0.5 * erfc64(-(v * INV_SQRT2)) + (v * exp64(-0.5 * (v * v))) * INV_SQRT_2PI
-            out[i] = _f32(np.float64(g[i]) * d)
+            out[i] = _f32(np.float64(g[i]) * _inf_slope(v, d))
 
     # --- exact row sum (mirrors quant.exact_sum64 along one row) --------------------------
 

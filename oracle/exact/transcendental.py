@@ -265,11 +265,17 @@ def cos32(x):
 
 
 def gelu32(x, form: str):
-    fn = (lambda v: gelu_tanh_f64(v)[0]) if form == "tanh" else gelu_erf_f64
-    return _f32(fn, x)
+    """GELU rounded once; the infinities take their limits: gelu(inf) = inf, gelu(-inf) = -0."""
+    x64 = x.to(F64)
+    y = gelu_tanh_f64(x64)[0] if form == "tanh" else gelu_erf_f64(x64)
+    y = torch.where(x64 == -math.inf, _c(-0.0, x64), y)
+    return canon_nan(y.to(F32))
 
 
 def gelu_grad32(x, g, form: str):
-    """float32 of g * gelu'(x), the product taken in float64 and rounded once."""
-    d = gelu_tanh_grad_f64(x.to(F64)) if form == "tanh" else gelu_erf_grad_f64(x.to(F64))
+    """float32 of g * gelu'(x), the product taken in float64 and rounded once; gelu'(inf) = 1,
+    gelu'(-inf) = 0 (their limits)."""
+    x64 = x.to(F64)
+    d = gelu_tanh_grad_f64(x64) if form == "tanh" else gelu_erf_grad_f64(x64)
+    d = torch.where(x64 == math.inf, _c(1.0, x64), torch.where(x64 == -math.inf, _c(0.0, x64), d))
     return canon_nan((g.to(F64) * d).to(F32))
