@@ -1,0 +1,82 @@
+"""Identical bytes everywhere: the example tiny GPT (dropout 0.1) walked under exact-v1 in child
+processes at several thread counts and CPU dispatch levels gives bit-identical state digests."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from commitments.dataset import prepare_default_corpus
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = ROOT / "examples" / "specs" / "gpt-tiny.toml"
+STEPS = 3
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def _configs():
+    flags = _cpu_flags()
+    cfgs = [
+        {"OMP_NUM_THREADS": "1", "ATEN_CPU_CAPABILITY": "default"},
+        {"OMP_NUM_THREADS": "2", "ATEN_CPU_CAPABILITY": "default"},
+    ]
+    if "avx2" in flags:
+        cfgs.append({"OMP_NUM_THREADS": "1", "ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"})
+    if "avx512f" in flags:
+        cfgs.append({"OMP_NUM_THREADS": "2", "ATEN_CPU_CAPABILITY": "avx512"})
+    return cfgs
+
+
+def _walk(env_extra: dict, data: Path, spec: Path = SPEC) -> list[dict]:
+    env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")}
+    env.update(env_extra)
+    r = subprocess.run(
+        [sys.executable, "-m", "node.cli", "oracle", "walk", "--spec", str(spec), "--data", str(data),
+         "--steps", str(STEPS), "--json"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert r.returncode == 0, f"{env_extra}: {r.stderr[-2000:]}"
+    return [json.loads(line) for line in r.stdout.splitlines()]
+
+
+@pytest.mark.slow
+def test_identical_digests_across_threads_and_dispatch_levels(tmp_path):
+    data = tmp_path / "corpus.npy"
+    prepare_default_corpus(data, max_bytes=1 << 20)
+    cfgs = _configs()
+    results = [_walk(c, data) for c in cfgs]
+    assert len(results[0]) == STEPS
+    assert len({r["state_digest"] for r in results[0]}) == STEPS
+    assert all(int(r["loss_bits"], 16) & 0x7F800000 != 0x7F800000 for r in results[0])  # finite losses
+    for cfg, res in zip(cfgs[1:], results[1:], strict=True):
+        assert res == results[0], f"{cfg} differs from {cfgs[0]}"
+
+
+@pytest.mark.slow
+def test_control_torch_native_differs_across_the_same_configurations(tmp_path):
+    """The configurations really change the arithmetic: stock torch gives different bytes."""
+    data = tmp_path / "corpus.npy"
+    prepare_default_corpus(data, max_bytes=1 << 20)
+    native = tmp_path / "native.toml"
+    text = SPEC.read_text().replace('profile = "exact-v1"', 'profile = "torch-native"')
+    native.write_text(text + '\n[hardware]\ndevice = "cpu"\n')
+    cfgs = _configs()
+    if len(cfgs) < 3:
+        pytest.skip("needs a CPU with more than one vector dispatch level")
+    a = _walk(cfgs[0], data, native)
+    b = _walk(cfgs[-1], data, native)
+    assert a[-1]["state_digest"] != b[-1]["state_digest"]
