@@ -1,0 +1,361 @@
+"""The miner's trainer: train on the committed dataset and schedule, commit every step, answer challenges.
+
+Before step 1 it registers the run (start_training_commitment); after every step it appends the
+leaf to the checkpoint tree and the signed transcript, moves the root on chain at a cadence (with
+consistency proofs) and at the end, then follows the chain and opens every challenged step.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from commitments import merkle
+from commitments.dataset import Dataset, train_validation_split
+from commitments.hashing import digest
+from commitments.leaves import initial_leaf, loss_bits, step_leaf
+from commitments.schedule import Schedule, derive_schedule
+from commitments.sdk.checkpoints import CheckpointError, CheckpointStore
+from commitments.spec import Spec
+
+RUN_ID_DOMAIN = "pot/run-id/v1"
+DEFAULT_ENDPOINT = "http://127.0.0.1:8760"
+SUBMIT_TRIES = 5
+
+
+class TrainerError(RuntimeError):
+    """A run that cannot start, resume or commit, with the reason."""
+
+
+def run_schedule(spec: Spec, dataset: Dataset) -> Schedule:
+    """The committed schedule: seeded by the spec, drawing from the training split only."""
+    train, _ = train_validation_split(dataset.num_samples)
+    return derive_schedule(spec.rng.schedule_seed, len(train), spec.steps, spec.batch.batch_size)
+
+
+def substitute_indices(indices: list[int], num_samples: int) -> list[int]:
+    """The batch a fault-injected step trains on instead: every index moved to the next sample."""
+    return [(i + 1) % num_samples for i in indices]
+
+
+class Trainer:
+    """One run of `spec` on `dataset`, kept in `run_dir`, committed through `transport`.
+
+    `substitute_batch_at` is a fault injection for tests and demos: that step trains on a
+    different batch while the schedule's batch stays committed, so a challenge of it must fail.
+    """
+
+    def __init__(self, spec: Spec, dataset: Dataset, run_dir: str | os.PathLike[str], transport: Any = None, *,
+                 endpoint: str = DEFAULT_ENDPOINT, keep_every: int = 10, root_every: int | None = None,
+                 substitute_batch_at: int | None = None, params: Any = None, progress: bool = True,
+                 log: Callable[[str], None] | None = None, submit_timeout: float = 60.0) -> None:
+        if dataset.sample_len != spec.sample_len:
+            raise TrainerError(f"the dataset's samples hold {dataset.sample_len} tokens, the spec needs "
+                               f"{spec.sample_len} (seq_len + 1)")
+        if substitute_batch_at is not None and not 1 <= substitute_batch_at <= spec.steps:
+            raise TrainerError(f"substitute_batch_at {substitute_batch_at} is outside steps 1..{spec.steps}")
+        if root_every is not None and root_every < 1:
+            raise TrainerError(f"root_every must be positive, got {root_every}")
+        self.spec = spec
+        self.dataset = dataset
+        self.transport = transport
+        self.endpoint = endpoint.rstrip("/")
+        self.root_every = root_every or max(1, spec.steps // 4)
+        self.substitute_batch_at = substitute_batch_at
+        self.progress = progress
+        self.submit_timeout = submit_timeout
+        self._log = log or (lambda msg: print(msg, file=sys.stderr))
+        self.schedule = run_schedule(spec, dataset)
+        self._train_n = self.schedule.num_samples
+        self.store = CheckpointStore(run_dir, keep_every=keep_every, spec=spec, batch_fn=self.batch)
+        self._params = params
+        self.view: Any = None
+        self.run_id: bytes = b""
+        self.initial_hash: bytes = b""
+        self.state: Any = None
+        self.tree = merkle.MerkleTree()
+        self.submitted_size = 0
+        self.transcript: Any = None
+        self.answered: dict[bytes, bytes] = {}  # challenge_id -> opening digest
+        self.issued: dict[bytes, int] = {}  # our challenge_id -> step
+        self.resolved: dict[bytes, str] = {}  # our challenge_id -> verdict
+
+    # --- the batches ----------------------------------------------------------------------
+    def batch_indices(self, t: int) -> list[int]:
+        """The indices step t actually trains on (the schedule's, unless fault-injected)."""
+        idx = self.schedule.batch(t)
+        if t == self.substitute_batch_at:
+            idx = substitute_indices(idx, self._train_n)
+        return idx
+
+    def batch(self, t: int) -> Any:
+        return self.dataset.batch(self.batch_indices(t))
+
+    # --- setup and resume -----------------------------------------------------------------
+    @property
+    def account(self) -> str:
+        return self.transport.account if self.transport is not None else ""
+
+    def prepare(self) -> None:
+        """Create the run (initial state, leaf 0, run id, transcript) or resume it from run_dir."""
+        from nacl.signing import SigningKey
+
+        from commitments.transcript import TranscriptWriter, load_session_key, save_session_key
+        from oracle.step import init_state
+
+        meta = self.store.read_meta()
+        key_path = self.store.dir / "session.key"
+        transcript_path = self.store.dir / "transcript.cbor"
+        if meta is None:
+            if len(self.store):
+                raise TrainerError(f"{self.store.dir}: holds leaves but no run metadata; use a fresh directory")
+            state = init_state(self.spec)
+            self.initial_hash = state.digest()
+            nonce = os.urandom(16)
+            self.run_id = digest(RUN_ID_DOMAIN, self.account, self.spec.digest(), self.dataset.dataset_hash,
+                                 self.schedule.commitment, self.initial_hash, nonce)
+            self.store.write_meta(self._meta(nonce))
+            self.store.save_state(state)
+            self.store.append_leaf(initial_leaf(self.initial_hash))
+            key = SigningKey.generate()
+            save_session_key(key_path, key)
+            self.transcript = TranscriptWriter.create(transcript_path, self.run_id.hex(), key)
+            self.transcript.append("commitment", self._commitment_record())
+            self.state = state
+        else:
+            self._check_meta(meta)
+            self.run_id, self.initial_hash = meta["run_id"], meta["initial_hash"]
+            self.transcript = TranscriptWriter.resume(transcript_path, load_session_key(key_path),
+                                                      drop_partial_tail=True)
+            if not len(self.store):
+                raise TrainerError(f"{self.store.dir}: the leaves file lost leaf 0; the run cannot resume")
+            last = len(self.store) - 1
+            try:
+                self.state = self.store.state(last, progress=self.progress)
+            except CheckpointError as exc:
+                raise TrainerError(f"cannot resume at step {last}: {exc}") from None
+            self._log(f"resuming run {self.run_id.hex()[:16]} after step {last}")
+        for leaf in self.store.leaves:
+            self.tree.append(leaf)
+
+    def _meta(self, nonce: bytes) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "nonce": nonce,
+            "account": self.account,
+            "spec": self.spec.to_cbor(),
+            "corpus": str(self.dataset.path),
+            "dataset_hash": self.dataset.dataset_hash,
+            "num_samples": self.dataset.num_samples,
+            "schedule_commitment": self.schedule.commitment,
+            "initial_hash": self.initial_hash,
+            "steps": self.spec.steps,
+            "keep_every": self.store.keep_every,
+            "endpoint": self.endpoint,
+            "substitute_batch_at": self.substitute_batch_at,
+        }
+
+    def _check_meta(self, meta: dict[str, Any]) -> None:
+        for name, ours in (("spec", self.spec.to_cbor()), ("dataset_hash", self.dataset.dataset_hash),
+                           ("schedule_commitment", self.schedule.commitment),
+                           ("substitute_batch_at", self.substitute_batch_at)):
+            if meta.get(name) != ours:
+                raise TrainerError(f"{self.store.dir}: holds a run with another {name}; use a fresh directory")
+
+    def _commitment_record(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "initial_hash": self.initial_hash,
+                "schedule_commitment": self.schedule.commitment, "dataset_hash": self.dataset.dataset_hash,
+                "spec_digest": self.spec.digest(), "declared_steps": self.spec.steps, "endpoint": self.endpoint}
+
+    # --- chain ----------------------------------------------------------------------------
+    def _submit(self, calls: list[Any], what: str) -> Any:
+        """Submit with retries: exponential backoff with jitter on transport failures."""
+        from chain.transport import TransportError
+
+        if self.transport is None:
+            raise TrainerError(f"cannot {what}: no chain transport")
+        delay = 0.5
+        for attempt in range(1, SUBMIT_TRIES + 1):
+            try:
+                return self.transport.submit(calls, timeout=self.submit_timeout)
+            except TransportError as exc:
+                if attempt == SUBMIT_TRIES:
+                    raise TrainerError(f"cannot {what} after {attempt} tries: {exc}") from None
+                self._log(f"{what}: {exc}; retrying")
+                time.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, 30.0)
+        raise AssertionError("unreachable")
+
+    def _chain_view(self) -> Any:
+        if self.view is None:
+            from chain.protocol import ProtocolParams
+            from chain.view import ChainView
+
+            params = self._params
+            if params is None:
+                recorded = getattr(self.transport, "protocol_params", None)
+                params = recorded() if callable(recorded) else None
+            self.view = ChainView(self.transport, params or ProtocolParams())
+        return self.view
+
+    def _sync(self) -> list[Any]:
+        return self._chain_view().sync()
+
+    def register(self) -> None:
+        """Submit start_training_commitment (idempotent: an identical repeat is a no-op on chain)."""
+        from chain.calls import StartTrainingCommitment
+
+        self._submit([StartTrainingCommitment(
+            run_id=self.run_id, initial_hash=self.initial_hash, schedule_commitment=self.schedule.commitment,
+            dataset_hash=self.dataset.dataset_hash, spec=self.spec.to_cbor(), declared_steps=self.spec.steps,
+            endpoint=self.endpoint)], "register the run")
+        self._sync()
+        run = self.view.state.runs.get(self.run_id)
+        if run is None or run.miner != self.account:
+            refusals = [e for e in self.view.events if type(e).__name__ == "CallRefused" and e.origin == self.account]
+            why = refusals[-1].reason if refusals else "the chain does not show it yet"
+            raise TrainerError(f"run {self.run_id.hex()[:16]} was not registered: {why}")
+        self.submitted_size = run.size
+
+    def submit_root(self) -> None:
+        """Move the run's root on chain to the current tree (append-only, with a consistency proof)."""
+        from chain.calls import SubmitCheckpointRoot
+
+        size = self.tree.size
+        if size <= self.submitted_size:
+            return
+        proof = self.tree.consistency_proof(self.submitted_size) if self.submitted_size else []
+        self._submit([SubmitCheckpointRoot(run_id=self.run_id, root=self.tree.root(), size=size,
+                                           consistency_proof=proof)], f"submit the root of size {size}")
+        self.submitted_size = size
+        self.transcript.append("root", {"size": size, "root": self.tree.root()})
+
+    # --- training -------------------------------------------------------------------------
+    def train(self, steps: int | None = None) -> None:
+        """Train up to step `steps` (default: the spec's), committing as it goes."""
+        from oracle.step import step
+
+        last = self.spec.steps if steps is None else min(steps, self.spec.steps)
+        first = self.state.step + 1
+        rng = range(first, last + 1)
+        if self.progress:
+            from tqdm import tqdm
+
+            rng = tqdm(rng, desc="train", unit="step", file=sys.stderr, initial=first - 1, total=last)
+        for t in rng:
+            self.state, loss = step(self.state, self.batch(t), self.spec, t)
+            leaf = step_leaf(t, self.state.digest(), loss_bits(loss))
+            if self.store.should_keep(t, self.spec.steps):
+                self.store.save_state(self.state)
+            self.store.append_leaf(leaf)
+            self.tree.append(leaf)
+            self.transcript.append("step", {"t": t, "leaf": leaf})
+            if self.transport is not None and (t % self.root_every == 0 or t == self.spec.steps):
+                self.submit_root()
+            if self.progress and hasattr(rng, "set_postfix"):
+                rng.set_postfix(loss=f"{float(loss):.4f}")
+
+    # --- challenges -----------------------------------------------------------------------
+    def poll(self) -> bool:
+        """Apply new finalized blocks; open each new challenge of this run. True once all resolved."""
+        for ev in self._sync():
+            name = type(ev).__name__
+            if getattr(ev, "run_id", None) != self.run_id:
+                continue
+            if name == "ChallengeIssued":
+                self.issued[ev.challenge_id] = ev.step
+                if ev.challenge_id not in self.answered:
+                    self.answer(ev)
+            elif name == "ChallengeResolved":
+                self.resolved[ev.challenge_id] = ev.verdict
+                self._log(f"challenge {ev.challenge_id.hex()[:16]} (step {ev.step}) resolved: {ev.verdict} "
+                          f"({ev.reason})")
+                self.transcript.append("verdict", {"challenge_id": ev.challenge_id, "step": ev.step,
+                                                   "verdict": ev.verdict})
+        return bool(self.issued) and set(self.issued) <= set(self.resolved)
+
+    def opening_for(self, step: int, size: int, root: bytes | None = None) -> tuple[bytes, bytes]:
+        """(digest, file bytes) of the opening of `step` for the tree of `size` leaves."""
+        from challenges.opening import build_opening, opening_digest
+
+        pre = self.store.state(step - 1, progress=self.progress)
+        data = build_opening(spec=self.spec, run_id=self.run_id, step=step, pre_state=pre, dataset=self.dataset,
+                             schedule=self.schedule, leaves=self.store.leaves, size=size, root=root)
+        return opening_digest(data), data
+
+    def answer(self, ev: Any) -> bytes:
+        """Build and store the opening of a ChallengeIssued event, then submit_opening (and the bucket)."""
+        from chain.calls import DeclareWitnessNormBucket, SubmitOpening
+
+        t, size = ev.step, ev.size
+        d, data = self.opening_for(t, size, ev.root)
+        self.store.put_opening(d, data)
+        leaves = self.store.leaves
+        proof = merkle.MerkleTree.from_leaves(leaves[:size]).inclusion_proof(t)
+        calls: list[Any] = [SubmitOpening(challenge_id=ev.challenge_id, opening_digest=d,
+                                          uri=f"{self.endpoint}/openings/{d.hex()}", leaf=leaves[t],
+                                          leaf_proof=proof)]
+        if ev.mode == "bucket":
+            from oracle.norm_bucket import norm_bucket
+
+            bucket = norm_bucket(self.store.state(t - 1), self.store.state(t))
+            calls.append(DeclareWitnessNormBucket(challenge_id=ev.challenge_id, bucket=bucket))
+        self._submit(calls, f"open step {t}")
+        self.answered[ev.challenge_id] = d
+        self.transcript.append("opening", {"challenge_id": ev.challenge_id, "step": t, "digest": d})
+        self._log(f"challenge {ev.challenge_id.hex()[:16]}: opened step {t} as {d.hex()[:16]}")
+        return d
+
+    def follow(self, *, poll: float = 1.0, timeout: float | None = None,
+               stop: Callable[[], bool] | None = None) -> dict[bytes, str]:
+        """Answer challenges until every challenge of the run is resolved (or timeout/stop)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.poll():
+            if stop is not None and stop():
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                raise TrainerError(f"challenges of run {self.run_id.hex()[:16]} not resolved within {timeout:.0f} s")
+            time.sleep(poll)
+        return dict(self.resolved)
+
+    def run(self, *, follow: bool = True, **follow_kw: Any) -> dict[bytes, str]:
+        """prepare, register, train, submit the final root, then (optionally) answer challenges."""
+        self.prepare()
+        if self.transport is not None:
+            self.register()
+        self.train()
+        if self.transport is not None:
+            self.submit_root()
+            if follow:
+                return self.follow(**follow_kw)
+        return {}
+
+    def close(self) -> None:
+        if self.transcript is not None:
+            self.transcript.close()
+
+    def __enter__(self) -> Trainer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_run_dir(run_dir: str | os.PathLike[str]) -> tuple[CheckpointStore, dict[str, Any]]:
+    """A run directory's store and metadata (for the prover and tools); refuses a directory without a run."""
+    p = Path(run_dir)
+    if not (p / "meta.cbor").exists():
+        raise TrainerError(f"{p}: not a run directory (no meta.cbor)")
+    store = CheckpointStore(p)
+    meta = store.read_meta()
+    assert meta is not None
+    store.keep_every = meta.get("keep_every", store.keep_every)
+    return store, meta
+
+
+__all__ = ["DEFAULT_ENDPOINT", "Trainer", "TrainerError", "open_run_dir", "run_schedule", "substitute_indices"]
