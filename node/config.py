@@ -43,6 +43,7 @@ class ChainSection(_Section):
     url: str = "dev:///pot-chain.db"
     account: str = ""  # dev chains: the account name; Substrate: the key comes from the secrets file
     kind: Literal["remark", "pallet"] = "remark"
+    start_block: int = Field(0, ge=0)  # a fresh database follows the chain from the block after this
     poll_s: float = Field(0.5, gt=0, le=60)
     watchdog_s: float = Field(60.0, gt=0)
     rpc_timeout_s: float = Field(30.0, gt=0)

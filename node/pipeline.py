@@ -1,0 +1,256 @@
+"""The work of one challenge, stage by stage, without the database: fetch, validate, loss checks,
+replay (in a separate process), witness value. The daemon persists each stage's result.
+
+Refusal rule: an opening the node cannot use still gets a witness, so the node takes part. Its
+value is refused_value_hash(challenge_id, reason_class) = digest("pot/witness-refused/v1",
+challenge_id, reason_class) with norm bucket REFUSED_BUCKET; every honest node that refuses for
+the same class reveals the same value, and it can never equal H(leaf t) of a real leaf.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from commitments.hashing import digest
+
+REFUSED_DOMAIN = "pot/witness-refused/v1"
+REFUSED_BUCKET = -(2**31)
+# Reason classes, coarse on purpose: nodes that refuse for the same cause must cluster.
+REFUSAL_CLASSES = ("unavailable", "too_large", "malformed", "invalid", "replay_failed")
+
+
+def refused_value_hash(challenge_id: bytes, reason_class: str) -> bytes:
+    if reason_class not in REFUSAL_CLASSES:
+        raise ValueError(f"unknown refusal class {reason_class!r}; known: {', '.join(REFUSAL_CLASSES)}")
+    return digest(REFUSED_DOMAIN, bytes(challenge_id), reason_class)
+
+
+def fetch_refusal_class(kind: str) -> str:
+    """FetchError kinds to refusal classes: a too-large file is the miner's fault, like no file."""
+    return "too_large" if kind == "too_large" else "unavailable"
+
+
+@dataclass(frozen=True)
+class ChainFacts:
+    """What the chain says about a challenge's run: validate_opening's keyword arguments."""
+
+    expected_digest: bytes
+    run_id: bytes
+    step: int
+    spec_digest: bytes
+    dataset_hash: bytes
+    schedule_commitment: bytes
+    initial_hash: bytes
+    root: bytes
+    size: int
+
+    def kwargs(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class StageOutcome:
+    """One stage's result: ok, or a refusal (class + reason); with its start and end times."""
+
+    stage: str
+    started_at: float
+    finished_at: float = 0.0
+    ok: bool = True
+    refusal_class: str | None = None
+    reason: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+def stage_fetch(*, uri: str, endpoint: str, run_id: bytes, dest: Path, leaves_dest: Path, max_opening_bytes: int,
+                max_leaves_bytes: int, policy, stop=None) -> StageOutcome:
+    """Download the opening to `dest` and the run's leaf list to `leaves_dest` (best effort)."""
+    from node.fetch import FetchError, fetch_bytes, fetch_to_file, resolve_uri
+
+    out = StageOutcome("fetch", time.time())
+    try:
+        url = resolve_uri(uri, endpoint)
+        out.data["url"] = url
+        out.data["bytes"] = fetch_to_file(url, dest, max_bytes=max_opening_bytes, policy=policy, stop=stop)
+    except FetchError as exc:
+        out.ok, out.refusal_class, out.reason = False, fetch_refusal_class(exc.kind), exc.reason
+        out.finished_at = time.time()
+        return out
+    # The leaf list only feeds the secondary checks: its absence is a finding, not a refusal.
+    try:
+        leaves_url = resolve_uri(f"runs/{run_id.hex()}/leaves", endpoint)
+        data = fetch_bytes(leaves_url, max_bytes=max_leaves_bytes, policy=policy)
+        tmp = leaves_dest.with_name(leaves_dest.name + ".tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, leaves_dest)
+        out.data["leaves_bytes"] = len(data)
+    except FetchError as exc:
+        out.data["leaves_error"] = exc.reason
+    out.finished_at = time.time()
+    return out
+
+
+def stage_validate(path: Path, facts: ChainFacts, *, max_bytes: int) -> StageOutcome:
+    """load_opening + validate_opening: every cheap check before any compute."""
+    from challenges.opening import OpeningRefused, load_opening, validate_opening
+
+    out = StageOutcome("validate", time.time())
+    try:
+        opening = load_opening(path, max_bytes=max_bytes)
+    except OpeningRefused as exc:
+        out.ok, out.refusal_class, out.reason = False, "malformed", exc.reason
+    else:
+        try:
+            validate_opening(opening, **facts.kwargs())
+        except OpeningRefused as exc:
+            out.ok, out.refusal_class, out.reason = False, "invalid", exc.reason
+    out.finished_at = time.time()
+    return out
+
+
+def stage_losschecks(leaves_path: Path, *, root: bytes, size: int, config) -> StageOutcome:
+    """Verify the served leaves against the root, then run the loss checks on their losses."""
+    from challenges.losschecks import run_loss_checks
+    from challenges.opening import LeavesRefused, committed_losses, verify_leaves
+
+    out = StageOutcome("losschecks", time.time())
+    if not leaves_path.exists():
+        out.data = {"ok": False, "error": "the prover did not serve the run's leaves", "findings": []}
+    else:
+        try:
+            leaves = verify_leaves(leaves_path.read_bytes(), root, size)
+            out.data = run_loss_checks(committed_losses(leaves), config).to_dict()
+        except LeavesRefused as exc:
+            out.data = {"ok": False, "error": exc.reason, "findings": []}
+    out.finished_at = time.time()
+    return out
+
+
+# --- replay in separate processes ----------------------------------------------------------------
+
+
+def replay_file(path: str, facts: dict[str, Any], max_bytes: int) -> dict[str, Any]:
+    """Validate again (objects do not cross processes) and replay; a picklable message."""
+    from challenges.replay import verify_opening_file
+
+    started = time.time()
+    ok, reason, result = verify_opening_file(path, max_bytes=max_bytes, **facts)
+    return {"ok": True, "matches": ok, "reason": reason, "started_at": started, "finished_at": time.time(),
+            "result": None if result is None else {
+                "leaf": result.leaf, "state_digest": result.state_digest, "loss_bits": result.loss_bits,
+                "value_hash": result.value_hash, "norm_bucket": result.norm_bucket}}
+
+
+def _worker_main(conn, threads: int) -> None:
+    """A warm replay worker: imports the oracle once, then replays one job at a time."""
+    import signal as _signal
+
+    _signal.signal(_signal.SIGINT, _signal.SIG_IGN)  # the parent decides when workers stop
+    import torch
+
+    torch.set_num_threads(max(1, threads))
+    import challenges.replay  # noqa: F401  (warm the imports before the first job)
+
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, OSError):
+            return
+        if job is None:
+            return
+        try:
+            msg = replay_file(*job)
+        except BaseException as exc:  # the parent needs a reason, whatever went wrong
+            msg = {"ok": False, "reason": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-4000:]}
+        try:
+            conn.send(msg)
+        except (BrokenPipeError, OSError):
+            return
+
+
+class _Worker:
+    def __init__(self, ctx, threads: int) -> None:
+        self.conn, child = ctx.Pipe(duplex=True)
+        self.proc = ctx.Process(target=_worker_main, args=(child, threads), daemon=True, name="pot-replay")
+        self.proc.start()
+        child.close()
+        self.key: bytes | None = None
+        self.started = 0.0
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.join(5)
+        self.conn.close()
+
+
+class ReplayPool:
+    """`workers` warm replay processes (spawned, oracle imported); a hung one is killed and replaced."""
+
+    def __init__(self, workers: int, timeout_s: float, *, threads_per_worker: int = 1) -> None:
+        self.timeout_s = timeout_s
+        self.threads = threads_per_worker
+        self._ctx = multiprocessing.get_context("spawn")
+        self._workers = [_Worker(self._ctx, threads_per_worker) for _ in range(workers)]
+
+    def free(self) -> int:
+        return sum(w.key is None for w in self._workers)
+
+    def running(self, key: bytes) -> bool:
+        return any(w.key == key for w in self._workers)
+
+    def start(self, key: bytes, path: Path, facts: ChainFacts, *, max_bytes: int) -> None:
+        worker = next(w for w in self._workers if w.key is None)
+        worker.conn.send((str(path), facts.kwargs(), max_bytes))
+        worker.key, worker.started = key, time.monotonic()
+
+    def poll(self) -> list[tuple[bytes, dict[str, Any]]]:
+        """Finished (or failed, or timed-out) replays: [(key, message)]."""
+        done = []
+        for i, w in enumerate(self._workers):
+            if w.key is None:
+                if not w.proc.is_alive():
+                    self._workers[i] = _Worker(self._ctx, self.threads)
+                continue
+            msg = None
+            replace = False
+            if w.conn.poll():
+                try:
+                    msg = w.conn.recv()
+                except (EOFError, OSError):
+                    msg, replace = {"ok": False, "reason": f"replay worker died (exit code {w.proc.exitcode})"}, True
+            elif not w.proc.is_alive():
+                msg, replace = {"ok": False, "reason": f"replay worker died (exit code {w.proc.exitcode})"}, True
+            elif time.monotonic() - w.started > self.timeout_s:
+                msg, replace = {"ok": False, "timeout": True,
+                                "reason": f"replay took longer than {self.timeout_s:g} s"}, True
+            if msg is None:
+                continue
+            done.append((w.key, msg))
+            w.key = None
+            if replace:
+                w.kill()
+                self._workers[i] = _Worker(self._ctx, self.threads)
+        return done
+
+    def shutdown(self) -> None:
+        for w in self._workers:
+            if w.key is None and w.proc.is_alive():
+                try:
+                    w.conn.send(None)
+                except (BrokenPipeError, OSError):
+                    pass
+                w.proc.join(2)
+            if w.proc.is_alive():
+                w.kill()
+        self._workers = []
+
+
+__all__ = [
+    "REFUSAL_CLASSES", "REFUSED_BUCKET", "ChainFacts", "ReplayPool", "StageOutcome", "fetch_refusal_class",
+    "refused_value_hash", "stage_fetch", "stage_losschecks", "stage_validate",
+]
