@@ -91,9 +91,27 @@ class ProtocolParams:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ProtocolParams:
+        """Parameters from a mapping (a snapshot, or an operator's config file).
+
+        Missing keys keep their defaults; unknown keys are refused. quorum_share may be
+        [numerator, denominator], "2/3", or a number.
+        """
+        if not isinstance(d, dict):
+            raise ValueError(f"protocol parameters must be a mapping, got {type(d).__name__}")
         d = dict(d)
-        num, den = d.pop("quorum_share")
-        return cls(quorum_share=Fraction(num, den), **d)
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(
+                f"unknown protocol parameter(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}"
+            )
+        if "quorum_share" in d:
+            q = d["quorum_share"]
+            try:
+                d["quorum_share"] = Fraction(*q) if isinstance(q, (list, tuple)) else Fraction(str(q))
+            except (TypeError, ValueError, ZeroDivisionError):
+                raise ValueError(f"quorum_share must be a fraction such as \"2/3\", got {q!r}") from None
+        return cls(**d)
 
 
 # --- refusals ---------------------------------------------------------------------------------

@@ -412,3 +412,13 @@ def test_blocks_must_advance():
     from chain.transport import Block
     with pytest.raises(ValueError, match="not after"):
         P.on_block(chain.state, Block(1, b"\x00" * 32))
+
+
+def test_params_from_operator_mapping():
+    p = P.ProtocolParams.from_dict({"quorum_share": "2/3", "commit_window": 9})
+    assert p.quorum_share == Fraction(2, 3) and p.commit_window == 9 and p.reveal_window == 4
+    assert P.ProtocolParams.from_dict({"quorum_share": 0.5}).quorum_share == Fraction(1, 2)
+    with pytest.raises(ValueError, match="unknown protocol parameter\\(s\\) comit_window"):
+        P.ProtocolParams.from_dict({"comit_window": 3})
+    with pytest.raises(ValueError, match="quorum_share must be a fraction"):
+        P.ProtocolParams.from_dict({"quorum_share": "most"})

@@ -1,0 +1,183 @@
+"""`pot chain`: run or inspect a dev chain, and print the protocol events of any chain.
+
+Heavy modules load inside the commands so `pot --help` stays fast. Errors an operator can fix
+(bad URL, unreadable file, bad parameters) print one line on stderr and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, add_completion=False,
+                  help="Chains: run a dev chain, print protocol events.")
+
+EXIT_USAGE = 2
+
+
+def _fail(msg: str) -> None:
+    typer.echo(f"error: {msg}", err=True)
+    raise typer.Exit(EXIT_USAGE)
+
+
+def load_params(path: Path | None, transport: Any = None) -> Any:
+    """Protocol parameters: from a TOML file if given, else those a dev chain recorded, else defaults."""
+    import tomllib
+
+    from chain.protocol import ProtocolParams
+
+    if path is not None:
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            _fail(f"{path}: cannot read protocol parameters: {exc.strerror or exc}")
+        except tomllib.TOMLDecodeError as exc:
+            _fail(f"{path}: not valid TOML: {exc}")
+        # Parameters may sit at the top level or under [protocol] of a larger config file.
+        section = data.get("protocol", data)
+        try:
+            return ProtocolParams.from_dict(section)
+        except (TypeError, ValueError) as exc:
+            _fail(f"{path}: {exc}")
+    recorded = getattr(transport, "protocol_params", None)
+    if recorded is not None:
+        params = recorded()
+        if params is not None:
+            return params
+    return ProtocolParams()
+
+
+@app.command("dev")
+def dev(
+    db: Path = typer.Option(..., "--db", help="The dev chain file (created if missing, unless --inspect)."),
+    interval: float = typer.Option(None, "--interval", help="Seal a block every S seconds until stopped."),
+    inspect: bool = typer.Option(False, "--inspect", help="Print the chain's state and check its hashes."),
+    params: Path = typer.Option(None, "--params", help="TOML of protocol parameters to record in the file."),
+    as_json: bool = typer.Option(False, "--json", help="With --inspect: one JSON object."),
+) -> None:
+    """Run a dev chain (instant sealing, or --interval S), or --inspect one."""
+    from chain.dev import DevTransport
+    from chain.transport import TransportError
+
+    if inspect and interval is not None:
+        _fail("--inspect and --interval do not go together: inspect a chain, or run its sealer")
+    if inspect and not db.exists():
+        _fail(f"{db}: no such dev chain file")
+    if interval is not None and not interval > 0:
+        _fail(f"--interval must be a positive number of seconds, got {interval}")
+    try:
+        t = DevTransport(db, sealing=None if inspect else ("interval" if interval else "instant"))
+    except TransportError as exc:
+        _fail(str(exc))
+    if params is not None:
+        t.record_params(load_params(params))
+    url = f"dev://{db.resolve()}"
+    if inspect:
+        _inspect(t, url, as_json)
+        return
+    if interval is None:
+        typer.echo(f"dev chain {url}: instant sealing, head {t.finalized_head()}")
+        return
+    typer.echo(f"dev chain {url}: sealing a block every {interval:g} s (Ctrl-C stops)")
+    try:
+        t.chain.run_sealer(interval)
+    except KeyboardInterrupt:
+        typer.echo(f"stopped at block {t.finalized_head()}")
+    finally:
+        t.close()
+
+
+def _inspect(t: Any, url: str, as_json: bool) -> None:
+    chain = t.chain
+    head = chain.head()
+    recent = []
+    for n in range(max(0, head - 4), head + 1):
+        bhash, _, ts, txs = chain.raw_block(n)
+        recent.append({"number": n, "hash": bhash.hex(), "timestamp": ts / 1000.0, "txs": len(txs)})
+    params = t.protocol_params()
+    problems = chain.verify()
+    info = {
+        "url": url,
+        "sealing": chain.sealing,
+        "head": head,
+        "pending": chain.pending(),
+        "params": params.to_dict() if params is not None else None,
+        "hashes_ok": not problems,
+        "problems": problems,
+        "recent_blocks": recent,
+    }
+    if as_json:
+        typer.echo(json.dumps(info, sort_keys=True))
+    else:
+        typer.echo(f"{url}\n  sealing {info['sealing']}, head {head}, {info['pending']} pending transaction(s)")
+        typer.echo(f"  hashes: {'ok' if not problems else '; '.join(problems)}")
+        typer.echo(f"  params: {'defaults (none recorded)' if params is None else info['params']}")
+        for b in reversed(recent):
+            typer.echo(f"  block {b['number']:>6}  {b['hash'][:16]}  {b['txs']} tx  "
+                       f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(b['timestamp']))} UTC")
+    if problems:
+        raise typer.Exit(1)
+
+
+def _print_event(ev: Any, as_json: bool) -> None:
+    if as_json:
+        typer.echo(ev.to_json())
+    else:
+        d = ev.to_dict()
+        name, block = d.pop("event"), d.pop("block")
+        rest = " ".join(f"{k}={v[:16] if isinstance(v, str) and len(v) == 64 else v}" for k, v in d.items())
+        typer.echo(f"block {block} {name} {rest}")
+    sys.stdout.flush()
+
+
+@app.command("events")
+def events(
+    chain: str = typer.Option(..., "--chain", help="dev:///path/to/chain.db or ws://host:port"),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object per line."),
+    from_block: int = typer.Option(0, "--from", help="Print events from this block on."),
+    follow: bool = typer.Option(False, "--follow", help="Keep printing as blocks are finalized."),
+    params: Path = typer.Option(None, "--params", help="TOML of protocol parameters (default: recorded or built-in)."),
+    poll: float = typer.Option(0.5, "--poll", help="Seconds between polls for new blocks with --follow."),
+) -> None:
+    """Print the protocol events of a chain, derived from its finalized blocks."""
+    from chain.connect import connect
+    from chain.transport import TransportError
+    from chain.view import ChainView
+
+    if from_block < 0:
+        _fail(f"--from must be a block number >= 0, got {from_block}")
+    try:
+        transport = connect(chain)
+    except TransportError as exc:
+        _fail(str(exc))
+    view = ChainView(transport, load_params(params, transport), keep_events=False)
+    failures = 0
+    try:
+        while True:
+            try:
+                # The whole chain is replayed (the state needs it); only events from --from print.
+                for ev in view.sync():
+                    if ev.block >= from_block:
+                        _print_event(ev, as_json)
+                failures = 0
+            except TransportError as exc:
+                if not follow:
+                    _fail(str(exc))
+                failures += 1
+                delay = min(30.0, poll * 2 ** min(failures, 6)) * random.uniform(0.5, 1.5)
+                typer.echo(f"warning: {exc}; retrying in {delay:.1f} s", err=True)
+                time.sleep(delay)
+                continue
+            if not follow:
+                return
+            time.sleep(poll)
+    except KeyboardInterrupt:
+        return
+    finally:
+        transport.close()

@@ -1,0 +1,139 @@
+"""`pot chain dev` and `pot chain events`, through the real `pot` app."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from chain.dev import DevTransport
+from chain.protocol import ProtocolParams
+from node.cli import app
+from tests.chain.runs import SyntheticRun
+
+REPO = Path(__file__).resolve().parents[2]
+runner = CliRunner()
+
+
+def pot(*args):
+    return runner.invoke(app, ["chain", *args])
+
+
+def chain_with_events(path):
+    run = SyntheticRun()
+    miner = DevTransport(path, "miner")
+    miner.submit([run.register()])
+    miner.submit([run.submit_root(4)])
+    miner.submit([run.submit_root(2)])  # refused
+    return run
+
+
+def test_dev_creates_and_inspects(tmp_path):
+    db = tmp_path / "c.db"
+    params = tmp_path / "params.toml"
+    params.write_text('[protocol]\ncommit_window = 7\nquorum_share = "2/3"\n')
+    r = pot("dev", "--db", str(db), "--params", str(params))
+    assert r.exit_code == 0, r.output
+    assert "instant sealing, head 0" in r.output
+    chain_with_events(db)
+    r = pot("dev", "--db", str(db), "--inspect", "--json")
+    assert r.exit_code == 0, r.output
+    info = json.loads(r.output)
+    assert info["head"] == 3 and info["hashes_ok"] and info["sealing"] == "instant"
+    assert info["params"]["commit_window"] == 7 and info["params"]["quorum_share"] == [2, 3]
+    assert [b["number"] for b in info["recent_blocks"]] == [0, 1, 2, 3]
+    r = pot("dev", "--db", str(db), "--inspect")
+    assert r.exit_code == 0 and "hashes: ok" in r.output and "block      3" in r.output
+
+
+def test_dev_refusals(tmp_path):
+    r = pot("dev", "--db", str(tmp_path / "missing.db"), "--inspect")
+    assert r.exit_code == 2 and "no such dev chain file" in r.output
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"x" * 4096)
+    r = pot("dev", "--db", str(junk))
+    assert r.exit_code == 2 and "not a usable dev chain file" in r.output
+    bad = tmp_path / "bad.toml"
+    bad.write_text("comit_window = 3\n")
+    r = pot("dev", "--db", str(tmp_path / "c.db"), "--params", str(bad))
+    assert r.exit_code == 2 and "unknown protocol parameter(s) comit_window" in r.output
+    r = pot("dev", "--db", str(tmp_path / "c.db"), "--interval", "0")
+    assert r.exit_code == 2 and "positive" in r.output
+
+
+def test_events_json_lines(tmp_path):
+    db = tmp_path / "c.db"
+    run = chain_with_events(db)
+    r = pot("events", "--chain", f"dev://{db}", "--json")
+    assert r.exit_code == 0, r.output
+    lines = [json.loads(x) for x in r.output.splitlines()]
+    assert [d["event"] for d in lines] == ["RunRegistered", "CheckpointRootUpdated", "CallRefused"]
+    assert lines[0]["run_id"] == run.run_id.hex() and lines[0]["block"] == 1
+    assert lines[2]["refusal"] == "RootNotAppendOnly"
+    r = pot("events", "--chain", f"dev://{db}", "--json", "--from", "2")
+    assert [json.loads(x)["block"] for x in r.output.splitlines()] == [2, 3]
+    r = pot("events", "--chain", f"dev://{db}")
+    assert r.output.splitlines()[0].startswith("block 1 RunRegistered run_id=")
+
+
+def test_events_use_recorded_params(tmp_path):
+    db = tmp_path / "c.db"
+    t = DevTransport(db, "miner")
+    t.record_params(ProtocolParams(challenge_delay=1, forced_challenge_steps=(7,)))
+    run = SyntheticRun()
+    t.submit([run.register()])
+    t.submit([run.submit_full_root()])
+    t.seal()
+    r = pot("events", "--chain", f"dev://{db}", "--json")
+    issued = [json.loads(x) for x in r.output.splitlines() if '"ChallengeIssued"' in x]
+    assert len(issued) == 1 and issued[0]["step"] == 7 and issued[0]["block"] == 3
+
+
+def test_events_refusals(tmp_path):
+    r = pot("events", "--chain", "http://example:80")
+    assert r.exit_code == 2 and "unsupported chain URL" in r.output
+    r = pot("events", "--chain", f"dev://{tmp_path}/c.db", "--from", "-1")
+    assert r.exit_code == 2
+
+
+def _spawn(*args):
+    return subprocess.Popen([sys.executable, "-m", "node.cli", "chain", *args], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def test_interval_sealer_and_follow_processes(tmp_path):
+    db = tmp_path / "c.db"
+    sealer = _spawn("dev", "--db", str(db), "--interval", "0.1")
+    follower = None
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (not db.exists() or DevTransport(db).finalized_head() < 3):
+            time.sleep(0.1)
+        miner = DevTransport(db, "miner")
+        assert miner.chain.sealing == "interval" and miner.finalized_head() >= 3
+        follower = _spawn("events", "--chain", f"dev://{db}", "--json", "--follow", "--poll", "0.1")
+        run = SyntheticRun()
+        receipt = miner.submit([run.register()], timeout=20)
+        line = json.loads(follower.stdout.readline())
+        assert line["event"] == "RunRegistered" and line["block"] == receipt.block_number
+    finally:
+        for p in (follower, sealer):
+            if p is not None:
+                p.send_signal(signal.SIGINT)
+        for p in (follower, sealer):
+            if p is not None:
+                try:
+                    p.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+    assert sealer.returncode == 0, sealer.stderr.read()
+    assert follower.returncode == 0, follower.stderr.read()
+    assert DevTransport(db).chain.verify() == []
