@@ -7,12 +7,14 @@ snapshot file (written atomically) so a restarted follower resumes where it stop
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from chain.protocol import (
+    CallRefused,
     Event,
     ProtocolParams,
     ProtocolState,
@@ -26,6 +28,7 @@ from commitments import cbor
 from commitments.errors import CommitmentError
 
 SNAPSHOT_DOMAIN = "pot/chain-view/v1"
+log = logging.getLogger(__name__)
 
 
 class ChainView:
@@ -53,7 +56,13 @@ class ChainView:
             raise ValueError(f"block {block.number} does not follow the cursor {self.cursor}")
         events = on_block(self.state, block)
         for origin, call in block.calls:
-            events += apply_recorded(self.state, call, origin, block)
+            try:
+                events += apply_recorded(self.state, call, origin, block)
+            except Exception as exc:  # a protocol bug must not stop the node at this block forever
+                log.exception("block %d: call from %s failed inside the protocol", block.number, origin)
+                name = getattr(call, "NAME", type(call).__name__)
+                events.append(CallRefused(block.number, origin, name, "ProtocolError",
+                                          f"internal protocol error: {type(exc).__name__}: {exc}"))
         self.cursor, self.cursor_hash = block.number, block.hash
         if self.keep_events:
             self.events += events

@@ -93,3 +93,15 @@ def test_snapshot_refusals(tmp_path):
         ChainView.load(miner, snap, PARAMS)
     missing = ChainView.load(miner, tmp_path / "none.cbor", PARAMS)
     assert missing.cursor == 0
+
+
+def test_a_call_that_breaks_the_protocol_is_recorded_not_fatal(tmp_path):
+    from chain.calls import CommitWitness
+
+    t = DevTransport(tmp_path / "c.db", "miner")
+    view = ChainView(t, PARAMS)
+    broken = object.__new__(CommitWitness)  # no fields: the handler fails with AttributeError
+    events = view.process(Block(1, bytes(32), (("v1", broken),)))
+    (ev,) = events
+    assert isinstance(ev, P.CallRefused) and ev.refusal == "ProtocolError" and "AttributeError" in ev.reason
+    assert view.cursor == 1
