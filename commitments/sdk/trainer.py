@@ -233,7 +233,7 @@ class Trainer:
         self._submit([SubmitCheckpointRoot(run_id=self.run_id, root=self.tree.root(), size=size,
                                            consistency_proof=proof)], f"submit the root of size {size}")
         self.submitted_size = size
-        self.transcript.append("root", {"size": size, "root": self.tree.root()})
+        self.transcript.append("checkpoint-root", {"size": size, "root": self.tree.root()})
 
     # --- training -------------------------------------------------------------------------
     def train(self, steps: int | None = None) -> None:
