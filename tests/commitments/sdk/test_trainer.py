@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from chain.calls import CommitWitness, RevealWitnessValue
+from chain.dev import DevTransport
+from chain.protocol import ProtocolParams, RunRegistered
+from chain.view import ChainView
 from challenges.opening import load_opening, validate_opening
 from challenges.replay import replay
 from challenges.verdict import FRAUD, HONEST
 from challenges.witness import new_salt, witness_commitment
-from chain.calls import CommitWitness, RevealWitnessValue
-from chain.dev import DevTransport
-from chain.protocol import ProtocolParams
-from chain.view import ChainView
 from commitments import merkle
 from commitments.dataset import Dataset
 from commitments.sdk.trainer import Trainer, TrainerError
@@ -49,7 +49,7 @@ def witness(path, trainer, miner):
     """Two verifiers fetch the opening, validate it against the chain, replay, commit and reveal."""
     view = ChainView(miner, PARAMS)
     view.sync()
-    (reg,) = [e for e in view.of(__import__("chain.protocol", fromlist=["RunRegistered"]).RunRegistered)
+    (reg,) = [e for e in view.of(RunRegistered)
               if e.run_id == trainer.run_id]
     (opened,) = [e for e in view.events if type(e).__name__ == "OpeningSubmitted"]
     (issued,) = [e for e in view.events if type(e).__name__ == "ChallengeIssued"]
