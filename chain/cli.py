@@ -144,6 +144,8 @@ def events(
     follow: bool = typer.Option(False, "--follow", help="Keep printing as blocks are finalized."),
     params: Path = typer.Option(None, "--params", help="TOML of protocol parameters (default: recorded or built-in)."),
     poll: float = typer.Option(0.5, "--poll", help="Seconds between polls for new blocks with --follow."),
+    kind: str = typer.Option("remark", "--kind", help="Substrate chains: 'remark' or 'pallet' transport."),
+    key: str = typer.Option(None, "--key", help="Substrate chains: key URI to connect with (never signs here)."),
 ) -> None:
     """Print the protocol events of a chain, derived from its finalized blocks."""
     from chain.connect import connect
@@ -153,8 +155,9 @@ def events(
     if from_block < 0:
         _fail(f"--from must be a block number >= 0, got {from_block}")
     try:
-        transport = connect(chain)
-    except TransportError as exc:
+        # Reading never signs; Substrate transports still want a key, so a dev one stands in.
+        transport = connect(chain, key=key or "//Alice", kind=kind)
+    except (TransportError, ValueError) as exc:  # bad URL, unreachable node, unusable key
         _fail(str(exc))
     view = ChainView(transport, load_params(params, transport), keep_events=False)
     failures = 0

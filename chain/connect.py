@@ -45,6 +45,7 @@ def connect(url: str, *, account: str | None = None, key: str | None = None, **o
     if scheme == "dev":
         from chain.dev import DevTransport
 
+        opts.pop("kind", None)  # one option set serves every URL; dev has a single kind
         path, query = parse_dev_url(url)
         sealing = opts.pop("sealing", None) or query.get("sealing")
         return DevTransport(path, account or DEV_DEFAULT_ACCOUNT, sealing=sealing, **opts)
