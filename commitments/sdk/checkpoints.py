@@ -50,6 +50,53 @@ def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
         os.close(dfd)
 
 
+def _read_leaves(path: Path) -> tuple[list[bytes], list[StepLeaf], int]:
+    """(leaf bytes, parsed leaves, bytes of whole records) of a leaves file; a partial tail is ignored."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot read the leaves: {exc.strerror or exc}") from None
+    if not data.startswith(LEAVES_MAGIC):
+        raise CheckpointError(f"{path}: not a leaves file (bad magic)")
+    raws: list[bytes] = []
+    parsed: list[StepLeaf] = []
+    pos, end = len(LEAVES_MAGIC), len(data)
+    while pos + 2 <= end:
+        (n,) = struct.unpack(">H", data[pos:pos + 2])
+        if pos + 2 + n > end:
+            break
+        raw = data[pos + 2:pos + 2 + n]
+        try:
+            leaf = parse_step_leaf(raw)
+        except CommitmentError as exc:
+            raise CheckpointError(f"{path}: record {len(raws)} is not a step leaf: {exc}") from None
+        if leaf.t != len(raws):
+            raise CheckpointError(f"{path}: record {len(raws)} is the leaf of step {leaf.t}")
+        raws.append(raw)
+        parsed.append(leaf)
+        pos += 2 + n
+    return raws, parsed, pos
+
+
+def read_run_meta(run_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The run metadata of a directory (None when it has none yet)."""
+    p = Path(run_dir) / "meta.cbor"
+    if not p.exists():
+        return None
+    try:
+        obj = cbor.decode(p.read_bytes())
+    except (CommitmentError, OSError) as exc:
+        raise CheckpointError(f"{p}: unreadable run metadata: {exc}") from None
+    if not isinstance(obj, dict) or obj.get("version") != META_VERSION:
+        raise CheckpointError(f"{p}: not {META_VERSION} run metadata")
+    return obj
+
+
+def read_leaves(run_dir: str | os.PathLike[str]) -> list[bytes]:
+    """The leaves of a run directory, read only (a reader never repairs a file a trainer appends to)."""
+    return _read_leaves(Path(run_dir) / "leaves.bin")[0]
+
+
 class CheckpointStore:
     """One run directory. `spec`, `dataset` and `batch_fn` are needed only to regenerate states.
 
@@ -79,15 +126,7 @@ class CheckpointStore:
         return self.dir / "meta.cbor"
 
     def read_meta(self) -> dict[str, Any] | None:
-        if not self.meta_path.exists():
-            return None
-        try:
-            obj = cbor.decode(self.meta_path.read_bytes())
-        except (CommitmentError, OSError) as exc:
-            raise CheckpointError(f"{self.meta_path}: unreadable run metadata: {exc}") from None
-        if not isinstance(obj, dict) or obj.get("version") != META_VERSION:
-            raise CheckpointError(f"{self.meta_path}: not {META_VERSION} run metadata")
-        return obj
+        return read_run_meta(self.dir)
 
     def write_meta(self, meta: dict[str, Any]) -> None:
         atomic_write(self.meta_path, cbor.encode({**meta, "version": META_VERSION}))
@@ -102,30 +141,11 @@ class CheckpointStore:
         if not p.exists():
             atomic_write(p, LEAVES_MAGIC)
             return
-        data = p.read_bytes()
-        if not data.startswith(LEAVES_MAGIC):
-            raise CheckpointError(f"{p}: not a leaves file (bad magic)")
-        pos, end = len(LEAVES_MAGIC), len(data)
-        while pos < end:
-            if pos + 2 > end:
-                break
-            (n,) = struct.unpack(">H", data[pos:pos + 2])
-            if pos + 2 + n > end:
-                break
-            raw = data[pos + 2:pos + 2 + n]
-            try:
-                leaf = parse_step_leaf(raw)
-            except CommitmentError as exc:
-                raise CheckpointError(f"{p}: record {len(self._leaves)} is not a step leaf: {exc}") from None
-            if leaf.t != len(self._leaves):
-                raise CheckpointError(f"{p}: record {len(self._leaves)} is the leaf of step {leaf.t}")
-            self._leaves.append(raw)
-            self._parsed.append(leaf)
-            pos += 2 + n
-        if pos < end:
+        self._leaves, self._parsed, valid = _read_leaves(p)
+        if valid < p.stat().st_size:
             # A crash mid-append leaves a partial record; it was never acknowledged, so cut it.
             with open(p, "r+b") as f:
-                f.truncate(pos)
+                f.truncate(valid)
                 f.flush()
                 os.fsync(f.fileno())
 
@@ -251,4 +271,5 @@ class CheckpointStore:
         return path
 
 
-__all__ = ["CheckpointError", "CheckpointStore", "LEAVES_MAGIC", "META_VERSION", "atomic_write"]
+__all__ = ["CheckpointError", "CheckpointStore", "LEAVES_MAGIC", "META_VERSION", "atomic_write", "read_leaves",
+           "read_run_meta"]

@@ -1,0 +1,118 @@
+"""Prover routes: openings by digest (whole, ranges, limits), the run's leaves, bearer tokens."""
+
+from __future__ import annotations
+
+import socket
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from challenges.opening import load_opening, verify_leaves
+from commitments import merkle
+from commitments.dataset import Dataset
+from commitments.sdk.prover import BackgroundServer, create_app, parse_range
+from commitments.sdk.trainer import Trainer
+from tests.commitments.sdk.helpers import corpus, tiny_spec
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    base = tmp_path_factory.mktemp("prover")
+    spec = tiny_spec(3)
+    tr = Trainer(spec, Dataset.open(corpus(base), spec.sample_len), base / "run", None, progress=False)
+    tr.prepare()
+    tr.train()
+    d, data = tr.opening_for(2, 4)
+    tr.store.put_opening(d, data)
+    tr.close()
+    return base / "run", tr.run_id, d, data, tr.store.leaves
+
+
+def test_healthz_and_whole_opening(run):
+    run_dir, run_id, d, data, _ = run
+    c = TestClient(create_app(run_dir))
+    assert c.get("/healthz").json() == {"ok": True, "run_id": run_id.hex(), "leaves": 4}
+    r = c.get(f"/openings/{d.hex()}")
+    assert r.status_code == 200 and r.content == data
+    assert r.headers["accept-ranges"] == "bytes" and int(r.headers["content-length"]) == len(data)
+    assert load_opening(r.content).digest == d
+    assert c.get(f"/openings/{d.hex().upper()}").content == data
+
+
+def test_range_requests(run):
+    run_dir, _, d, data, _ = run
+    c = TestClient(create_app(run_dir))
+    r = c.get(f"/openings/{d.hex()}", headers={"Range": "bytes=10-99"})
+    assert r.status_code == 206 and r.content == data[10:100]
+    assert r.headers["content-range"] == f"bytes 10-99/{len(data)}"
+    assert c.get(f"/openings/{d.hex()}", headers={"Range": "bytes=-16"}).content == data[-16:]
+    assert c.get(f"/openings/{d.hex()}", headers={"Range": f"bytes={len(data) - 5}-"}).content == data[-5:]
+    # Resuming a download in pieces gives the same file.
+    parts = [c.get(f"/openings/{d.hex()}", headers={"Range": f"bytes={i}-{i + 99_999}"}).content
+             for i in range(0, len(data), 100_000)]
+    assert b"".join(parts) == data
+    for bad in (f"bytes={len(data)}-", "bytes=5-2", "bytes=0-1,4-5", "items=0-1", "bytes=-0"):
+        r = c.get(f"/openings/{d.hex()}", headers={"Range": bad})
+        assert r.status_code == 416, bad
+        assert r.headers["content-range"] == f"bytes */{len(data)}"
+
+
+def test_parse_range():
+    assert parse_range("bytes=0-0", 10) == (0, 0)
+    assert parse_range("bytes=3-100", 10) == (3, 9)
+    assert parse_range("bytes=-100", 10) == (0, 9)
+    assert parse_range("bytes=-", 10) is None
+
+
+def test_unknown_and_malformed_digests(run):
+    run_dir, *_ = run
+    c = TestClient(create_app(run_dir))
+    r = c.get("/openings/" + "ab" * 32)
+    assert r.status_code == 404 and "no opening" in r.json()["error"]
+    r = c.get("/openings/../meta.cbor")
+    assert r.status_code in (400, 404)
+    r = c.get("/openings/xyz")
+    assert r.status_code == 400 and "64-hex-digit" in r.json()["error"]
+
+
+def test_size_limit(run):
+    run_dir, _, d, data, _ = run
+    r = TestClient(create_app(run_dir, max_bytes=len(data) - 1)).get(f"/openings/{d.hex()}")
+    assert r.status_code == 413 and "over this server's limit" in r.json()["error"]
+
+
+def test_leaves(run):
+    run_dir, run_id, _, _, leaves = run
+    c = TestClient(create_app(run_dir))
+    r = c.get(f"/runs/{run_id.hex()}/leaves")
+    assert r.status_code == 200 and r.headers["content-type"] == "application/cbor"
+    got = verify_leaves(r.content, merkle.root(leaves), len(leaves))
+    assert [x.to_bytes() for x in got] == leaves
+    r = c.get(f"/runs/{'00' * 32}/leaves")
+    assert r.status_code == 404
+
+
+def test_bearer_token(run):
+    run_dir, run_id, d, data, _ = run
+    c = TestClient(create_app(run_dir, token="s3cret"))
+    assert c.get("/healthz").status_code == 200
+    for path in (f"/openings/{d.hex()}", f"/runs/{run_id.hex()}/leaves"):
+        assert c.get(path).status_code == 401
+        assert c.get(path, headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert c.get(path, headers={"Authorization": "Bearer s3cret"}).status_code == 200
+
+
+def test_background_server_over_real_http(run):
+    run_dir, _, d, data, _ = run
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    srv = BackgroundServer(run_dir, "127.0.0.1", port, token="t").start()
+    try:
+        r = httpx.get(f"http://127.0.0.1:{port}/openings/{d.hex()}", headers={"Authorization": "Bearer t"},
+                      timeout=10)
+        assert r.status_code == 200 and r.content == data
+    finally:
+        srv.stop()
+    assert not srv.thread.is_alive()
