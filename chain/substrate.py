@@ -144,6 +144,8 @@ class SubstrateClient:
                     if isinstance(err, dict):
                         raise RpcError(what, err.get("code"), str(err.get("message", err))) from None
                     raise RpcError(what, None, str(err)) from None
+                except TransportError:
+                    raise
                 except _RETRYABLE as exc:
                     last = exc
                     self._drop()
@@ -162,6 +164,11 @@ class SubstrateClient:
                         delay,
                     )
                     time.sleep(delay)
+                except Exception as exc:
+                    # An answer we cannot use (or cannot encode for) is reported, never a crash.
+                    raise TransportError(
+                        f"{what} failed against {self.url}: {type(exc).__name__}: {exc}"
+                    ) from None
         raise TransportError(
             f"{what}: {self.url} unreachable after {attempts} attempt(s): {type(last).__name__}: {last}"
         )
@@ -214,7 +221,6 @@ class _SubstrateBase(Transport):
         self._keypair = keypair
         self.era_period = era_period
         self.inclusion_poll = inclusion_poll
-        self._next_nonce: int | None = None
         self._submit_lock = threading.Lock()
         client.ensure_connected()
         self._account = ss58_encode(keypair.public_key, client.ss58_format)
@@ -231,7 +237,10 @@ class _SubstrateBase(Transport):
     def finalized_head(self) -> int:
         h = self.client.rpc("chain_getFinalizedHead", [])
         header = self.client.rpc("chain_getHeader", [h])
-        return int(header["number"], 16)
+        try:
+            return int(header["number"], 16)
+        except (TypeError, KeyError, ValueError):
+            raise TransportError(f"chain_getHeader({h!r}) answered no usable header") from None
 
     def _finalized_hash(self, number: int) -> str:
         head = self.finalized_head()
@@ -313,7 +322,10 @@ class _SubstrateBase(Transport):
     # --- submission ---------------------------------------------------------------------------
 
     def _chain_next_nonce(self) -> int:
-        return int(self.client.rpc("system_accountNextIndex", [self._account]))
+        value = self.client.rpc("system_accountNextIndex", [self._account])
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise TransportError(f"system_accountNextIndex answered {value!r}, not a nonce")
+        return value
 
     def _submit_composed(
         self, compose: Callable[[SubstrateInterface], Any], *, wait: bool, timeout: float
@@ -321,10 +333,12 @@ class _SubstrateBase(Transport):
         """Sign and send one extrinsic (fresh nonce, mortal era), then optionally await finality."""
         deadline = time.monotonic() + timeout
         with self._submit_lock:
+            # The node's next index counts pool transactions too, so it is the truth; a local
+            # floor only lives for one submission, to step past a nonce another sender holds.
+            floor = 0
             for attempt in range(1, 6):
                 head = self.finalized_head()
-                chain_nonce = self._chain_next_nonce()
-                nonce = max(chain_nonce, self._next_nonce or 0)
+                nonce = max(self._chain_next_nonce(), floor)
 
                 def build(si: SubstrateInterface, nonce=nonce, head=head):
                     call = compose(si)
@@ -347,11 +361,11 @@ class _SubstrateBase(Transport):
                         pass
                     elif "stale" in text or "outdated" in text:
                         log.info("nonce %d is stale; refreshing it (attempt %d)", nonce, attempt)
-                        self._next_nonce = None
+                        floor = 0
                         continue
                     elif "priority is too low" in text or exc.code == 1014:
                         log.info("nonce %d is taken in the pool; using the next one", nonce)
-                        self._next_nonce = nonce + 1
+                        floor = nonce + 1
                         continue
                     else:
                         raise TransportError(f"the node rejected the extrinsic: {exc.message}") from None
@@ -366,7 +380,6 @@ class _SubstrateBase(Transport):
                         if time.monotonic() > deadline:
                             raise
                         continue
-                self._next_nonce = nonce + 1
                 receipt = Receipt(tx_hash=tx_hash)
                 if not wait:
                     return receipt
@@ -477,6 +490,16 @@ class RemarkTransport(_SubstrateBase):
                 payloads.append(encode_call(call))
             except CallError as exc:
                 raise TransportError(f"call {i} cannot be encoded: {exc}") from None
+        return self.submit_remarks(payloads, wait=wait, timeout=timeout)
+
+    def submit_payloads(self, payloads: list[bytes], *, wait: bool = True, timeout: float = 60.0) -> Receipt:
+        """Submit already-encoded calls byte for byte (journal re-sends), refusing non-calls."""
+        payloads = [bytes(p) for p in payloads]
+        for i, p in enumerate(payloads):
+            try:
+                decode_call(p)
+            except CallDecodeError as exc:
+                raise TransportError(f"payload {i} is not a protocol call: {exc}") from None
         return self.submit_remarks(payloads, wait=wait, timeout=timeout)
 
     def submit_remarks(

@@ -185,6 +185,15 @@ def test_unfunded_account_is_refused_clearly(chopsticks):  # noqa: F811
         t.close()
 
 
+def test_submit_payloads_sends_exact_bytes_and_refuses_non_calls(pair):
+    a, b = pair
+    payload = encode_call(_commit(7))
+    r = a.submit_payloads([payload, payload])
+    assert b.block(r.block_number).calls == ((a.account, _commit(7)), (a.account, _commit(7)))
+    with pytest.raises(TransportError, match="payload 1 is not a protocol call"):
+        a.submit_payloads([payload, b"pot1junk"])
+
+
 def test_unfinalized_block_is_refused(pair):
     a, _ = pair
     head = a.finalized_head()
