@@ -10,6 +10,8 @@ from typer.testing import CliRunner
 from commitments.dataset import prepare_default_corpus
 from node.cli import app
 
+pytestmark = pytest.mark.usefixtures("single_thread")
+
 SPEC_TOML = """
 profile = "exact-v1"
 steps = 10

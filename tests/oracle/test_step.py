@@ -10,6 +10,8 @@ from commitments.spec import Spec
 from oracle import models
 from oracle.step import StepError, as_batch, init_state, step
 
+pytestmark = pytest.mark.usefixtures("single_thread")
+
 
 def _spec(**over):
     base = {
