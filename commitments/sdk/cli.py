@@ -1,0 +1,219 @@
+"""`pot miner` (train with commitments, serve openings) and `pot recipe` (write/verify run documents).
+
+torch, the chain and the server load inside the commands so `pot --help` stays fast. Exit codes:
+0 success, 1 a check came out negative (a DIFFERENT promise, a fraud verdict), 2 refused input.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+miner_app = typer.Typer(no_args_is_help=True, add_completion=False,
+                        help="Miners: train with commitments, serve openings.")
+recipe_app = typer.Typer(no_args_is_help=True, add_completion=False,
+                         help="Run documents: write and verify promised digests.")
+
+
+def _fail(msg: str, code: int = 2) -> None:
+    typer.echo(f"error: {msg}", err=True)
+    raise typer.Exit(code)
+
+
+def _domain_errors() -> tuple[type[BaseException], ...]:
+    from chain.transport import TransportError
+    from challenges.opening import OpeningRefused
+    from commitments.errors import CommitmentError
+    from commitments.sdk.recipe import RecipeRefused
+    from commitments.sdk.trainer import TrainerError
+    from oracle.state import StateError
+    from oracle.step import StepError
+
+    return (CommitmentError, OpeningRefused, RecipeRefused, TrainerError, TransportError, StateError, StepError,
+            OSError, ValueError)
+
+
+def _open(spec_path: Path, data: Path) -> tuple[Any, Any]:
+    from commitments.dataset import Dataset
+    from commitments.spec import Spec
+
+    spec = Spec.from_toml(spec_path)
+    return spec, Dataset.open(data, spec.sample_len, vocab_size=spec.model.vocab_size)
+
+
+# --- pot miner ----------------------------------------------------------------------------------
+
+
+@miner_app.command()
+def train(
+    spec_path: Path = typer.Option(..., "--spec", help="execution spec (TOML)"),
+    data: Path = typer.Option(..., "--data", help="token corpus (.npy)"),
+    out: Path = typer.Option(..., "--out", help="run directory (states, leaves, transcript, openings)"),
+    chain: str = typer.Option(..., "--chain", help="chain URL: dev:///path/chain.db or ws://host:port"),
+    account: str | None = typer.Option(None, "--account", help="dev-chain account name"),
+    key: str | None = typer.Option(None, "--key", help="Substrate key URI, mnemonic or keystore file"),
+    endpoint: str | None = typer.Option(None, "--endpoint", help="public URL of the prover (default: --host/--port)"),
+    serve: bool = typer.Option(True, "--serve/--no-serve", help="serve openings from this process"),
+    host: str = typer.Option("127.0.0.1", "--host", help="prover bind address"),
+    port: int = typer.Option(8760, "--port", help="prover port"),
+    token: str | None = typer.Option(None, "--token", envvar="POT_PROVER_TOKEN", help="bearer token for the prover"),
+    keep_every: int = typer.Option(10, "--keep-every", min=1, help="keep the full state every K steps"),
+    root_every: int | None = typer.Option(None, "--root-every", min=1, help="submit the root every N steps"),
+    substitute_batch_at: int | None = typer.Option(
+        None, "--substitute-batch-at", min=1,
+        help="FAULT INJECTION (tests, demos): train step T on another batch than the committed one"),
+    follow: bool = typer.Option(True, "--follow/--no-follow", help="answer challenges until they resolve"),
+    timeout: float | None = typer.Option(None, "--timeout", help="give up following after this many seconds"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON summary line"),
+) -> None:
+    """Train with commitments, then answer the run's challenges until they resolve."""
+    server = None
+    trainer = None
+    try:
+        from chain.connect import connect
+        from commitments.sdk.trainer import Trainer
+
+        spec, ds = _open(spec_path, data)
+        transport = connect(chain, account=account, key=key)
+        if serve:
+            from commitments.sdk.prover import BackgroundServer
+
+            out.mkdir(parents=True, exist_ok=True)
+            server = BackgroundServer(out, host, port, token).start()
+        trainer = Trainer(spec, ds, out, transport, endpoint=endpoint or f"http://{host}:{port}",
+                          keep_every=keep_every, root_every=root_every, substitute_batch_at=substitute_batch_at,
+                          progress=not as_json)
+        if substitute_batch_at is not None:
+            typer.echo(f"FAULT INJECTION: step {substitute_batch_at} trains on a substituted batch", err=True)
+        verdicts = trainer.run(follow=follow, timeout=timeout)
+        summary = {"run_id": trainer.run_id.hex(), "root": trainer.tree.root().hex(), "size": trainer.tree.size,
+                   "run_dir": str(out), "openings": {c.hex(): d.hex() for c, d in trainer.answered.items()},
+                   "verdicts": {c.hex(): v for c, v in verdicts.items()}}
+        if as_json:
+            typer.echo(json.dumps(summary))
+        else:
+            typer.echo(f"run {summary['run_id']}: {summary['size'] - 1} steps, root {summary['root']}")
+            for c, v in summary["verdicts"].items():
+                typer.echo(f"challenge {c[:16]}: {v}")
+        if any(v == "fraud" for v in verdicts.values()):
+            raise typer.Exit(1)
+    except _domain_errors() as exc:
+        _fail(str(exc))
+    finally:
+        if trainer is not None:
+            trainer.close()
+        if server is not None:
+            server.stop()
+
+
+@miner_app.command("serve")
+def serve_cmd(
+    run_dir: Path = typer.Argument(..., help="run directory written by `pot miner train`"),
+    host: str = typer.Option("127.0.0.1", "--host"),
+    port: int = typer.Option(8760, "--port"),
+    token: str | None = typer.Option(None, "--token", envvar="POT_PROVER_TOKEN", help="require this bearer token"),
+) -> None:
+    """Serve a run directory's openings and leaves over HTTP."""
+    from commitments.sdk.checkpoints import CheckpointError, read_run_meta
+    from commitments.sdk.prover import serve
+
+    try:
+        meta = read_run_meta(run_dir)
+    except CheckpointError as exc:
+        _fail(str(exc))
+    if meta is None:
+        _fail(f"{run_dir}: not a run directory (no meta.cbor)")
+    typer.echo(f"serving run {meta['run_id'].hex()} on http://{host}:{port}", err=True)
+    serve(run_dir, host, port, token)
+
+
+# --- pot recipe ---------------------------------------------------------------------------------
+
+
+@recipe_app.command("write")
+def recipe_write(
+    spec_path: Path = typer.Option(..., "--spec", help="execution spec (TOML)"),
+    data: Path = typer.Option(..., "--data", help="token corpus (.npy)"),
+    steps: int = typer.Option(..., "--steps", min=1, help="walk this many steps from the seed"),
+    out: Path = typer.Option(..., "--out", help="where to write the document"),
+    key_file: Path | None = typer.Option(None, "--key-file", help="Ed25519 signing key (created if missing)"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON summary line"),
+) -> None:
+    """Walk N steps and write the signed document promising the state digests at chosen steps."""
+    try:
+        from commitments.sdk.checkpoints import atomic_write
+        from commitments.sdk.recipe import load_recipe, write_recipe
+
+        key = None
+        if key_file is not None:
+            from commitments.transcript import load_session_key, save_session_key
+
+            if key_file.exists():
+                key = load_session_key(key_file)
+            else:
+                from nacl.signing import SigningKey
+
+                key = SigningKey.generate()
+                save_session_key(key_file, key)
+        spec, ds = _open(spec_path, data)
+        doc = write_recipe(spec, ds, steps, signing_key=key, progress=not as_json)
+        atomic_write(out, doc)
+        recipe = load_recipe(doc)
+        summary = {"out": str(out), "bytes": len(doc), "digest": recipe.digest.hex(),
+                   "public_key": recipe.public_key.hex(), "promised_steps": [t for t, _ in recipe.promises]}
+        typer.echo(json.dumps(summary) if as_json else
+                   f"wrote {out} ({len(doc)} bytes), promising steps {summary['promised_steps']}")
+    except _domain_errors() as exc:
+        _fail(str(exc))
+
+
+@recipe_app.command("verify")
+def recipe_verify(
+    doc: Path = typer.Argument(..., help="run document written by `pot recipe write`"),
+    data: Path = typer.Option(..., "--data", help="token corpus (.npy)"),
+    expect_key: str | None = typer.Option(None, "--expect-key", help="hex public key the document must be signed by"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON report"),
+) -> None:
+    """Recompute the run from its seed; exit 0 only when every promised digest is EQUAL."""
+    from commitments.sdk.recipe import RecipeRefused, load_recipe, verify_recipe
+
+    def refuse(reason: str) -> None:
+        if as_json:
+            typer.echo(json.dumps({"ok": False, "refused": reason}))
+        _fail(reason)
+
+    try:
+        key = bytes.fromhex(expect_key) if expect_key else None
+    except ValueError:
+        refuse("--expect-key must be hex")
+    try:
+        raw = doc.read_bytes()
+    except OSError as exc:
+        refuse(f"{doc}: cannot read: {exc.strerror or exc}")
+    try:
+        # Tampering is refused here, before the corpus is even opened.
+        recipe = load_recipe(raw, expect_key=key)
+        from commitments.dataset import Dataset
+
+        ds = Dataset.open(data, recipe.spec.sample_len, vocab_size=recipe.spec.model.vocab_size)
+        report = verify_recipe(raw, ds, expect_key=key, progress=not as_json)
+    except RecipeRefused as exc:
+        refuse(str(exc))
+    except _domain_errors() as exc:
+        refuse(str(exc))
+    if as_json:
+        typer.echo(json.dumps(report.as_json()))
+    else:
+        for r in report.results:
+            typer.echo(f"step {r.step:>7}  {r.result:<9}  {r.computed.hex()}")
+        typer.echo("all promises EQUAL" if report.ok else "some promises DIFFERENT", err=True)
+    sys.stdout.flush()
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+__all__ = ["miner_app", "recipe_app"]
