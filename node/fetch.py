@@ -88,7 +88,8 @@ def _one_attempt(client: httpx.Client, url: str, part: Path, max_bytes: int, pol
             f.seek(have)
             f.truncate()
             total = have
-            for chunk in resp.iter_bytes(CHUNK):
+            # Unchunked iteration hands over bytes as they arrive, so a cut keeps what came.
+            for chunk in resp.iter_bytes():
                 total += len(chunk)
                 if total > max_bytes:
                     raise FetchError("too_large", f"GET {url}: more than the cap of {max_bytes} bytes")

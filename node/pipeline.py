@@ -189,22 +189,29 @@ class _Worker:
 
 
 class ReplayPool:
-    """`workers` warm replay processes (spawned, oracle imported); a hung one is killed and replaced."""
+    """Up to `workers` replay processes (spawned on first need, then kept warm with the oracle
+    imported); a hung or dead one is killed and replaced."""
 
     def __init__(self, workers: int, timeout_s: float, *, threads_per_worker: int = 1) -> None:
+        self.workers = workers
         self.timeout_s = timeout_s
         self.threads = threads_per_worker
         self._ctx = multiprocessing.get_context("spawn")
-        self._workers = [_Worker(self._ctx, threads_per_worker) for _ in range(workers)]
+        self._workers: list[_Worker] = []
 
     def free(self) -> int:
-        return sum(w.key is None for w in self._workers)
+        return self.workers - sum(w.key is not None for w in self._workers)
 
     def running(self, key: bytes) -> bool:
         return any(w.key == key for w in self._workers)
 
     def start(self, key: bytes, path: Path, facts: ChainFacts, *, max_bytes: int) -> None:
-        worker = next(w for w in self._workers if w.key is None)
+        worker = next((w for w in self._workers if w.key is None), None)
+        if worker is None:
+            if len(self._workers) >= self.workers:
+                raise RuntimeError("no free replay worker")
+            worker = _Worker(self._ctx, self.threads)
+            self._workers.append(worker)
         worker.conn.send((str(path), facts.kwargs(), max_bytes))
         worker.key, worker.started = key, time.monotonic()
 

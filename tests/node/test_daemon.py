@@ -1,0 +1,153 @@
+"""The daemon as a real process on a live dev chain: it verifies a run, records the timeline, stops
+gracefully, resumes exactly once from its cursor, and refuses chains and databases it does not own."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import sqlalchemy as sa
+
+from chain.calls import CommitWitness, RevealWitnessValue
+from chain.dev import DevTransport
+from chain.protocol import ProtocolParams
+from node.config import load_config, load_secrets
+from node.daemon import StartupError, VerifierNode
+from node.db import chain_cursor, chain_events, challenges, open_database, stage_log, txs
+from tests.node.harness import REPO, Network
+
+pytestmark = pytest.mark.slow
+
+PARAMS = ProtocolParams(commit_window=60, reveal_window=16, opening_deadline=10, challenge_delay=2,
+                        quorum_min_reveals=1, forced_challenge_steps=(7,))
+
+
+def chain_calls(net: Network, origin: str | None = None) -> list[tuple[int, str, object]]:
+    t = DevTransport(net.chain_path, "observer")
+    out = []
+    for n in range(1, t.finalized_head() + 1):
+        out += [(n, o, c) for o, c in t.block(n).calls if origin is None or o == origin]
+    return out
+
+
+def test_node_verifies_an_honest_run_and_resumes_exactly_once(tmp_path, db_url):
+    net = Network(tmp_path, PARAMS, interval=0.5)
+    try:
+        cfg = net.node_config("v1", db_url=db_url)
+        proc = net.start_node("v1", cfg)
+        run = net.start_run(steps=8)
+        assert run.opened.wait(120), "the miner never saw its challenge"
+        view = net.wait_resolved(run.challenge_id, 150)
+        ch = view.state.challenges[run.challenge_id]
+        assert ch.verdict == "honest" and "v1" in ch.reveals
+        time.sleep(1.5)  # let the node ingest the resolution block
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, net.log("v1")[-3000:]
+        assert '"node_stopped"' in net.log("v1")
+
+        engine = open_database(db_url)
+        with engine.connect() as c:
+            job = c.execute(sa.select(challenges)).one()
+            assert (job.stage, job.verdict, job.in_winning_cluster, job.outlier) == ("done", "honest", True, False)
+            assert job.matches_leaf is True and job.step == 7
+            assert json.loads(job.loss_checks)["steps"] == 8
+            stages = [r.stage for r in c.execute(sa.select(stage_log).order_by(stage_log.c.id))]
+            assert stages == ["awaiting_opening", "fetch", "validate", "losschecks", "replay", "witness", "commit",
+                              "reveal", "resolution"]
+            assert all(r.finished_at >= r.started_at for r in c.execute(sa.select(stage_log)))
+            assert {(r.kind, r.state) for r in c.execute(sa.select(txs))} == {("commit", "confirmed"),
+                                                                              ("reveal", "confirmed")}
+            events_before = c.execute(sa.select(sa.func.count()).select_from(chain_events)).scalar()
+            cursor_before = c.execute(sa.select(chain_cursor.c.block)).scalar()
+        mine = chain_calls(net, "v1")
+        assert [type(c) for _, _, c in mine] == [CommitWitness, RevealWitnessValue]
+
+        # A restart resumes after its cursor: no block is applied twice, none is skipped.
+        proc = net.start_node("v1", cfg, init=False)
+        time.sleep(8)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0
+        with engine.connect() as c:
+            cursor_after = c.execute(sa.select(chain_cursor.c.block)).scalar()
+            rows = c.execute(sa.select(chain_events.c.block, chain_events.c.position)).all()
+            names = [json.loads(b)["event"] for (b,) in c.execute(sa.select(chain_events.c.body))]
+        engine.dispose()
+        assert len(rows) == len(set(rows)) >= events_before
+        assert cursor_after > cursor_before
+        # Every event of the chain up to the cursor, each exactly once.
+        v = net.view()
+        upto = [e.NAME for e in v.events if e.block <= cursor_after]
+        assert sorted(names) == sorted(upto)
+        assert names.count("ChallengeResolved") == 1 and names.count("ChallengeIssued") == 1
+
+        # The offline check of the same opening, with the facts read from the chain.
+        opening = next((tmp_path / "served" / "openings").iterdir())
+        out = subprocess.run([sys.executable, "-m", "node.cli", "verify", "opening", str(opening), "--json",
+                              "--chain", net.url, "--challenge", run.challenge_id.hex(), "--config", str(cfg)],
+                             cwd=REPO, capture_output=True, text=True, timeout=240)
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["verdict"] == "verified"
+        assert json.loads(out.stdout)["facts"] == "chain"
+    finally:
+        net.close()
+
+
+def test_run_refuses_an_uninitialised_database(tmp_path):
+    cfg = tmp_path / "n.toml"
+    cfg.write_text(f'[chain]\nurl = "dev:///{tmp_path}/c.db"\naccount = "v1"\n')
+    out = subprocess.run([sys.executable, "-m", "node.cli", "node", "run", "--config", str(cfg)], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "not initialised; run `pot node init" in out.stderr
+    out = subprocess.run([sys.executable, "-m", "node.cli", "node", "init", "--config", str(cfg)], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and json.loads(out.stdout)["ok"] is True
+
+
+def _node(tmp_path, chain_db, env=None):
+    cfg_path = tmp_path / "n.toml"
+    cfg_path.write_text(f'[chain]\nurl = "dev:///{chain_db}"\naccount = "v1"\n')
+    cfg = load_config(cfg_path, env=env or {})
+    engine = open_database(cfg.database_url, init=True)
+    return VerifierNode(cfg, load_secrets(None, env={}), engine), engine
+
+
+def test_start_refuses_parameters_other_than_the_chains(tmp_path):
+    DevTransport(tmp_path / "c.db", "miner").record_params(ProtocolParams(commit_window=9))
+    node, engine = _node(tmp_path, tmp_path / "c.db")
+    with pytest.raises(StartupError, match="chain records protocol parameters"):
+        node.start()
+    engine.dispose()
+
+
+def test_start_refuses_a_database_of_another_chain(tmp_path):
+    a = DevTransport(tmp_path / "a.db", "x")
+    for _ in range(3):
+        a.seal()
+    node, engine = _node(tmp_path, tmp_path / "a.db")
+    node.start()
+    node.ingest()
+    node.shutdown()
+    assert node.view is not None and node.view.cursor == 3
+    b = DevTransport(tmp_path / "b.db", "x")
+    for _ in range(5):
+        b.seal()
+    other, _ = _node(tmp_path, tmp_path / "b.db")
+    with pytest.raises(StartupError, match="belongs to another chain"):
+        other.start()
+    engine.dispose()
+
+
+def test_watchdog_rebuilds_the_connection(tmp_path):
+    env = {"POT_CHAIN_WATCHDOG_S": "0.3"}
+    node, engine = _node(tmp_path, tmp_path / "c.db", env=env)
+    node.start()
+    first = node.transport
+    time.sleep(0.5)
+    node.step()
+    assert node.transport is not first and node.view is not None
+    node.shutdown()
+    engine.dispose()

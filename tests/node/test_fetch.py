@@ -1,0 +1,139 @@
+"""Opening downloads over real HTTP: size caps, retries with backoff, resume by Range, bad URIs."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+
+import pytest
+
+from node.fetch import FetchError, FetchPolicy, fetch_bytes, fetch_to_file, resolve_uri
+
+FAST = FetchPolicy(connect_timeout_s=2, read_timeout_s=2, total_timeout_s=10, attempts=4, backoff_base_s=0.01,
+                   backoff_max_s=0.05)
+BODY = bytes(range(256)) * 1000  # 256 000 bytes
+
+
+class Server:
+    """A file server that can fail its first N requests or cut its first answer short."""
+
+    def __init__(self) -> None:
+        self.fail_first = 0
+        self.cut_first_at: int | None = None
+        self.requests: list[dict] = []
+        outer = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                outer.requests.append({"path": self.path, "range": self.headers.get("Range")})
+                if self.path == "/missing":
+                    self.send_error(404)
+                    return
+                if outer.fail_first > 0:
+                    outer.fail_first -= 1
+                    self.send_error(503)
+                    return
+                start = 0
+                rng = self.headers.get("Range")
+                if rng:
+                    start = int(rng.removeprefix("bytes=").split("-")[0])
+                    self.send_response(206)
+                    self.send_header("Content-Range", f"bytes {start}-{len(BODY) - 1}/{len(BODY)}")
+                else:
+                    self.send_response(200)
+                self.send_header("Content-Length", str(len(BODY) - start))
+                self.end_headers()
+                data = BODY[start:]
+                if outer.cut_first_at is not None:
+                    data = data[:outer.cut_first_at]
+                    outer.cut_first_at = None
+                    self.wfile.write(data)
+                    self.wfile.flush()
+                    self.connection.shutdown(2)  # drop the connection mid-body
+                    return
+                self.wfile.write(data)
+
+            def log_message(self, *a):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+
+@pytest.fixture
+def server():
+    s = Server()
+    yield s
+    s.httpd.shutdown()
+
+
+def test_streams_to_disk_atomically(server, tmp_path):
+    dest = tmp_path / "o" / "x.opening"
+    assert fetch_to_file(server.url + "/f", dest, max_bytes=10**6, policy=FAST) == len(BODY)
+    assert dest.read_bytes() == BODY
+    assert not (tmp_path / "o" / "x.opening.part").exists()
+
+
+def test_size_cap_refuses_without_retrying(server, tmp_path):
+    with pytest.raises(FetchError) as exc:
+        fetch_to_file(server.url + "/f", tmp_path / "x", max_bytes=1000, policy=FAST)
+    assert exc.value.kind == "too_large" and "cap is 1000" in exc.value.reason
+    assert len(server.requests) == 1
+    assert not (tmp_path / "x").exists()
+
+
+def test_transient_errors_are_retried(server, tmp_path):
+    server.fail_first = 2
+    assert fetch_to_file(server.url + "/f", tmp_path / "x", max_bytes=10**6, policy=FAST) == len(BODY)
+    assert len(server.requests) == 3
+
+
+def test_gives_up_after_the_last_attempt(server, tmp_path):
+    server.fail_first = 10
+    with pytest.raises(FetchError) as exc:
+        fetch_to_file(server.url + "/f", tmp_path / "x", max_bytes=10**6, policy=FAST)
+    assert exc.value.kind == "http_status" and "503" in exc.value.reason
+    assert len(server.requests) == FAST.attempts
+
+
+def test_404_is_not_retried(server, tmp_path):
+    with pytest.raises(FetchError, match="HTTP 404"):
+        fetch_to_file(server.url + "/missing", tmp_path / "x", max_bytes=10**6, policy=FAST)
+    assert len(server.requests) == 1
+
+
+def test_cut_download_resumes_with_range(server, tmp_path):
+    server.cut_first_at = 100_000
+    assert fetch_to_file(server.url + "/f", tmp_path / "x", max_bytes=10**6, policy=FAST) == len(BODY)
+    assert (tmp_path / "x").read_bytes() == BODY
+    assert server.requests[0]["range"] is None
+    assert server.requests[1]["range"] is not None and server.requests[1]["range"].startswith("bytes=")
+
+
+def test_unreachable_host(tmp_path):
+    with pytest.raises(FetchError) as exc:
+        fetch_to_file("http://127.0.0.1:9/x", tmp_path / "x", max_bytes=10, policy=FAST)
+    assert exc.value.kind == "unreachable"
+
+
+def test_fetch_bytes_cap(server):
+    assert fetch_bytes(server.url + "/f", max_bytes=10**6, policy=FAST) == BODY
+    with pytest.raises(FetchError, match="cap"):
+        fetch_bytes(server.url + "/f", max_bytes=10, policy=FAST)
+
+
+@pytest.mark.parametrize("uri, endpoint, want", [
+    ("http://h:1/openings/ab", "", "http://h:1/openings/ab"),
+    ("openings/ab", "http://h:1", "http://h:1/openings/ab"),
+    ("/openings/ab", "http://h:1/prover", "http://h:1/prover/openings/ab"),
+])
+def test_resolve_uri(uri, endpoint, want):
+    assert resolve_uri(uri, endpoint) == want
+
+
+@pytest.mark.parametrize("uri", ["file:///etc/passwd", "ftp://h/x", "openings/ab"])
+def test_resolve_uri_refuses_other_schemes(uri):
+    with pytest.raises(FetchError) as exc:
+        resolve_uri(uri, "")
+    assert exc.value.kind == "bad_uri"

@@ -1,0 +1,126 @@
+"""Pipeline stages on real openings: validation refusals, loss checks on served leaves, warm replay
+workers (match, mismatch, timeout), and the refusal witness rule."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from challenges.losschecks import LossCheckConfig
+from challenges.opening import build_opening, encode_leaves, load_opening
+from commitments import merkle
+from commitments.leaves import witness_value_hash
+from node.pipeline import (
+    REFUSAL_CLASSES,
+    ChainFacts,
+    ReplayPool,
+    fetch_refusal_class,
+    refused_value_hash,
+    stage_losschecks,
+    stage_validate,
+)
+from tests.commitments.sdk.helpers import RUN_ID, corpus, tiny_spec, walk
+
+STEP = 3
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("runs")
+    spec = tiny_spec(4)
+    return {"honest": walk(spec, corpus(d)), "fraud": walk(spec, corpus(d), substitute_at=STEP), "dir": d}
+
+
+def opening_file(runs, kind: str, name: str):
+    w = runs[kind]
+    data = build_opening(spec=w.spec, run_id=RUN_ID, step=STEP, pre_state=w.states[STEP - 1], dataset=w.dataset,
+                         schedule=w.schedule, leaves=w.leaves)
+    path = runs["dir"] / name
+    path.write_bytes(data)
+    return path, load_opening(data).digest
+
+
+def facts(w, digest: bytes) -> ChainFacts:
+    return ChainFacts(expected_digest=digest, run_id=RUN_ID, step=STEP, spec_digest=w.spec.digest(),
+                      dataset_hash=w.dataset.dataset_hash, schedule_commitment=w.schedule.commitment,
+                      initial_hash=w.states[0].digest(), root=merkle.root(w.leaves), size=len(w.leaves))
+
+
+def test_refused_value_rule():
+    cid = b"\x01" * 32
+    values = {refused_value_hash(cid, c) for c in REFUSAL_CLASSES}
+    assert len(values) == len(REFUSAL_CLASSES)
+    assert refused_value_hash(cid, "invalid") == refused_value_hash(cid, "invalid")
+    assert refused_value_hash(cid, "invalid") != refused_value_hash(b"\x02" * 32, "invalid")
+    with pytest.raises(ValueError, match="unknown refusal class"):
+        refused_value_hash(cid, "bored")
+    assert fetch_refusal_class("too_large") == "too_large"
+    assert fetch_refusal_class("unreachable") == fetch_refusal_class("http_status") == "unavailable"
+
+
+def test_validate_accepts_honest_and_names_each_refusal(runs):
+    path, digest = opening_file(runs, "honest", "h.opening")
+    w = runs["honest"]
+    assert stage_validate(path, facts(w, digest), max_bytes=10**8).ok
+    bad = stage_validate(path, facts(w, b"\x00" * 32), max_bytes=10**8)
+    assert (bad.ok, bad.refusal_class) == (False, "invalid") and "opening digest" in bad.reason
+    garbage = runs["dir"] / "garbage.opening"
+    garbage.write_bytes(b"not an opening at all")
+    bad = stage_validate(garbage, facts(w, digest), max_bytes=10**8)
+    assert bad.refusal_class == "malformed" and "does not start with" in bad.reason
+    small = stage_validate(path, facts(w, digest), max_bytes=100)
+    assert small.refusal_class == "malformed"
+
+
+def test_losschecks_on_served_leaves(runs, tmp_path):
+    w = runs["honest"]
+    leaves = tmp_path / "leaves.cbor"
+    leaves.write_bytes(encode_leaves(w.leaves))
+    out = stage_losschecks(leaves, root=merkle.root(w.leaves), size=len(w.leaves), config=LossCheckConfig())
+    assert out.data["steps"] == len(w.leaves) - 1 and "findings" in out.data
+    wrong = stage_losschecks(leaves, root=b"\x00" * 32, size=len(w.leaves), config=LossCheckConfig())
+    assert wrong.data["ok"] is False and "committed root" in wrong.data["error"]
+    missing = stage_losschecks(tmp_path / "none.cbor", root=b"\x00" * 32, size=2, config=LossCheckConfig())
+    assert "did not serve" in missing.data["error"]
+
+
+def _wait(pool: ReplayPool, n: int, timeout: float = 240):
+    out = []
+    deadline = time.monotonic() + timeout
+    while len(out) < n and time.monotonic() < deadline:
+        out += pool.poll()
+        time.sleep(0.1)
+    return dict(out)
+
+
+def test_replay_pool_matches_honest_and_catches_the_substituted_batch(runs):
+    hp, hd = opening_file(runs, "honest", "h2.opening")
+    fp, fd = opening_file(runs, "fraud", "f.opening")
+    pool = ReplayPool(2, timeout_s=300)
+    try:
+        pool.start(b"h", hp, facts(runs["honest"], hd), max_bytes=10**8)
+        pool.start(b"f", fp, facts(runs["fraud"], fd), max_bytes=10**8)
+        assert pool.free() == 0 and pool.running(b"h")
+        done = _wait(pool, 2)
+    finally:
+        pool.shutdown()
+    honest, fraud = done[b"h"], done[b"f"]
+    assert honest["ok"] and honest["matches"]
+    assert honest["result"]["value_hash"] == witness_value_hash(runs["honest"].leaves[STEP])
+    assert fraud["ok"] and not fraud["matches"] and "differs" in fraud["reason"]
+    assert fraud["result"]["value_hash"] != witness_value_hash(runs["fraud"].leaves[STEP])
+    # The honest recomputation of step t from the fraud run's pre-state is what honest nodes reveal.
+    assert fraud["result"]["leaf"] != runs["fraud"].leaves[STEP]
+
+
+def test_replay_pool_kills_a_replay_past_its_timeout(runs):
+    hp, hd = opening_file(runs, "honest", "h3.opening")
+    pool = ReplayPool(1, timeout_s=0.2)
+    try:
+        pool.start(b"h", hp, facts(runs["honest"], hd), max_bytes=10**8)
+        done = _wait(pool, 1, timeout=30)
+        assert done[b"h"]["ok"] is False and done[b"h"]["timeout"] is True
+        assert pool.free() == 1  # a fresh worker replaced the killed one
+    finally:
+        pool.shutdown()
