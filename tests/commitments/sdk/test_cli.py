@@ -1,0 +1,89 @@
+"""`pot miner train` as a process on a dev chain: it registers, trains, serves and opens the challenge."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from typer.testing import CliRunner
+
+from chain.dev import DevTransport
+from chain.protocol import ProtocolParams
+from chain.view import ChainView
+from challenges.opening import load_opening
+from challenges.replay import verify_opening_file
+from commitments.sdk.cli import miner_app
+from tests.commitments.sdk.helpers import corpus
+from tests.commitments.sdk.test_recipe import spec_toml
+
+ROOT = Path(__file__).resolve().parents[3]
+PARAMS = ProtocolParams(commit_window=3, reveal_window=3, opening_deadline=6, challenge_delay=1,
+                        quorum_min_reveals=2, forced_challenge_steps=(2,))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_miner_train_process(tmp_path):
+    data = corpus(tmp_path)
+    spec = spec_toml(tmp_path / "spec.toml", steps=3)
+    db = tmp_path / "chain.db"
+    sealer = DevTransport(db, "sealer", sealing="instant")
+    sealer.record_params(PARAMS)
+    port = free_port()
+    cmd = [sys.executable, "-m", "node.cli", "miner", "train", "--spec", str(spec), "--data", str(data),
+           "--out", str(tmp_path / "run"), "--chain", f"dev://{db}", "--account", "miner", "--port", str(port),
+           "--keep-every", "2", "--timeout", "240", "--json"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    fetched = None
+    try:
+        deadline = time.monotonic() + 240
+        view = ChainView(sealer, PARAMS)
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.4)
+            if view.state.runs and (next(iter(view.state.runs.values())).size == 4):
+                sealer.seal()  # the run is complete: make blocks so windows pass
+            for ev in view.sync():
+                if type(ev).__name__ == "OpeningSubmitted" and fetched is None:
+                    r = httpx.get(ev.uri, timeout=10)
+                    assert r.status_code == 200
+                    fetched = r.content
+                    assert load_opening(fetched).digest == ev.opening_digest
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err[-3000:]
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["size"] == 4 and len(summary["openings"]) == 1
+    assert list(summary["verdicts"].values()) == ["inconclusive"]  # nobody witnessed it
+    assert fetched is not None
+    path = tmp_path / "fetched.opening"
+    path.write_bytes(fetched)
+    ok, reason, result = verify_opening_file(path)
+    assert ok, reason
+    assert result.step == 2
+
+
+def test_miner_cli_refusals(tmp_path):
+    runner = CliRunner()
+    r = runner.invoke(miner_app, ["serve", str(tmp_path)])
+    assert r.exit_code == 2 and "not a run directory" in r.output
+    r = runner.invoke(miner_app, ["train", "--spec", str(tmp_path / "none.toml"), "--data", "x.npy",
+                                  "--out", str(tmp_path / "run"), "--chain", "dev:///x.db", "--no-serve"])
+    assert r.exit_code == 2 and "cannot read spec" in r.output
+    spec = spec_toml(tmp_path / "spec.toml")
+    r = runner.invoke(miner_app, ["train", "--spec", str(spec), "--data", str(corpus(tmp_path)),
+                                  "--out", str(tmp_path / "run"), "--chain", "http://nowhere", "--no-serve"])
+    assert r.exit_code == 2 and "unsupported chain URL" in r.output
