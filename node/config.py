@@ -114,7 +114,7 @@ class ProtocolSection(_Section):
     challenges_per_run: int = 1
     challenge_delay: int = 2
     quorum_min_reveals: int = 3
-    quorum_share: str = "1/2"
+    quorum_share: list[int] | str = Field(default_factory=lambda: [1, 2])  # [num, den] or "num/den"
     miner_stake: int = 1000
     verifier_stake: int = 100
     slash_amount: int = 500
@@ -125,7 +125,12 @@ class ProtocolSection(_Section):
 
         from chain.protocol import ProtocolParams
 
-        return ProtocolParams(**{**self.model_dump(), "quorum_share": Fraction(self.quorum_share),
+        share = self.quorum_share
+        if isinstance(share, list):
+            if len(share) != 2:
+                raise ValueError("quorum_share must be [numerator, denominator]")
+            share = Fraction(share[0], share[1])
+        return ProtocolParams(**{**self.model_dump(), "quorum_share": Fraction(share),
                                  "forced_challenge_steps": tuple(self.forced_challenge_steps)})
 
     @model_validator(mode="after")
@@ -203,7 +208,7 @@ def _env_overrides(data: dict[str, Any], sections: dict[str, type[BaseModel]], e
             if name not in env:
                 continue
             raw: Any = env[name]
-            if field.annotation is not None and "list" in str(field.annotation):
+            if field.annotation is not None and "list" in str(field.annotation) and "/" not in raw:
                 raw = [int(x) for x in raw.replace(",", " ").split()] if raw.strip() else []
             if section:
                 target = out.setdefault(section, {})

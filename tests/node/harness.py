@@ -130,7 +130,7 @@ class Network:
                 ("challenge_delay", p.challenge_delay), ("quorum_min_reveals", quorum or p.quorum_min_reveals),
                 ("miner_stake", p.miner_stake), ("verifier_stake", p.verifier_stake),
                 ("slash_amount", p.slash_amount), ("forced_challenge_steps", list(p.forced_challenge_steps)))],
-            f'quorum_share = "{p.quorum_share.numerator}/{p.quorum_share.denominator}"',
+            f"quorum_share = [{p.quorum_share.numerator}, {p.quorum_share.denominator}]",
         ]
         path = self.tmp / f"{name}.toml"
         path.write_text("\n".join(lines) + "\n")

@@ -41,6 +41,9 @@ def test_env_overrides_win(tmp_path):
     assert cfg.replay.workers == 3
     assert cfg.protocol.params().forced_challenge_steps == (7, 9)
     assert cfg.node.fault == "noise"
+    from fractions import Fraction
+
+    assert load_config(p, env={"POT_PROTOCOL_QUORUM_SHARE": "2/3"}).protocol.params().quorum_share == Fraction(2, 3)
     assert cfg.data_dir == tmp_path / "pot-node-data"
     assert cfg.database_url == f"sqlite:///{tmp_path / 'pot-node-data' / 'node.db'}"
 
@@ -52,6 +55,7 @@ def test_env_overrides_win(tmp_path):
     ('[chain]\nurll = "dev:///x"\n', "chain.urll: unknown key"),
     ('[protocol]\ncommit_window = 0\n', "commit_window must be a positive integer"),
     ('[http]\nlisten = "8700"\n', "http.listen: must be host:port"),
+    ('[protocol]\nquorum_share = [1, 2, 3]\n', "quorum_share must be [numerator, denominator]"),
     ('[database]\nurl = "mysql://x"\n', "database.url"),
     ("[chain\n", "not valid TOML"),
 ])
