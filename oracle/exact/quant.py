@@ -194,25 +194,45 @@ def k_chunks(k: int) -> tuple[int, int]:
     return nc, -(-k // nc)
 
 
+SPLIT_T = 26  # chunk products (< 2^53) split as H 2^26 + L: both sums stay exact for 2^26 chunks
+
+
 def _chunked_integer_matmul(qa: torch.Tensor, qb: torch.Tensor, nc: int, kc: int):
-    """Exact integer qa @ qb as float64 (hi, lo) when the sum may exceed 2^53: each chunk's
-    product P_c is exact (< 2^53); P_c = H_c 2^t + L_c with 0 <= L_c < 2^t, t = ceil(log2 nc), so
-    sum H_c and sum L_c are exact, and (sum H_c) 2^t + sum L_c is one exact TwoSum."""
+    """Exact integer qa @ qb as float64 (hi, lo) when the sum may pass 2^53.
+
+    Each chunk's product P_c is exact (< 2^53). P_c = H_c 2^26 + L_c with H_c = floor(P_c 2^-26)
+    and 0 <= L_c < 2^26, so sum H_c and sum L_c are exact in any order; the total
+    (sum H_c) 2^26 + sum L_c is one exact TwoSum (a plain add when |sum H_c| < 2^26)."""
     k = qa.shape[-1]
-    pad = nc * kc - k
-    if pad:
-        qa = torch.nn.functional.pad(qa, (0, pad))
-        qb = torch.nn.functional.pad(qb.transpose(-2, -1), (0, pad)).transpose(-2, -1)
-    ac = qa.reshape(*qa.shape[:-1], nc, kc).movedim(-2, 0)
-    bc = qb.reshape(*qb.shape[:-2], nc, kc, qb.shape[-1]).movedim(-3, 0)
-    p = torch.matmul(ac, bc)
-    t = log2_ceil(nc)
-    down = pow2(torch.full((), -t, dtype=torch.int64, device=p.device))
-    up = pow2(torch.full((), t, dtype=torch.int64, device=p.device))
-    h = torch.floor(p * down)
-    lo_sum = torch.sum(p - h * up, dim=0)
-    hi_sum = torch.sum(h, dim=0) * up
-    return two_sum(hi_sum, lo_sum)
+    dev = qa.device
+    down = pow2(torch.full((), -SPLIT_T, dtype=torch.int64, device=dev))
+    up = pow2(torch.full((), SPLIT_T, dtype=torch.int64, device=dev))
+    hsum = lsum = None
+    for c in range(nc):
+        lo_k, hi_k = c * kc, min(k, (c + 1) * kc)
+        p = torch.matmul(qa[..., lo_k:hi_k], qb[..., lo_k:hi_k, :])
+        h = torch.mul(p, down).floor_().mul_(up)  # H_c 2^26, exact
+        p.sub_(h)                                  # L_c, exact
+        if hsum is None:
+            hsum, lsum = h, p
+        else:
+            hsum.add_(h)  # multiples of 2^26 below 2^79: exact
+            lsum.add_(p)
+    if bool((torch.amax(torch.abs(hsum)) < 2.0**52) & (torch.amax(lsum) < 2.0**52)):
+        return hsum.add_(lsum), None  # |total| < 2^53: the add is exact
+    return two_sum(hsum, lsum)
+
+
+def _maxabs(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """max |x| along dim (kept), NaN if the line holds one (amax propagates NaN)."""
+    return torch.amax(torch.abs(x), dim=dim, keepdim=True)
+
+
+def _quant_inplace(x: torch.Tensor, e: torch.Tensor, s: int) -> torch.Tensor:
+    """round_half_even(x * 2^(s - e)) as a new float64 tensor, the scaling and rounding in place."""
+    q = x.to(F64, copy=True)
+    q.mul_(pow2(s - e))
+    return q.round_()
 
 
 def _matmul_nonfinite(a: torch.Tensor, b: torch.Tensor):
@@ -238,45 +258,48 @@ def matmul_parts(a: torch.Tensor, b: torch.Tensor, variant: str = "single"):
     length (k_chunks), the exact value is hi + lo (lo None when k fits one chunk). "hilo":
     hilo_bits(k) per slice, the exact value is hi + lo (hi = fl(value)). Non-finite entries
     follow IEEE classes (see _matmul_nonfinite)."""
+    if variant not in ("single", "hilo"):
+        raise ExactError(f"matmul variant must be 'single' or 'hilo', got {variant!r}")
     k = a.shape[-1]
     if b.shape[-2] != k:
         raise ExactError(f"matmul: inner sizes differ: a[..., {a.shape[-2]}, {k}] @ b[..., {b.shape[-2]}, {b.shape[-1]}]")
-    amax = torch.amax(torch.abs(a), dim=-1, keepdim=True) if k else None
-    bmax = torch.amax(torch.abs(b), dim=-2, keepdim=True) if k else None
     if k == 0:
         shape = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
         return torch.zeros(shape, dtype=F64, device=a.device), None
+    amax, bmax = _maxabs(a, -1), _maxabs(b, -2)
     flags = None
     if not _finite_mask_all(amax, bmax):
         flags = _matmul_nonfinite(a.to(F64), b.to(F64))
         zero = torch.zeros((), dtype=a.dtype, device=a.device)
         a = torch.where(torch.isfinite(a), a, zero)
         b = torch.where(torch.isfinite(b), b, zero)
-        amax = torch.amax(torch.abs(a), dim=-1, keepdim=True)
-        bmax = torch.amax(torch.abs(b), dim=-2, keepdim=True)
+        amax, bmax = _maxabs(a, -1), _maxabs(b, -2)
     ea, eb = block_exponent(amax), block_exponent(bmax)
     if variant == "single":
         nc, kc = k_chunks(k)
         s = dot_bits(kc)
-        qa = torch.round(torch.mul(a.to(F64), pow2(s - ea)))
-        qb = torch.round(torch.mul(b.to(F64), pow2(s - eb)))
+        qa, qb = _quant_inplace(a, ea, s), _quant_inplace(b, eb, s)
         if nc == 1:
             hi, lo = torch.matmul(qa, qb), None
         else:
             hi, lo = _chunked_integer_matmul(qa, qb, nc, kc)
+        del qa, qb
         scale_a, scale_b = pow2(ea - s), pow2(eb - s)
-        hi = hi * scale_a * scale_b
+        hi = hi.mul_(scale_a).mul_(scale_b) if hi.shape == torch.broadcast_shapes(
+            hi.shape, scale_a.shape, scale_b.shape) else hi * scale_a * scale_b
         if lo is not None:
             lo = lo * scale_a * scale_b
     elif variant == "hilo":
         s = hilo_bits(k)
-        sa = torch.mul(a.to(F64), pow2(s - ea))
-        sb = torch.mul(b.to(F64), pow2(s - eb))
-        ha, hb = torch.round(sa), torch.round(sb)
         two_s = pow2(torch.full((), s, dtype=torch.int64, device=a.device))
-        la, lb = torch.round((sa - ha) * two_s), torch.round((sb - hb) * two_s)
-        top = torch.matmul(ha, hb) * two_s                     # exact: a power-of-two scale
-        mid = torch.matmul(ha, lb) + torch.matmul(la, hb)      # exact: both below 2^52
+        sa = a.to(F64, copy=True).mul_(pow2(s - ea))
+        ha = torch.round(sa)
+        la = sa.sub_(ha).mul_(two_s).round_()      # sa - ha is exact
+        sb = b.to(F64, copy=True).mul_(pow2(s - eb))
+        hb = torch.round(sb)
+        lb = sb.sub_(hb).mul_(two_s).round_()
+        top = torch.matmul(ha, hb).mul_(two_s)                  # exact: a power-of-two scale
+        mid = torch.matmul(ha, lb).add_(torch.matmul(la, hb))   # exact: both below 2^52
         hi, lo = two_sum(top, mid)
         scale_a, scale_b = pow2(ea - 2 * s), pow2(eb - s)
         hi = hi * scale_a * scale_b
@@ -293,7 +316,11 @@ def matmul_parts(a: torch.Tensor, b: torch.Tensor, variant: str = "single"):
 def exact_matmul(a: torch.Tensor, b: torch.Tensor, variant: str = "single") -> torch.Tensor:
     """float32 result of the exact product of quantised a and b, rounded once."""
     hi, lo = matmul_parts(a, b, variant)
-    return canon_nan(to_f32_once(hi, lo))
+    if lo is not None and not bool(torch.any(lo != 0)):
+        lo = None  # hi alone is exact: one conversion rounds it
+    out = to_f32_once(hi, lo)
+    # NaN only arises from non-finite inputs (finite sums are exact; overflow gives inf)
+    return canon_nan(out) if bool(torch.isnan(hi).any()) else out
 
 
 # --- exact rounding of big rationals (reference and cross-tensor sums) ------------------------

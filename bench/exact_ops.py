@@ -1,0 +1,132 @@
+"""Benchmark of the exact-v1 ops against torch's own float32 kernels, measured side by side.
+
+Prints ratios (exact GEMM throughput / torch fp32 matmul throughput on GPT-2-small shapes; ns per
+element of the numba transcendental kernels and of torch's kernels). With --json the last line
+is a JSON object. `measure()` returns the same dict for bench/oracle.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from oracle.exact import kernels, ops  # noqa: E402
+from oracle.exact import transcendental as tx  # noqa: E402
+from oracle.exact.quant import exact_matmul  # noqa: E402
+
+GEMM_SHAPES = {  # [M, K] @ [K, N] with M = 256 tokens (batch 1 x 256)
+    "768x768": (256, 768, 768),
+    "768x3072": (256, 768, 3072),
+    "3072x768": (256, 3072, 768),
+    "head_768x50304": (256, 768, 50304),
+}
+
+
+def _time(fn, reps: int) -> float:
+    """Median seconds of `reps` calls (one warm-up call first)."""
+    fn()
+    out = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return statistics.median(out)
+
+
+def _interleaved(fns: dict, reps: int) -> dict:
+    """Median seconds per function, the functions alternating so load changes hit all alike."""
+    for f in fns.values():
+        f()
+    samples = {k: [] for k in fns}
+    for _ in range(reps):
+        for k, f in fns.items():
+            t0 = time.perf_counter()
+            f()
+            samples[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def measure(json: bool = False, reps: int = 5, quick: bool = False) -> dict:  # noqa: A002 - CLI mirror
+    torch.manual_seed(0)
+    res: dict = {"threads": torch.get_num_threads(), "gemm": {}, "transcendental_ns_per_elem": {}}
+    shapes = dict(list(GEMM_SHAPES.items())[:1]) if quick else GEMM_SHAPES
+    ratios = []
+    for name, (m, k, n) in shapes.items():
+        a = torch.randn(m, k)
+        b = torch.randn(k, n) * 0.02
+        t = _interleaved({
+            "torch": lambda a=a, b=b: torch.matmul(a, b),
+            "single": lambda a=a, b=b: exact_matmul(a, b, "single"),
+            "hilo": lambda a=a, b=b: exact_matmul(a, b, "hilo"),
+        }, reps)
+        r = {"torch_s": t["torch"], "single_s": t["single"], "hilo_s": t["hilo"],
+             "single_ratio": t["torch"] / t["single"], "hilo_ratio": t["torch"] / t["hilo"]}
+        res["gemm"][name] = r
+        ratios.append(r["single_ratio"])
+    res["gemm_ratio"] = statistics.geometric_mean(ratios)
+
+    n = 1 << 18 if quick else 1 << 20
+    x = torch.randn(n) * 3
+    g = torch.randn(n)
+    rows = torch.randn(n // 1024, 1024) * 3
+    cases = {
+        "exp": (lambda: kernels.exp(x), lambda: tx.exp32(x), lambda: torch.exp(x)),
+        "gelu_tanh": (lambda: kernels.gelu(x, "tanh"), lambda: tx.gelu32(x, "tanh"),
+                      lambda: F.gelu(x, approximate="tanh")),
+        "gelu_erf": (lambda: kernels.gelu(x, "erf"), lambda: tx.gelu32(x, "erf"), lambda: F.gelu(x)),
+        "gelu_tanh_bwd": (lambda: kernels.gelu_grad(x, g, "tanh"), lambda: tx.gelu_grad32(x, g, "tanh"),
+                          lambda: torch.ops.aten.gelu_backward(g, x, approximate="tanh")),
+        "softmax_rows": (lambda: kernels.softmax_rows(rows), lambda: ops.softmax_rows_eager(rows),
+                         lambda: torch.softmax(rows, -1)),
+        "log_softmax_rows": (lambda: kernels.log_softmax_rows(rows), lambda: ops.log_softmax_rows_eager(rows),
+                             lambda: torch.log_softmax(rows, -1)),
+    }
+    for name, (kern, eager, native) in cases.items():
+        fns = {"torch": native, "eager": eager}
+        if kernels.enabled():
+            fns["kernel"] = kern
+        t = _interleaved(fns, max(3, reps // 2))
+        d = {k + "_ns": v / n * 1e9 for k, v in t.items()}
+        if "kernel" in t:
+            d["kernel_over_torch"] = t["kernel"] / t["torch"]
+            d["eager_over_kernel"] = t["eager"] / t["kernel"]
+        res["transcendental_ns_per_elem"][name] = d
+    return res
+
+
+def _print(res: dict) -> None:
+    print(f"threads: {res['threads']}")
+    print("exact GEMM throughput / torch fp32 matmul throughput (higher is better; target >= 0.4)")
+    for name, r in res["gemm"].items():
+        print(f"  {name:16s} single {r['single_ratio']:.3f}  hilo {r['hilo_ratio']:.3f}  "
+              f"(torch {r['torch_s'] * 1e3:.1f} ms, single {r['single_s'] * 1e3:.1f} ms, hilo {r['hilo_s'] * 1e3:.1f} ms)")
+    print(f"  gemm_ratio (geometric mean, single): {res['gemm_ratio']:.3f}")
+    print("transcendentals, ns per element (kernel = numba exact-v1, eager = torch float64 reference)")
+    for name, d in res["transcendental_ns_per_elem"].items():
+        parts = "  ".join(f"{k} {v:.2f}" for k, v in d.items())
+        print(f"  {name:18s} {parts}")
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--json", action="store_true", help="print a JSON object as the last line")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--quick", action="store_true", help="one GEMM shape, smaller vectors")
+    args = ap.parse_args(argv)
+    res = measure(reps=args.reps, quick=args.quick)
+    _print(res)
+    if args.json:
+        print(json.dumps(res))
+
+
+if __name__ == "__main__":
+    main()
