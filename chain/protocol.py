@@ -522,8 +522,8 @@ def _start(state: ProtocolState, c: StartTrainingCommitment, origin: str, n: int
     if existing is not None:
         if existing.miner == origin and existing.registration == registration:
             return []
-        who = "another account" if existing.miner != origin else "different commitments"
-        raise RunExists(f"run {c.run_id.hex()[:16]} is already registered (by {who})")
+        how = f"by {existing.miner!r}" if existing.miner != origin else "with different commitments"
+        raise RunExists(f"run {c.run_id.hex()[:16]} is already registered {how}")
     try:
         spec = Spec.from_cbor(c.spec)
     except CommitmentError as exc:

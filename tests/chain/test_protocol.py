@@ -55,7 +55,7 @@ def test_register_is_idempotent_and_conflicts_refused():
     assert chain.state.runs == before.runs and chain.state.bonds == before.bonds
     with pytest.raises(P.RunExists, match="different commitments"):
         chain.block(("miner", run.register(endpoint="http://elsewhere")))
-    with pytest.raises(P.RunExists, match="another account"):
+    with pytest.raises(P.RunExists, match="registered by 'miner'"):
         chain.block(("v1", run.register()))
 
 
