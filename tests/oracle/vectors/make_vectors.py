@@ -1,0 +1,119 @@
+"""Write exact_v1.json: conformance vectors of exact-v1 from the eager reference definitions.
+
+Every value is a float32 bit pattern in hex (float64 ones as 16 hex digits). Another
+implementation conforms if it reproduces every output from the inputs. Regenerate only when the
+specification changes (docs/exact-v1.md), never to make a failing test pass:
+
+    .venv/bin/python -m tests.oracle.vectors.make_vectors
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from oracle.exact import kernels, ops
+from oracle.exact import quant as Q
+from oracle.exact import transcendental as tx
+from tests.oracle.vectors.edge import edge_rows, edge_values
+
+PATH = Path(__file__).with_name("exact_v1.json")
+
+
+def hx(t: torch.Tensor) -> list[str]:
+    t = t.contiguous()
+    if t.dtype == torch.float64:
+        return [f"{v:016x}" for v in t.view(torch.int64).reshape(-1).numpy().astype(np.uint64).tolist()]
+    return [f"{v:08x}" for v in t.view(torch.int32).reshape(-1).numpy().astype(np.uint32).tolist()]
+
+
+def unhx(vals: list[str], shape=None) -> torch.Tensor:
+    if vals and len(vals[0]) == 16:
+        arr = np.array([int(v, 16) for v in vals], dtype=np.uint64).view(np.float64)
+    else:
+        arr = np.array([int(v, 16) for v in vals], dtype=np.uint32).view(np.float32)
+    t = torch.from_numpy(arr.copy())
+    return t.reshape(shape) if shape is not None else t
+
+
+def elementwise_inputs() -> torch.Tensor:
+    g = torch.Generator().manual_seed(20261129)
+    rnd = torch.cat([torch.randn(200, generator=g) * 3,
+                     torch.exp(torch.rand(100, generator=g) * 160 - 80) * torch.sign(torch.randn(100, generator=g))])
+    return torch.cat([edge_values(), rnd.float()])
+
+
+ELEMENTWISE = {
+    "exp": tx.exp32, "log": tx.log32, "tanh": tx.tanh32, "erf": tx.erf32, "sin": tx.sin32, "cos": tx.cos32,
+    "gelu_tanh": lambda x: tx.gelu32(x, "tanh"), "gelu_erf": lambda x: tx.gelu32(x, "erf"),
+}
+
+
+def grad_inputs(x: torch.Tensor) -> torch.Tensor:
+    g = torch.Generator().manual_seed(7)
+    return (torch.randn(x.shape, generator=g) * 2).float()
+
+
+def row_cases():
+    g = torch.Generator().manual_seed(11)
+    cases = [r.unsqueeze(0) for r in edge_rows()]
+    cases.append((torch.randn(4, 37, generator=g) * 6).float())
+    return cases
+
+
+def matmul_cases():
+    g = torch.Generator().manual_seed(13)
+    inf, nan = float("inf"), float("nan")
+    out = []
+    for m, k, n, spread in ((3, 5, 4, 1.0), (2, 600, 3, 4.0), (4, 7, 2, 30.0)):
+        a = (torch.randn(m, k, generator=g) * torch.exp(torch.randn(m, k, generator=g) * spread)).float()
+        b = (torch.randn(k, n, generator=g) * torch.exp(torch.randn(k, n, generator=g) * spread)).float()
+        out.append((a, b))
+    out.append((((torch.rand(3, 6, generator=g) + 0.5) * 2.0**-70).float(),
+                ((torch.rand(6, 3, generator=g) - 0.5) * 2.0**-70).float()))
+    out.append((torch.tensor([[inf, 1.0], [inf, 0.0], [nan, 1.0], [1.0, 2.0]]),
+                torch.tensor([[2.0, 0.0, -1.0], [1.0, 1.0, 1.0]])))
+    out.append((torch.full((1, 4), 3e38), torch.full((4, 1), 2.0)))
+    return out
+
+
+def sum_cases():
+    g = torch.Generator().manual_seed(17)
+    return [(torch.randn(5, 300, generator=g) * torch.exp(torch.randn(5, 300, generator=g) * 5)).float(),
+            torch.tensor([[1.0, float("inf"), 2.0], [float("inf"), float("-inf"), 0.0], [1e-45, 3e38, -3e38]])]
+
+
+def build() -> dict:
+    with kernels.disabled():
+        x = elementwise_inputs()
+        gi = grad_inputs(x)
+        doc: dict = {"spec": "exact-v1", "note": "float32 bit patterns in hex; see docs/exact-v1.md",
+                     "elementwise": {"x": hx(x), "g": hx(gi)}, "rows": [], "matmul": [], "sum": []}
+        for name, fn in ELEMENTWISE.items():
+            doc["elementwise"][name] = hx(fn(x))
+        for form in ("tanh", "erf"):
+            doc["elementwise"][f"gelu_{form}_grad"] = hx(tx.gelu_grad32(x, gi, form))
+        for r in row_cases():
+            gr = grad_inputs(r)
+            p, y = ops.softmax_rows_eager(r), ops.log_softmax_rows_eager(r)
+            doc["rows"].append({
+                "shape": list(r.shape), "x": hx(r), "g": hx(gr), "softmax": hx(p), "log_softmax": hx(y),
+                "softmax_bwd": hx(ops.softmax_bwd_rows_eager(p, gr)),
+                "log_softmax_bwd": hx(ops.log_softmax_bwd_rows_eager(y, gr)),
+            })
+        for a, b in matmul_cases():
+            doc["matmul"].append({"a_shape": list(a.shape), "b_shape": list(b.shape), "a": hx(a), "b": hx(b),
+                                  "single": hx(Q.exact_matmul(a, b, "single")),
+                                  "hilo": hx(Q.exact_matmul(a, b, "hilo"))})
+        for s in sum_cases():
+            doc["sum"].append({"shape": list(s.shape), "x": hx(s), "sum_dim1": hx(Q.exact_sum64(s, 1).float()),
+                               "sum_all": hx(Q.exact_sum64(s, None).float())})
+    return doc
+
+
+if __name__ == "__main__":
+    PATH.write_text(json.dumps(build(), indent=0) + "\n")
+    print(f"wrote {PATH}")
