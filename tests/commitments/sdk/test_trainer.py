@@ -143,3 +143,23 @@ def test_bad_arguments(tmp_path, data):
     with pytest.raises(TrainerError, match="no chain transport"):
         tr.register()
     tr.close()
+
+
+def test_cross_architecture_run_declares_the_norm_bucket(tmp_path, data):
+    from oracle.norm_bucket import norm_bucket
+
+    spec = tiny_spec(STEPS, profile="torch-native", hardware={"device": "cpu", "threads": 1})
+    ds = Dataset.open(data, spec.sample_len)
+    miner = chain(tmp_path / "chain.db")
+    tr = Trainer(spec, ds, tmp_path / "run", miner, keep_every=STEPS, progress=False, log=lambda m: None)
+    tr.run(follow=False)
+    seal_until(tr, miner, lambda: tr.answered)
+    tr.poll()  # the block holding the answer
+    (declared,) = [e for e in tr.view.events if type(e).__name__ == "NormBucketDeclared"]
+    (issued,) = [e for e in tr.view.events if type(e).__name__ == "ChallengeIssued"]
+    assert issued.mode == "bucket" and issued.step == CHALLENGED
+    # States 2 and 3 were not kept (keep_every=4): the bucket comes from regenerated states.
+    assert tr.store.kept_steps() == [0, STEPS]
+    w = walk(spec, data)
+    assert declared.bucket == norm_bucket(w.states[CHALLENGED - 1], w.states[CHALLENGED])
+    tr.close()
