@@ -95,6 +95,7 @@ class LossChecksSection(_Section):
 
 class HttpSection(_Section):
     listen: str = "127.0.0.1:8700"
+    admin_token_file: str = ""  # a file holding the bearer token of the admin routes; empty: disabled
 
     @field_validator("listen")
     @classmethod
@@ -251,6 +252,9 @@ def load_config(path: str | os.PathLike[str] | None, env: dict[str, str] | None 
             updates["secrets_file"] = str(base / node.secrets_file)
         if updates:
             cfg = cfg.model_copy(update={"node": node.model_copy(update=updates)})
+        token_file = cfg.http.admin_token_file
+        if token_file and not Path(token_file).is_absolute():
+            cfg = cfg.model_copy(update={"http": cfg.http.model_copy(update={"admin_token_file": str(base / token_file)})})
     return cfg
 
 
