@@ -55,7 +55,7 @@ def node_init(config: Path = CONFIG_OPT, secrets: Path | None = SECRETS_OPT) -> 
 @node_app.command("run")
 def node_run(config: Path = CONFIG_OPT, secrets: Path | None = SECRETS_OPT,
              init: bool = typer.Option(False, "--init", help="Create or migrate the database first.")) -> None:
-    """Run the verifier daemon until SIGTERM/SIGINT."""
+    """Run the verifier daemon, serving its HTTP API and dashboard on http.listen, until SIGTERM/SIGINT."""
     import threading
 
     from chain.transport import TransportError
@@ -72,11 +72,20 @@ def node_run(config: Path = CONFIG_OPT, secrets: Path | None = SECRETS_OPT,
     stop = threading.Event()
     install_signal_handlers(stop)
     node = VerifierNode(cfg, sec, engine, stop=stop)
+    from node.api import start_api_server
+
+    try:
+        # The API and dashboard share the process (and the worker pool's view) with the daemon.
+        server = start_api_server(cfg, engine, node=node)
+    except (OSError, ValueError) as exc:
+        engine.dispose()
+        _fail(str(exc))
     try:
         node.run()
     except (StartupError, TransportError) as exc:
         _fail(str(exc))
     finally:
+        server.stop()
         engine.dispose()
 
 

@@ -124,7 +124,9 @@ def stage_losschecks(leaves_path: Path, *, root: bytes, size: int, config) -> St
     else:
         try:
             leaves = verify_leaves(leaves_path.read_bytes(), root, size)
-            out.data = run_loss_checks(committed_losses(leaves), config).to_dict()
+            losses = committed_losses(leaves)
+            # The losses are kept with the report: the dashboard draws the run's loss curve from them.
+            out.data = {**run_loss_checks(losses, config).to_dict(), "losses": losses}
         except LeavesRefused as exc:
             out.data = {"ok": False, "error": exc.reason, "findings": []}
     out.finished_at = time.time()

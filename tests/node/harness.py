@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.server
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -79,6 +80,7 @@ class Network:
         threading.Thread(target=self.http.serve_forever, daemon=True).start()
         self.endpoint = f"http://127.0.0.1:{self.http.server_address[1]}"
         self.nodes: dict[str, subprocess.Popen] = {}
+        self.http_listen: dict[str, str] = {}  # node name -> host:port of its HTTP API
         self.miner = DevTransport(self.chain_path, "miner")
 
     # --- the miner ---------------------------------------------------------------------------
@@ -116,7 +118,12 @@ class Network:
     # --- verifier nodes -----------------------------------------------------------------------
     def node_config(self, name: str, *, db_url: str = "", quorum: int | None = None, **node: Any) -> Path:
         p = self.params
+        # Each node serves its HTTP API on its own free port (the default one would collide).
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.http_listen[name] = f"127.0.0.1:{s.getsockname()[1]}"
         lines = [
+            "[http]", f'listen = "{self.http_listen[name]}"',
             "[node]", f'data_dir = "{name}-data"', 'log_level = "info"', "loop_interval_s = 0.1",
             *[f'{k} = "{v}"' for k, v in node.items()],
             "[chain]", f'url = "{self.url}"', f'account = "{name}"', "poll_s = 0.1", "watchdog_s = 20.0",
