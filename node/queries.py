@@ -1,0 +1,393 @@
+"""Read-side views of the node database shared by the HTTP API, the dashboard and the metrics.
+
+Queries take a Connection and return plain JSON-ready dicts; the deciding bits (timelines,
+clusters, detection probability, pagination cursors) are pure functions tested on their own.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import and_, func, or_, select, true
+from sqlalchemy.engine import Connection
+
+from node.db import chain_cursor, chain_events, challenges, runs, stage_log, txs, witnesses
+
+VERDICTS = ("honest", "fraud", "inconclusive")
+STATUSES = (*VERDICTS, "pending")  # the outcome filter: a chain verdict, or none yet
+STAGES = ("awaiting_opening", "fetch", "validate", "losschecks", "replay", "witness", "commit", "reveal",
+          "revealed", "done", "missed", "skipped")
+# Shares of faked steps the detection table is shown for.
+FAKE_SHARES = (0.01, 0.05, 0.1, 0.25, 0.5)
+
+# The timeline, in order: (stage_log stage, label). The seven milestones of a challenge plus the
+# two node-internal stages (loss checks, witness journaling) that sit between them.
+TIMELINE = (
+    ("awaiting_opening", "issued"),
+    ("fetch", "opening fetched"),
+    ("validate", "validated"),
+    ("losschecks", "loss checks"),
+    ("replay", "replayed"),
+    ("witness", "witness journaled"),
+    ("commit", "committed"),
+    ("reveal", "revealed"),
+    ("resolution", "resolved"),
+)
+
+
+class BadQuery(ValueError):
+    """A request parameter the API cannot use (bad id, foreign cursor), with the reason."""
+
+
+# --- pure helpers -----------------------------------------------------------------------------
+
+
+def parse_id(value: str, what: str) -> bytes:
+    """A 32-byte id from 64 hex digits (an optional 0x prefix is accepted)."""
+    raw = value.removeprefix("0x")
+    if len(raw) != 64:
+        raise BadQuery(f"{what} must be 64 hex digits, got {len(raw)} characters")
+    try:
+        return bytes.fromhex(raw)
+    except ValueError:
+        raise BadQuery(f"{what} must be 64 hex digits, got {value!r}") from None
+
+
+def encode_cursor(block: int, key: bytes) -> str:
+    return base64.urlsafe_b64encode(f"{block}:{key.hex()}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[int, bytes]:
+    """The (block, id) a page ended at; refuses anything this API did not hand out."""
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
+        block_s, key_s = text.split(":")
+        block, key = int(block_s), bytes.fromhex(key_s)
+    except (ValueError, UnicodeDecodeError, binascii.Error):
+        raise BadQuery("cursor is not one this API handed out (use next_cursor of the previous page)") from None
+    if block < 0 or len(key) != 32:
+        raise BadQuery("cursor is not one this API handed out (use next_cursor of the previous page)")
+    return block, key
+
+
+def detection_probability(f: float, k: int) -> float:
+    """Chance that k independent uniformly drawn steps hit at least one of a share f of faked steps."""
+    if not 0.0 <= f <= 1.0 or k < 0:
+        raise ValueError(f"need 0 <= f <= 1 and k >= 0, got f={f}, k={k}")
+    return 1.0 - (1.0 - f) ** k
+
+
+def finite_or_none(x: Any) -> float | None:
+    return float(x) if isinstance(x, int | float) and math.isfinite(x) else None
+
+
+def build_timeline(stage_rows: Sequence[dict[str, Any]], *, current_stage: str, current_since: float,
+                   now: float) -> list[dict[str, Any]]:
+    """One entry per timeline stage: done (with duration), running (duration so far) or pending.
+
+    `stage_rows` are stage_log rows (stage, started_at, finished_at, detail) in insertion order; a
+    stage logged twice keeps its last row. A job that stopped (missed, skipped) shows the stages it
+    never reached as "not reached".
+    """
+    logged = {r["stage"]: r for r in stage_rows}
+    stopped = current_stage in ("missed", "skipped")
+    out = []
+    for stage, label in TIMELINE:
+        r = logged.get(stage)
+        entry: dict[str, Any] = {"stage": stage, "label": label, "state": "pending", "started_at": None,
+                                 "finished_at": None, "duration_s": None, "detail": None}
+        if r is not None:
+            end = r["finished_at"]
+            entry.update(started_at=r["started_at"], finished_at=end, detail=r["detail"],
+                         state="done" if end is not None else "running",
+                         duration_s=max(0.0, (end if end is not None else now) - r["started_at"]))
+        elif stage == current_stage or (stage == "resolution" and current_stage == "revealed"):
+            entry.update(state="running", started_at=current_since, duration_s=max(0.0, now - current_since))
+        elif stopped:
+            entry["state"] = "not reached"
+        out.append(entry)
+    return out
+
+
+def reveal_clusters(reveals: Iterable[dict[str, Any]], *, mode: str, winning: str | None,
+                    own: set[str], expected: str | None) -> list[dict[str, Any]]:
+    """Group revealed values (value hash, or norm bucket for bucket-mode runs) into clusters,
+    largest first, marking the winner, the miner's committed value and this node's members."""
+    groups: dict[str, list[str]] = {}
+    for r in reveals:
+        key = r["value_hash"] if mode == "value" else str(r["norm_bucket"])
+        groups.setdefault(key, []).append(r["verifier"])
+    out = [{"value": key, "size": len(members), "verifiers": sorted(members),
+            "winning": winning is not None and key == winning,
+            "matches_commitment": expected is not None and key == expected,
+            "includes_this_node": bool(own & set(members))}
+           for key, members in groups.items()]
+    out.sort(key=lambda c: (-c["size"], c["value"]))
+    return out
+
+
+# --- row shapes -------------------------------------------------------------------------------
+
+
+def _hex(b: Any) -> str | None:
+    return None if b is None else bytes(b).hex()
+
+
+def challenge_summary(row: Any) -> dict[str, Any]:
+    return {
+        "challenge_id": _hex(row.challenge_id), "run_id": _hex(row.run_id), "index": row.idx, "step": row.step,
+        "stage": row.stage, "status": row.verdict or "pending", "verdict": row.verdict,
+        "verdict_reason": row.verdict_reason, "in_winning_cluster": row.in_winning_cluster,
+        "outlier": row.outlier, "refusal_class": row.refusal_class, "matches_leaf": row.matches_leaf,
+        "issued_block": row.issued_block, "resolved_block": row.resolved_block,
+        "note": row.status, "created_at": row.created_at, "updated_at": row.updated_at,
+    }
+
+
+def _verdict_counts(rows: Iterable[Any]) -> dict[str, int]:
+    counts = {s: 0 for s in STATUSES}
+    for verdict, n in rows:
+        counts[verdict or "pending"] = counts.get(verdict or "pending", 0) + int(n)
+    return counts
+
+
+def _run_summary(row: Any, challenge_rows: Sequence[Any]) -> dict[str, Any]:
+    counts = _verdict_counts((c.verdict, 1) for c in challenge_rows)
+    k = len({c.step for c in challenge_rows})
+    return {
+        "run_id": _hex(row.run_id), "miner": row.miner, "mode": row.mode, "declared_steps": row.declared_steps,
+        "endpoint": row.endpoint, "spec_digest": _hex(row.spec_digest), "registered_block": row.registered_block,
+        "slashed": row.slashed, "challenges": len(challenge_rows), "challenged_steps": k, "verdicts": counts,
+        "detection": [{"fake_share": f, "probability": detection_probability(f, k)} for f in FAKE_SHARES],
+    }
+
+
+# --- queries ----------------------------------------------------------------------------------
+
+
+def list_challenges(conn: Connection, *, status: str | None = None, run: bytes | None = None,
+                    stage: str | None = None, limit: int = 50, cursor: str | None = None) -> dict[str, Any]:
+    """Newest first (by issuing block, then id), keyset-paginated: stable while rows are added."""
+    conds = []
+    if status == "pending":
+        conds.append(challenges.c.verdict.is_(None))
+    elif status is not None:
+        conds.append(challenges.c.verdict == status)
+    if run is not None:
+        conds.append(challenges.c.run_id == run)
+    if stage is not None:
+        conds.append(challenges.c.stage == stage)
+    total = conn.execute(select(func.count()).select_from(challenges).where(and_(true(), *conds))).scalar_one()
+    page_conds = list(conds)
+    if cursor is not None:
+        block, key = decode_cursor(cursor)
+        page_conds.append(or_(challenges.c.issued_block < block,
+                              and_(challenges.c.issued_block == block, challenges.c.challenge_id < key)))
+    rows = conn.execute(select(challenges).where(and_(true(), *page_conds))
+                        .order_by(challenges.c.issued_block.desc(), challenges.c.challenge_id.desc())
+                        .limit(limit + 1)).all()
+    more = len(rows) > limit
+    rows = rows[:limit]
+    nxt = encode_cursor(rows[-1].issued_block, bytes(rows[-1].challenge_id)) if more else None
+    return {"items": [challenge_summary(r) for r in rows], "total": total, "next_cursor": nxt}
+
+
+def list_runs(conn: Connection, *, miner: str | None = None, limit: int = 50,
+              cursor: str | None = None) -> dict[str, Any]:
+    conds = [] if miner is None else [runs.c.miner == miner]
+    total = conn.execute(select(func.count()).select_from(runs).where(and_(true(), *conds))).scalar_one()
+    page_conds = list(conds)
+    if cursor is not None:
+        block, key = decode_cursor(cursor)
+        page_conds.append(or_(runs.c.registered_block < block,
+                              and_(runs.c.registered_block == block, runs.c.run_id < key)))
+    rows = conn.execute(select(runs).where(and_(true(), *page_conds))
+                        .order_by(runs.c.registered_block.desc(), runs.c.run_id.desc()).limit(limit + 1)).all()
+    more = len(rows) > limit
+    rows = rows[:limit]
+    by_run: dict[bytes, list[Any]] = {bytes(r.run_id): [] for r in rows}
+    if by_run:
+        for c in conn.execute(select(challenges.c.run_id, challenges.c.step, challenges.c.verdict)
+                              .where(challenges.c.run_id.in_(list(by_run)))):
+            by_run[bytes(c.run_id)].append(c)
+    nxt = encode_cursor(rows[-1].registered_block, bytes(rows[-1].run_id)) if more else None
+    return {"items": [_run_summary(r, by_run[bytes(r.run_id)]) for r in rows], "total": total, "next_cursor": nxt}
+
+
+def _committed_losses(challenge_rows: Sequence[Any]) -> tuple[list[float | None], str | None, list[Any]]:
+    """The longest committed loss list among the run's challenges (the root only grows), its source
+    challenge and that challenge's loss-check findings."""
+    best: tuple[list[float | None], str | None, list[Any]] = ([], None, [])
+    for c in sorted(challenge_rows, key=lambda c: -c.size):
+        if not c.loss_checks:
+            continue
+        try:
+            report = json.loads(c.loss_checks)
+        except ValueError:
+            continue
+        losses = report.get("losses") if isinstance(report, dict) else None
+        if isinstance(losses, list) and len(losses) > len(best[0]):
+            best = ([finite_or_none(x) for x in losses], _hex(c.challenge_id), list(report.get("findings") or []))
+    return best
+
+
+def get_run(conn: Connection, run_id: bytes) -> dict[str, Any] | None:
+    row = conn.execute(select(runs).where(runs.c.run_id == run_id)).first()
+    if row is None:
+        return None
+    rows = conn.execute(select(challenges).where(challenges.c.run_id == run_id)
+                        .order_by(challenges.c.step, challenges.c.idx)).all()
+    out = _run_summary(row, rows)
+    losses, source, findings = _committed_losses(rows)
+    out.update(
+        initial_hash=_hex(row.initial_hash), dataset_hash=_hex(row.dataset_hash),
+        schedule_commitment=_hex(row.schedule_commitment),
+        loss_curve={"losses": [{"step": t, "loss": x} for t, x in enumerate(losses, start=1)],
+                    "source_challenge": source, "findings": findings},
+        challenge_list=[challenge_summary(c) for c in rows],
+    )
+    return out
+
+
+def _own_accounts(conn: Connection, cid: bytes) -> set[str]:
+    return {v for (v,) in conn.execute(select(witnesses.c.verifier).where(witnesses.c.challenge_id == cid))}
+
+
+def get_challenge(conn: Connection, cid: bytes, *, now: float | None = None) -> dict[str, Any] | None:
+    row = conn.execute(select(challenges).where(challenges.c.challenge_id == cid)).first()
+    if row is None:
+        return None
+    now = time.time() if now is None else now
+    stage_rows = [dict(r._mapping) for r in conn.execute(
+        select(stage_log.c.stage, stage_log.c.started_at, stage_log.c.finished_at, stage_log.c.detail)
+        .where(stage_log.c.challenge_id == cid).order_by(stage_log.c.id))]
+    reveals, resolved = [], None
+    for name, body in conn.execute(select(chain_events.c.name, chain_events.c.body)
+                                   .where(chain_events.c.challenge_id == cid,
+                                          chain_events.c.name.in_(("WitnessRevealed", "ChallengeResolved")))
+                                   .order_by(chain_events.c.block, chain_events.c.position)):
+        try:
+            ev = json.loads(body)
+        except ValueError:
+            continue
+        if name == "WitnessRevealed":
+            reveals.append(ev)
+        else:
+            resolved = ev
+    expected = _hex(row.leaf_hash) if row.mode == "value" else None
+    if row.mode != "value":
+        declared = conn.execute(select(chain_events.c.body).where(
+            chain_events.c.challenge_id == cid, chain_events.c.name == "NormBucketDeclared")).scalar()
+        expected = None if declared is None else str(json.loads(declared).get("bucket"))
+    own = _own_accounts(conn, cid)
+    tx_rows = conn.execute(select(txs).where(txs.c.challenge_id == cid).order_by(txs.c.id)).all()
+    try:
+        loss_report = json.loads(row.loss_checks) if row.loss_checks else None
+    except ValueError:
+        loss_report = None
+    if isinstance(loss_report, dict):
+        loss_report = {k: v for k, v in loss_report.items() if k != "losses"}
+    out = challenge_summary(row)
+    out.update(
+        mode=row.mode, root=_hex(row.root), size=row.size, endpoint=row.endpoint,
+        deadlines={"opening": row.opening_deadline, "commit": row.commit_deadline, "reveal": row.reveal_deadline},
+        opening={"digest": _hex(row.opening_digest), "uri": row.opening_uri, "block": row.opening_block,
+                 "bytes": row.opening_bytes, "leaf_hash": _hex(row.leaf_hash)},
+        refusal_reason=row.refusal_reason, loss_checks=loss_report,
+        replay={"matches_leaf": row.matches_leaf, "leaf": _hex(row.replay_leaf),
+                "state_digest": _hex(row.replay_state_digest), "loss_bits": row.replay_loss_bits},
+        witness={"value_hash": _hex(row.value_hash), "norm_bucket": row.norm_bucket, "fault": row.fault},
+        winning_value=row.winning_value, miner_slashed=row.miner_slashed,
+        timeline=build_timeline(stage_rows, current_stage=row.stage, current_since=row.updated_at, now=now),
+        clusters=reveal_clusters(reveals, mode=row.mode, winning=row.winning_value, own=own, expected=expected),
+        committed_value=expected,
+        reveals=len(reveals),
+        quorum={"cluster_size": resolved.get("cluster_size"), "reveals": resolved.get("reveals"),
+                "outliers": list(resolved.get("outliers") or [])} if resolved else None,
+        txs=[{"kind": t.kind, "state": t.state, "sends": t.sends, "block": t.block, "tx_hash": _hex(t.tx_hash),
+              "last_error": t.last_error} for t in tx_rows],
+    )
+    return out
+
+
+def verdict_counts(conn: Connection) -> dict[str, int]:
+    return _verdict_counts(conn.execute(select(challenges.c.verdict, func.count()).group_by(challenges.c.verdict)))
+
+
+def stage_counts(conn: Connection) -> dict[str, int]:
+    counts = {s: 0 for s in STAGES}
+    for stage, n in conn.execute(select(challenges.c.stage, func.count()).group_by(challenges.c.stage)):
+        counts[stage] = int(n)
+    return counts
+
+
+def agreement(conn: Connection) -> dict[str, Any]:
+    """How often this node's reveal was in the winning cluster (challenges it revealed for)."""
+    agreed = disagreed = outliers = 0
+    for in_win, outlier, n in conn.execute(select(challenges.c.in_winning_cluster, challenges.c.outlier, func.count())
+                                           .group_by(challenges.c.in_winning_cluster, challenges.c.outlier)):
+        if in_win is True:
+            agreed += int(n)
+        elif in_win is False:
+            disagreed += int(n)
+        if outlier:
+            outliers += int(n)
+    decided = agreed + disagreed
+    return {"agreed": agreed, "disagreed": disagreed, "outliers": outliers,
+            "ratio": None if decided == 0 else agreed / decided}
+
+
+def cursor_state(conn: Connection, *, now: float | None = None) -> dict[str, Any]:
+    row = conn.execute(select(chain_cursor.c.block, chain_cursor.c.updated_at).where(chain_cursor.c.id == 1)).first()
+    now = time.time() if now is None else now
+    if row is None:
+        return {"block": None, "updated_at": None, "age_s": None}
+    return {"block": row.block, "updated_at": row.updated_at, "age_s": max(0.0, now - row.updated_at)}
+
+
+def fingerprint(conn: Connection) -> str:
+    """Changes whenever anything a page shows changes: the live view polls this."""
+    cur = conn.execute(select(chain_cursor.c.block).where(chain_cursor.c.id == 1)).scalar()
+    n, last = conn.execute(select(func.count(), func.max(challenges.c.updated_at)).select_from(challenges)).one()
+    runs_n = conn.execute(select(func.count()).select_from(runs)).scalar_one()
+    return f"{cur}-{n}-{runs_n}-{last or 0:.6f}"
+
+
+def stage_durations(conn: Connection) -> dict[str, tuple[int, float]]:
+    """Per stage: (count, total seconds) of finished stage_log rows."""
+    out = {}
+    for stage, n, total in conn.execute(
+            select(stage_log.c.stage, func.count(), func.sum(stage_log.c.finished_at - stage_log.c.started_at))
+            .where(stage_log.c.finished_at.is_not(None)).group_by(stage_log.c.stage)):
+        out[stage] = (int(n), float(total or 0.0))
+    return out
+
+
+def tx_counts(conn: Connection) -> dict[str, int]:
+    return {state: int(n) for state, n in conn.execute(select(txs.c.state, func.count()).group_by(txs.c.state))}
+
+
+def run_count(conn: Connection) -> int:
+    return conn.execute(select(func.count()).select_from(runs)).scalar_one()
+
+
+def stuck_replays(conn: Connection, *, timeout_s: float, now: float | None = None) -> int:
+    """Jobs in the replay stage for longer than a replay may take (a wedged pool)."""
+    now = time.time() if now is None else now
+    return conn.execute(select(func.count()).select_from(challenges).where(
+        challenges.c.stage == "replay", challenges.c.status == "replaying",
+        challenges.c.updated_at < now - timeout_s)).scalar_one()
+
+
+__all__ = [
+    "FAKE_SHARES", "STAGES", "STATUSES", "TIMELINE", "VERDICTS", "BadQuery", "agreement", "build_timeline",
+    "challenge_summary", "cursor_state", "decode_cursor", "detection_probability", "encode_cursor",
+    "fingerprint", "get_challenge", "get_run", "list_challenges", "list_runs", "parse_id", "reveal_clusters",
+    "run_count", "stage_counts", "stage_durations", "stuck_replays", "tx_counts", "verdict_counts",
+]
