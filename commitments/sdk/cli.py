@@ -69,6 +69,9 @@ def train(
     follow: bool = typer.Option(True, "--follow/--no-follow", help="answer challenges until they resolve"),
     timeout: float | None = typer.Option(None, "--timeout", help="give up following after this many seconds"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON summary line"),
+    params_path: Path | None = typer.Option(
+        None, "--params", help="protocol parameters TOML (top level or a protocol table); default: those a dev "
+                               "chain records, else the built-in ones"),
 ) -> None:
     """Train with commitments, then answer the run's challenges until they resolve."""
     server = None
@@ -79,6 +82,12 @@ def train(
 
         spec, ds = _open(spec_path, data)
         transport = connect(chain, account=account, key=key)
+        # A Substrate chain records no parameters: the miner must derive challenges as verifiers do.
+        params = None
+        if params_path is not None:
+            from chain.cli import load_params
+
+            params = load_params(params_path)
         if serve:
             from commitments.sdk.prover import BackgroundServer
 
@@ -86,7 +95,7 @@ def train(
             server = BackgroundServer(out, host, port, token).start()
         trainer = Trainer(spec, ds, out, transport, endpoint=endpoint or f"http://{host}:{port}",
                           keep_every=keep_every, root_every=root_every, substitute_batch_at=substitute_batch_at,
-                          progress=not as_json)
+                          params=params, progress=not as_json)
         if substitute_batch_at is not None:
             typer.echo(f"FAULT INJECTION: step {substitute_batch_at} trains on a substituted batch", err=True)
         verdicts = trainer.run(follow=follow, timeout=timeout)
