@@ -1,0 +1,308 @@
+"""The HTTP API over SQLite and PostgreSQL: health and readiness checks, status, runs and challenges
+with filters, pagination, timelines and clusters, metrics, bad input, and the admin re-queue route
+behind its bearer token. Also the pure helpers and the server-rendered pages."""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+
+import pytest
+import sqlalchemy as sa
+from fastapi.testclient import TestClient
+from hypothesis import given
+from hypothesis import strategies as st
+
+from node import queries as Q
+from node.api import create_app, read_admin_token
+from node.config import NodeConfig, load_config
+from node.dashboard.svg import loss_curve_svg, nice_ticks, timeline_svg
+from node.db import chain_cursor, challenges
+from tests.node.api_data import LOSSES_A, RUN_A, RUN_B, seed
+
+TOKEN = "s3cret-admin-token-0123456789"
+
+
+@pytest.fixture
+def seeded(engine):
+    return seed(engine)
+
+
+@pytest.fixture
+def client(engine, seeded):
+    with TestClient(create_app(engine, NodeConfig(), admin_token=TOKEN)) as c:
+        yield c
+
+
+def test_healthz_and_readyz_report_each_check(client, engine):
+    assert client.get("/healthz").json()["status"] == "ok"
+    r = client.get("/readyz")
+    body = r.json()
+    assert r.status_code == 200 and body["ready"] is True
+    assert set(body["checks"]) == {"database", "chain_head", "worker_pool"}
+    assert body["checks"]["chain_head"]["data"]["block"] == 50
+    assert body["checks"]["database"]["data"]["revision"] is not None
+
+    # A cursor that stopped moving makes the node unready, and says why.
+    with engine.begin() as conn:
+        conn.execute(sa.update(chain_cursor).values(updated_at=time.time() - 3600))
+    r = client.get("/readyz")
+    assert r.status_code == 503 and r.json()["ready"] is False
+    head = r.json()["checks"]["chain_head"]
+    assert head["ok"] is False and "not following the chain" in head["detail"]
+    assert r.json()["checks"]["database"]["ok"] is True
+
+
+def test_status_counts_and_agreement(client, engine, seeded):
+    s = client.get("/api/v1/status").json()
+    assert s["cursor"]["block"] == 50 and s["runs"] == 2
+    assert s["challenges_by_status"] == {"honest": 1, "fraud": 1, "inconclusive": 1, "pending": 9}
+    assert s["challenges_by_stage"] == {"done": 2, "replay": 1, "missed": 2, "awaiting_opening": 7}
+    assert s["agreement"] == {"agreed": 2, "disagreed": 0, "outliers": 0, "ratio": 1.0}
+    with engine.begin() as conn:
+        conn.execute(sa.update(challenges).where(challenges.c.challenge_id == seeded.fraud)
+                     .values(in_winning_cluster=False, outlier=True, updated_at=time.time()))
+    s2 = client.get("/api/v1/status").json()
+    assert s2["agreement"] == {"agreed": 1, "disagreed": 1, "outliers": 1, "ratio": 0.5}
+    assert s2["fingerprint"] != s["fingerprint"]
+
+
+def test_runs_list_detail_and_detection(client):
+    page = client.get("/api/v1/runs").json()
+    assert page["total"] == 2 and [r["run_id"] for r in page["items"]] == [RUN_B.hex(), RUN_A.hex()]
+    a = client.get(f"/api/v1/runs/{RUN_A.hex()}").json()
+    assert a["challenged_steps"] == 7 and a["challenges"] == 8
+    assert {d["fake_share"]: d["probability"] for d in a["detection"]}[0.1] == pytest.approx(1 - 0.9 ** 7)
+    assert [p["loss"] for p in a["loss_curve"]["losses"]] == LOSSES_A
+    assert [p["step"] for p in a["loss_curve"]["losses"]] == list(range(1, 9))
+    assert a["verdicts"] == {"honest": 1, "fraud": 0, "inconclusive": 0, "pending": 7}
+    assert client.get("/api/v1/runs", params={"miner": "miner-b"}).json()["total"] == 1
+    b = client.get(f"/api/v1/runs/0x{RUN_B.hex().upper()}").json()
+    assert b["loss_curve"]["losses"] == [] and b["slashed"] == 0
+
+    r = client.get(f"/api/v1/runs/{'0' * 64}")
+    assert r.status_code == 404 and "no run 000" in r.json()["detail"]
+    assert client.get("/api/v1/runs/xyz").status_code == 422
+    assert client.get("/api/v1/runs", params={"limit": 0}).status_code == 422
+
+
+def test_challenge_filters_and_cursor_pagination(client, seeded):
+    fraud = client.get("/api/v1/challenges", params={"status": "fraud"}).json()
+    assert [c["challenge_id"] for c in fraud["items"]] == [seeded.fraud.hex()]
+    pend = client.get("/api/v1/challenges", params={"status": "pending", "run": RUN_A.hex()}).json()
+    assert pend["total"] == 7 and all(c["status"] == "pending" and c["run_id"] == RUN_A.hex() for c in pend["items"])
+    missed = client.get("/api/v1/challenges", params={"stage": "missed"}).json()
+    assert {c["challenge_id"] for c in missed["items"]} == {seeded.missed_fetch.hex(), seeded.missed_commit.hex()}
+
+    seen, cursor, pages = [], None, 0
+    while True:
+        params = {"limit": 3, **({"cursor": cursor} if cursor else {})}
+        page = client.get("/api/v1/challenges", params=params).json()
+        assert page["total"] == 12 and len(page["items"]) <= 3
+        seen += [c["challenge_id"] for c in page["items"]]
+        pages += 1
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert pages == 4 and len(seen) == len(set(seen)) == 12
+    blocks = [c["issued_block"] for c in client.get("/api/v1/challenges", params={"limit": 500}).json()["items"]]
+    assert blocks == sorted(blocks, reverse=True)
+
+    r = client.get("/api/v1/challenges", params={"cursor": "not-a-cursor"})
+    assert r.status_code == 400 and "cursor is not one this API handed out" in r.json()["detail"]
+    r = client.get("/api/v1/challenges", params={"status": "maybe"})
+    assert r.status_code == 422 and "honest" in r.text
+    assert client.get("/api/v1/challenges", params={"run": "12"}).status_code == 422
+
+
+def test_challenge_detail_timeline_and_clusters(client, seeded):
+    d = client.get(f"/api/v1/challenges/{seeded.honest.hex()}").json()
+    assert [e["label"] for e in d["timeline"]] == [
+        "issued", "opening fetched", "validated", "loss checks", "replayed", "witness journaled", "committed",
+        "revealed", "resolved"]
+    for e in d["timeline"]:
+        assert e["state"] == "done"
+        assert e["duration_s"] == pytest.approx(seeded.durations[e["stage"]])
+        assert e["finished_at"] - e["started_at"] == pytest.approx(e["duration_s"])
+    assert [(c["size"], c["winning"], c["includes_this_node"], c["matches_commitment"]) for c in d["clusters"]] == [
+        (2, True, True, True), (1, False, False, False)]
+    assert d["clusters"][0]["verifiers"] == ["v1", "v2"]
+    assert d["quorum"] == {"cluster_size": 2, "reveals": 3, "outliers": ["v3"]}
+    assert {t["kind"]: t["state"] for t in d["txs"]} == {"commit": "confirmed", "reveal": "confirmed"}
+    assert "losses" not in d["loss_checks"]
+
+    waiting = client.get(f"/api/v1/challenges/{seeded.retrying.hex()}").json()
+    states = {e["stage"]: e["state"] for e in waiting["timeline"]}
+    assert states["fetch"] == "done" and states["replay"] == "running" and states["commit"] == "pending"
+    assert waiting["note"].startswith("replay attempt 1 failed")
+    stopped = client.get(f"/api/v1/challenges/{seeded.missed_commit.hex()}").json()
+    assert {e["stage"]: e["state"] for e in stopped["timeline"]}["resolution"] == "not reached"
+    assert client.get(f"/api/v1/challenges/{'ab' * 32}").status_code == 404
+
+
+def test_admin_requeue_needs_the_token(client, engine, seeded):
+    url = f"/api/v1/admin/challenges/{seeded.retrying.hex()}/retry"
+    r = client.post(url)
+    assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+    r = client.post(url, headers={"Authorization": "Bearer wrong-token"})
+    assert r.status_code == 403 and "not this node's admin token" in r.json()["detail"]
+    assert client.get(url).status_code == 405  # never through GET
+
+    r = client.post(url, headers={"Authorization": f"Bearer {TOKEN}"})
+    assert r.status_code == 200 and r.json()["stage"] == "replay"
+    with engine.connect() as conn:
+        job = conn.execute(sa.select(challenges).where(challenges.c.challenge_id == seeded.retrying)).one()
+    assert (job.stage, job.next_attempt_at, job.attempts, job.status) == ("replay", 0.0, 0, "re-queued by an operator")
+
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    r = client.post(f"/api/v1/admin/challenges/{seeded.missed_fetch.hex()}/retry", headers=auth)
+    assert r.status_code == 200 and (r.json()["previous_stage"], r.json()["stage"]) == ("missed", "fetch")
+    r = client.post(f"/api/v1/admin/challenges/{seeded.missed_commit.hex()}/retry", headers=auth)
+    assert r.status_code == 409 and "missed at stage commit" in r.json()["detail"]
+    r = client.post(f"/api/v1/admin/challenges/{seeded.honest.hex()}/retry", headers=auth)
+    assert r.status_code == 409 and "stage done has no work" in r.json()["detail"]
+    assert client.post(f"/api/v1/admin/challenges/{'cd' * 32}/retry", headers=auth).status_code == 404
+
+
+def test_admin_routes_disabled_without_a_token(engine, seeded, tmp_path):
+    with TestClient(create_app(engine, NodeConfig())) as c:
+        r = c.post(f"/api/v1/admin/challenges/{seeded.retrying.hex()}/retry", headers={"Authorization": "Bearer x"})
+        assert r.status_code == 403 and "disabled" in r.json()["detail"]
+    # The token comes from http.admin_token_file, which must not be readable by others.
+    tok = tmp_path / "admin.token"
+    tok.write_text(TOKEN + "\n")
+    tok.chmod(0o644)
+    cfg_path = tmp_path / "n.toml"
+    cfg_path.write_text('[http]\nadmin_token_file = "admin.token"\n')
+    cfg = load_config(cfg_path, env={})
+    with pytest.raises(ValueError, match="chmod 600"):
+        read_admin_token(cfg)
+    tok.chmod(0o600)
+    assert read_admin_token(cfg) == TOKEN
+    with TestClient(create_app(engine, cfg)) as c:
+        r = c.post(f"/api/v1/admin/challenges/{seeded.retrying.hex()}/retry", headers={"Authorization": f"Bearer {TOKEN}"})
+        assert r.status_code == 200
+
+
+def _samples(text: str) -> dict[str, float]:
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+def test_metrics_names_units_and_labels(client, seeded):
+    client.get(f"/api/v1/challenges/{seeded.honest.hex()}")
+    client.get(f"/api/v1/challenges/{seeded.fraud.hex()}")
+    r = client.get("/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    m = _samples(r.text)
+    assert all(name.startswith("pot_") for name in m)
+    assert m['pot_challenges_resolved_total{verdict="honest"}'] == 1
+    assert m['pot_challenges_resolved_total{verdict="fraud"}'] == 1
+    assert m['pot_challenges{stage="awaiting_opening"}'] == 7
+    assert m["pot_witness_in_winning_cluster_total"] == 2
+    assert m["pot_chain_cursor_block"] == 50 and m["pot_database_up"] == 1
+    assert m['pot_stage_duration_seconds_count{stage="replay"}'] == 1
+    assert m['pot_stage_duration_seconds_sum{stage="replay"}'] == pytest.approx(seeded.durations["replay"])
+    key = 'pot_http_requests_total{method="GET",route="/api/v1/challenges/{challenge_id}",status="2xx"}'
+    assert m[key] == 2
+    # No id ever becomes a label value.
+    assert seeded.honest.hex() not in r.text and RUN_A.hex() not in r.text
+
+
+def test_database_outage_is_a_503_not_a_crash(tmp_path):
+    from node.db import make_engine
+
+    dead = make_engine("postgresql+psycopg2://postgres@127.0.0.1:1/none")
+    with TestClient(create_app(dead, NodeConfig())) as c:
+        r = c.get("/api/v1/status")
+        assert r.status_code == 503 and "unavailable" in r.json()["detail"]
+        ready = c.get("/readyz")
+        assert ready.status_code == 503 and ready.json()["checks"]["database"]["ok"] is False
+        assert "unreachable" in ready.json()["checks"]["database"]["detail"]
+        assert "pot_database_up 0.0" in c.get("/metrics").text
+        assert c.get("/healthz").status_code == 200
+    dead.dispose()
+
+
+def test_dashboard_pages_render_the_data(client, seeded):
+    html = client.get("/").text
+    assert re.search(r'data-verdict="fraud">\s*<span class="count">1</span>', html)
+    assert re.search(r'data-verdict="pending">\s*<span class="count">9</span>', html)
+    assert "100.0%" in html and "agreed with the winning cluster" in html
+    run = client.get(f"/runs/{RUN_A.hex()}").text
+    assert run.count('class="mark"') == 8 and 'data-step="7" data-verdict="honest"' in run
+    assert "<polyline" in run and "8 committed losses" in run
+    ch = client.get(f"/challenges/{seeded.honest.hex()}").text
+    assert 'data-stage="replay" data-state="done"' in ch and "★ winning" in ch and "(this node)" not in ch
+    filtered = client.get("/", params={"status": "fraud"}).text
+    assert seeded.fraud.hex() in filtered and seeded.honest.hex() not in filtered
+    r = client.get("/", params={"status": "maybe"})
+    assert r.status_code == 400 and "status must be one of" in r.text
+    assert client.get(f"/runs/{RUN_B.hex()[:10]}").status_code == 400
+    assert client.get(f"/challenges/{'ef' * 32}").status_code == 404
+    assert client.get("/static/live.js").status_code == 200
+
+
+# --- pure helpers -----------------------------------------------------------------------------
+
+
+@given(st.floats(0, 1), st.integers(0, 500))
+def test_detection_probability_bounds_and_monotone(f, k):
+    p = Q.detection_probability(f, k)
+    assert 0.0 <= p <= 1.0
+    assert Q.detection_probability(f, k + 1) >= p
+    assert Q.detection_probability(min(1.0, f + 0.1), k) >= p - 1e-12
+    assert math.isclose(1 - p, (1 - f) ** k, abs_tol=1e-12)
+
+
+def test_detection_probability_refuses_nonsense():
+    with pytest.raises(ValueError):
+        Q.detection_probability(1.5, 3)
+    with pytest.raises(ValueError):
+        Q.detection_probability(0.5, -1)
+
+
+@given(st.integers(0, 2**40), st.binary(min_size=32, max_size=32))
+def test_cursor_round_trip(block, key):
+    assert Q.decode_cursor(Q.encode_cursor(block, key)) == (block, key)
+
+
+@given(st.text(max_size=60))
+def test_decode_cursor_never_crashes(text):
+    try:
+        block, key = Q.decode_cursor(text)
+    except Q.BadQuery:
+        return
+    assert block >= 0 and len(key) == 32
+
+
+def test_build_timeline_running_and_pending():
+    rows = [{"stage": "awaiting_opening", "started_at": 0.0, "finished_at": 2.0, "detail": None},
+            {"stage": "fetch", "started_at": 2.0, "finished_at": 2.5, "detail": "ok"}]
+    tl = Q.build_timeline(rows, current_stage="validate", current_since=2.5, now=4.0)
+    by = {e["stage"]: e for e in tl}
+    assert by["awaiting_opening"]["duration_s"] == 2.0 and by["fetch"]["duration_s"] == 0.5
+    assert by["validate"]["state"] == "running" and by["validate"]["duration_s"] == 1.5
+    assert by["resolution"]["state"] == "pending"
+
+
+@given(st.floats(-1e6, 1e6), st.floats(0, 1e6))
+def test_nice_ticks_cover_the_range(lo, width):
+    ticks = nice_ticks(lo, lo + width)
+    assert ticks and all(lo - 1e-6 * max(1, abs(lo)) <= t for t in ticks)
+    assert ticks == sorted(ticks)
+
+
+def test_loss_curve_svg_marks_and_gaps():
+    svg = loss_curve_svg([3.0, None, 2.0, 1.5], [{"step": 4, "verdict": "fraud", "challenge_id": "ab"},
+                                                 {"step": 9, "verdict": None, "challenge_id": "cd"}])
+    assert svg.count("<polyline") == 1 and svg.count('class="loss-point"') == 1  # the gap splits the line
+    assert 'data-step="4" data-verdict="fraud"' in svg and 'data-verdict="pending"' in svg
+    assert "no committed losses" in loss_curve_svg([], [])
+    bars = timeline_svg(Q.build_timeline([], current_stage="fetch", current_since=1.0, now=2.0), now=2.0)
+    assert 'data-stage="fetch" data-state="running"' in bars
