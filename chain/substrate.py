@@ -796,16 +796,18 @@ def connect_substrate(url: str, key_uri: str, kind: str = "remark", **opts: Any)
         raise TypeError(f"connect_substrate: unknown option(s) {', '.join(sorted(unknown))}")
     if kind not in ("remark", "pallet"):
         raise TransportError(f"unknown Substrate transport kind {kind!r}; use 'remark' or 'pallet'")
+    if kind == "remark" and pallet_cfg is not None:
+        raise TransportError("the 'pallet' option only applies to kind='pallet'")
+    # Configuration mistakes are refused before any connection is made.
+    config = PalletConfig.from_mapping(pallet_cfg) if kind == "pallet" else None
     client = SubstrateClient(url, **{k: v for k, v in opts.items() if k in _CLIENT_OPTS})
     try:
         client.ensure_connected()
         keypair = load_key(key_uri, password, ss58_format=client.ss58_format or 42)
         kw = {k: v for k, v in opts.items() if k in _TRANSPORT_OPTS}
-        if kind == "remark":
-            if pallet_cfg is not None:
-                raise TransportError("the 'pallet' option only applies to kind='pallet'")
+        if config is None:
             return RemarkTransport(client, keypair, **kw)
-        return PalletTransport(client, keypair, config=PalletConfig.from_mapping(pallet_cfg), **kw)
+        return PalletTransport(client, keypair, config=config, **kw)
     except BaseException:
         client.close()
         raise

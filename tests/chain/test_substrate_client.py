@@ -74,3 +74,13 @@ def test_bad_options():
         connect_substrate("ws://127.0.0.1:9", "//Alice", kind="smoke-signal")
     with pytest.raises(TransportError, match="rpc_timeout"):
         SubstrateClient("ws://127.0.0.1:9", rpc_timeout=0)
+
+
+def test_bad_pallet_configuration_refused_before_connecting():
+    url = f"ws://127.0.0.1:{_dead_port()}"  # nothing listens: a connection attempt would fail otherwise
+    with pytest.raises(TransportError, match="unknown key"):
+        connect_substrate(url, "//Alice", kind="pallet", pallet={"palet": "X"})
+    with pytest.raises(TransportError, match="unknown protocol call"):
+        connect_substrate(url, "//Alice", kind="pallet", pallet={"calls": {"vote": "vote"}})
+    with pytest.raises(TransportError, match="only applies to kind='pallet'"):
+        connect_substrate(url, "//Alice", kind="remark", pallet={"pallet": "X"})

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from chain.calls import CALL_TYPES
-from chain.substrate import PalletConfig, PalletMissingError, TransportError, connect_substrate
+from chain.substrate import PalletConfig, PalletMissingError, connect_substrate
 from tests.chain.chopsticks_env import Chopsticks, chopsticks, unique_key  # noqa: F401
 
 pytestmark = pytest.mark.chopsticks
@@ -39,12 +39,3 @@ def test_call_with_other_arguments_is_refused(chopsticks: Chopsticks):  # noqa: 
     cfg = {"pallet": "System", "calls": dict.fromkeys(CALL_TYPES, "remark")}
     with pytest.raises(PalletMissingError, match=r"System.remark takes \(remark\), the protocol call"):
         connect_substrate(chopsticks.url, unique_key("p"), kind="pallet", pallet=cfg)
-
-
-def test_bad_pallet_configuration(chopsticks: Chopsticks):  # noqa: F811
-    with pytest.raises(TransportError, match="unknown key"):
-        connect_substrate(chopsticks.url, unique_key("p"), kind="pallet", pallet={"palet": "X"})
-    with pytest.raises(TransportError, match="unknown protocol call"):
-        connect_substrate(chopsticks.url, unique_key("p"), kind="pallet", pallet={"calls": {"vote": "vote"}})
-    with pytest.raises(TransportError, match="only applies to kind='pallet'"):
-        connect_substrate(chopsticks.url, unique_key("p"), kind="remark", pallet={"pallet": "X"})

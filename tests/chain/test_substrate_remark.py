@@ -42,21 +42,17 @@ def pair(chopsticks: Chopsticks):  # noqa: F811
     b.close()
 
 
-def _raw_submit(node: Chopsticks, key_uri: str, build) -> int:
+def _raw_submit(node: Chopsticks, si: SubstrateInterface, key_uri: str, build) -> int:
     """Sign and send an extrinsic built by `build(si)` outside our transport; return its block."""
-    si = SubstrateInterface(url=node.url, auto_reconnect=False, ws_options={"timeout": 30})
-    try:
-        kp = load_key(key_uri, ss58_format=si.ss58_format or 42)
-        before = node.head()[0]
-        ext = si.create_signed_extrinsic(call=build(si), keypair=kp, era={"period": 64})
-        si.rpc_request("author_submitExtrinsic", [str(ext.data)])
-        deadline = time.monotonic() + 30
-        while node.head()[0] == before:
-            assert time.monotonic() < deadline, "chopsticks did not build a block for the extrinsic"
-            time.sleep(0.05)
-        return node.head()[0]
-    finally:
-        si.close()
+    kp = load_key(key_uri, ss58_format=si.ss58_format or 42)
+    before = node.head()[0]
+    ext = si.create_signed_extrinsic(call=build(si), keypair=kp, era={"period": 64})
+    si.rpc_request("author_submitExtrinsic", [str(ext.data)])
+    deadline = time.monotonic() + 30
+    while node.head()[0] == before:
+        assert time.monotonic() < deadline, "chopsticks did not build a block for the extrinsic"
+        time.sleep(0.05)
+    return node.head()[0]
 
 
 def test_round_trip_with_signer(pair):
@@ -111,9 +107,11 @@ def test_failed_and_interrupted_extrinsics_do_not_count(pair, chopsticks, caplog
     def bad(si):  # root-only: dispatch fails with BadOrigin
         return si.compose_call("System", "set_heap_pages", {"pages": 1})
 
-    with caplog.at_level(logging.INFO, logger="chain.substrate"):
+    si = SubstrateInterface(url=chopsticks.url, auto_reconnect=False, ws_options={"timeout": 30})
+    with si, caplog.at_level(logging.INFO, logger="chain.substrate"):
         n_all = _raw_submit(
             chopsticks,
+            si,
             key,
             lambda si: si.compose_call("Utility", "batch_all", {"calls": [remark(si, first), bad(si)]}),
         )
@@ -121,6 +119,7 @@ def test_failed_and_interrupted_extrinsics_do_not_count(pair, chopsticks, caplog
         assert "the extrinsic failed" in caplog.text
         n_batch = _raw_submit(
             chopsticks,
+            si,
             key,
             lambda si: si.compose_call(
                 "Utility", "batch", {"calls": [remark(si, first), bad(si), remark(si, second)]}
@@ -131,6 +130,7 @@ def test_failed_and_interrupted_extrinsics_do_not_count(pair, chopsticks, caplog
         # A plain System.remark is not a protocol carrier; remark_with_event inside nested batches is.
         n_nested = _raw_submit(
             chopsticks,
+            si,
             key,
             lambda si: si.compose_call(
                 "Utility",
