@@ -9,7 +9,18 @@ import time
 
 import pytest
 
-from chain.substrate import SubstrateClient, TransportError, _compact, _read_compact, connect_substrate
+from chain.calls import CALL_TYPES
+from chain.substrate import (
+    PalletConfig,
+    SubstrateClient,
+    TransportError,
+    _compact,
+    _pubkey,
+    _read_compact,
+    _walk_pallet,
+    _walk_remarks,
+    connect_substrate,
+)
 
 
 @pytest.mark.parametrize("n", [0, 1, 63, 64, 16383, 16384, 2**30 - 1, 2**30, 2**32, 2**64 - 1, 2**128 - 1])
@@ -84,3 +95,63 @@ def test_bad_pallet_configuration_refused_before_connecting():
         connect_substrate(url, "//Alice", kind="pallet", pallet={"calls": {"vote": "vote"}})
     with pytest.raises(TransportError, match="only applies to kind='pallet'"):
         connect_substrate(url, "//Alice", kind="remark", pallet={"pallet": "X"})
+
+
+def _node(module, function, inner=(), remark=None):
+    n = {"module": module, "function": function, "args": [], "raw": b"", "inner": list(inner)}
+    if remark is not None:
+        n["remark"] = remark
+    return n
+
+
+def test_remark_walk_order_and_carriers(caplog):
+    tree = _node(
+        "Utility",
+        "batch",
+        [
+            _node("System", "remark_with_event", remark=b"a"),
+            _node("System", "remark", remark=b"plain"),
+            _node("Utility", "batch_all", [_node("System", "remark_with_event", remark=b"b")]),
+            _node("Balances", "transfer"),
+            _node("System", "remark_with_event", remark=b"c"),
+        ],
+    )
+    with caplog.at_level(logging.INFO, logger="chain.substrate"):
+        assert list(_walk_remarks(tree, "here")) == [b"a", b"b", b"c"]
+    assert "here: skipped System.remark" in caplog.text
+
+
+def test_pallet_walk_marks_non_atomic_batches():
+    tree = _node(
+        "Utility",
+        "batch_all",
+        [
+            _node("PoT", "commit_witness"),
+            _node("Utility", "batch", [_node("PoT", "reveal_witness_value")]),
+            _node("System", "remark_with_event", remark=b"x"),
+        ],
+    )
+    found = [(c["function"], in_batch) for c, in_batch in _walk_pallet(tree, "PoT", batch=False)]
+    assert found == [("commit_witness", False), ("reveal_witness_value", True)]
+
+
+def test_pallet_config_from_mapping():
+    cfg = PalletConfig.from_mapping(
+        {"pallet": "Pot", "calls": {"commit_witness": "commit"}, "events": ["Issued"]}
+    )
+    assert cfg.pallet == "Pot" and cfg.events == ("Issued",)
+    assert cfg.calls["commit_witness"] == "commit" and cfg.calls["submit_opening"] == "submit_opening"
+    assert set(cfg.calls) == set(CALL_TYPES)
+    assert PalletConfig.from_mapping(None) == PalletConfig()
+
+
+def test_pubkey_forms():
+    alice = "5GrwvaEF5zXb26Fz9rcQpDWS57CtERHpNehXCPcNoHGKutQY"
+    key = bytes.fromhex("d43593c715fdd31c61141abd04a99fd6822c8558854ccde39a5684e7a56da27d")
+    assert (
+        _pubkey(alice) == key == _pubkey("0x" + key.hex()) == _pubkey({"Id": alice}) == _pubkey(("Id", alice))
+    )
+    with pytest.raises(ValueError):
+        _pubkey({"Index": 3})
+    with pytest.raises(ValueError):
+        _pubkey("0x1234")
