@@ -50,7 +50,7 @@ class _Model(BaseModel):
 
 class ErrorOut(_Model):
     detail: str = Field(description="What was wrong and how to fix it.",
-                        examples=["cursor is not one this API handed out (use next_cursor of the previous page)"])
+                        examples=["no run 42424242... in this node's database"])
 
 
 class HealthOut(_Model):
@@ -385,7 +385,7 @@ def create_app(db: str | Engine, config: NodeConfig | None = None, *, node: Any 
         version=API_VERSION,
         description="Status, runs and challenge outcomes of one verifier node. Read-only; admin routes need "
                     "the node's bearer token. Ids are 64 hex digits. Lists are newest first and paginated with "
-                    "`limit` and the opaque `cursor` of the previous page's `next_cursor`.",
+                    "`limit` and `cursor` (the previous page's `next_cursor`: `<block>-<id>`, a keyset position).",
         lifespan=lifespan,
     )
     app.state.pot = ctx
@@ -435,7 +435,8 @@ def create_app(db: str | Engine, config: NodeConfig | None = None, *, node: Any 
         miner: Annotated[str | None, Query(max_length=128, description="Only runs of this miner.",
                                            examples=["miner"])] = None,
         limit: Annotated[int, Query(ge=1, le=500, description="Page size.", examples=[50])] = 50,
-        cursor: Annotated[str | None, Query(max_length=200, description="next_cursor of the previous page.")] = None,
+        cursor: Annotated[str | None, Query(pattern=Q.CURSOR_PATTERN, description="next_cursor of the previous page.",
+                                            examples=[f"44-{EXAMPLE_ID}"])] = None,
     ) -> dict[str, Any]:
         with ctx.engine.connect() as conn:
             return Q.list_runs(conn, miner=miner, limit=limit, cursor=cursor)
@@ -460,7 +461,8 @@ def create_app(db: str | Engine, config: NodeConfig | None = None, *, node: Any 
         stage: Annotated[Literal[Q.STAGES] | None,  # type: ignore[valid-type]
                          Query(description="Only jobs at this stage of this node.", examples=["done"])] = None,
         limit: Annotated[int, Query(ge=1, le=500, description="Page size.", examples=[50])] = 50,
-        cursor: Annotated[str | None, Query(max_length=200, description="next_cursor of the previous page.")] = None,
+        cursor: Annotated[str | None, Query(pattern=Q.CURSOR_PATTERN, description="next_cursor of the previous page.",
+                                            examples=[f"44-{EXAMPLE_ID}"])] = None,
     ) -> dict[str, Any]:
         run_id = None if run is None else Q.parse_id(run, "run")
         with ctx.engine.connect() as conn:

@@ -110,7 +110,7 @@ def test_challenge_filters_and_cursor_pagination(client, seeded):
     assert blocks == sorted(blocks, reverse=True)
 
     r = client.get("/api/v1/challenges", params={"cursor": "not-a-cursor"})
-    assert r.status_code == 400 and "cursor is not one this API handed out" in r.json()["detail"]
+    assert r.status_code == 422 and "cursor" in r.text
     r = client.get("/api/v1/challenges", params={"status": "maybe"})
     assert r.status_code == 422 and "honest" in r.text
     assert client.get("/api/v1/challenges", params={"run": "12"}).status_code == 422
@@ -272,11 +272,12 @@ def test_cursor_round_trip(block, key):
     assert Q.decode_cursor(Q.encode_cursor(block, key)) == (block, key)
 
 
-@given(st.text(max_size=60))
+@given(st.text(max_size=90))
 def test_decode_cursor_never_crashes(text):
     try:
         block, key = Q.decode_cursor(text)
-    except Q.BadQuery:
+    except Q.BadQuery as exc:
+        assert "next_cursor" in str(exc)
         return
     assert block >= 0 and len(key) == 32
 
