@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from challenges.opening import OpeningRefused
 from commitments import merkle
 from commitments.dataset import Dataset, train_validation_split
 from commitments.hashing import digest
@@ -84,6 +85,7 @@ class Trainer:
         self.answered: dict[bytes, bytes] = {}  # challenge_id -> opening digest
         self.issued: dict[bytes, int] = {}  # our challenge_id -> step
         self.resolved: dict[bytes, str] = {}  # our challenge_id -> verdict
+        self.failed: dict[bytes, str] = {}  # our challenge_id -> why no opening could be built
 
     # --- the batches ----------------------------------------------------------------------
     def batch_indices(self, t: int) -> list[int]:
@@ -214,13 +216,25 @@ class Trainer:
             run_id=self.run_id, initial_hash=self.initial_hash, schedule_commitment=self.schedule.commitment,
             dataset_hash=self.dataset.dataset_hash, spec=self.spec.to_cbor(), declared_steps=self.spec.steps,
             endpoint=self.endpoint)], "register the run")
-        self._sync()
-        run = self.view.state.runs.get(self.run_id)
-        if run is None or run.miner != self.account:
-            refusals = [e for e in self.view.events if type(e).__name__ == "CallRefused" and e.origin == self.account]
-            why = refusals[-1].reason if refusals else "the chain does not show it yet"
-            raise TrainerError(f"run {self.run_id.hex()[:16]} was not registered: {why}")
+        run = self._await_run()
         self.submitted_size = run.size
+
+    def _await_run(self, poll: float = 0.5) -> Any:
+        """The run as the chain's finalized blocks show it; waits for finality, refuses a refusal."""
+        deadline = time.monotonic() + self.submit_timeout
+        while True:
+            self._sync()
+            run = self.view.state.runs.get(self.run_id)
+            if run is not None and run.miner == self.account:
+                return run
+            refusals = [e for e in self.view.events if type(e).__name__ == "CallRefused"
+                        and e.origin == self.account and e.call == "start_training_commitment"]
+            if refusals or run is not None:
+                why = refusals[-1].reason if refusals else "the run id belongs to another account"
+                raise TrainerError(f"run {self.run_id.hex()[:16]} was not registered: {why}")
+            if time.monotonic() > deadline:
+                raise TrainerError(f"run {self.run_id.hex()[:16]} is not on chain after {self.submit_timeout:.0f} s")
+            time.sleep(poll)
 
     def submit_root(self) -> None:
         """Move the run's root on chain to the current tree (append-only, with a consistency proof)."""
@@ -269,8 +283,13 @@ class Trainer:
                 continue
             if name == "ChallengeIssued":
                 self.issued[ev.challenge_id] = ev.step
-                if ev.challenge_id not in self.answered:
-                    self.answer(ev)
+                if ev.challenge_id not in self.answered and ev.challenge_id not in self.failed:
+                    try:
+                        self.answer(ev)
+                    except (CheckpointError, OpeningRefused, TrainerError) as exc:
+                        # Without an opening the challenge resolves as fraud; keep following the rest.
+                        self.failed[ev.challenge_id] = str(exc)
+                        self._log(f"challenge {ev.challenge_id.hex()[:16]}: cannot open step {ev.step}: {exc}")
             elif name == "ChallengeResolved":
                 self.resolved[ev.challenge_id] = ev.verdict
                 self._log(f"challenge {ev.challenge_id.hex()[:16]} (step {ev.step}) resolved: {ev.verdict} "
