@@ -32,11 +32,13 @@ the result is a fixed sequence of IEEE operations in sequence order, so splits c
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import threading
 
 import torch
 
+from oracle.exact import kernels
 from oracle.exact.quant import F32, F64, ExactError, canon_nan, round_odd, two_sum
 
 _state = threading.local()
@@ -53,25 +55,59 @@ class Fold:
     def __init__(self, shape, device) -> None:
         self.hi = torch.zeros(shape, dtype=F64, device=device)
         self.lo = torch.zeros(shape, dtype=F64, device=device)
-        self.inexact = 0
+        self.count = 0
+        self._bad: list[torch.Tensor | int] = []
+
+    @property
+    def inexact(self) -> int:
+        """Element updates whose low-word addition was not exact (expected: 0)."""
+        return int(builtins.sum(int(b) for b in self._bad))
 
     def add(self, v: torch.Tensor, rows: torch.Tensor | None = None) -> None:
         """Add the exact float64 value v (to the given rows only, if `rows` is set)."""
-        if rows is None:
-            self.hi, self.lo, bad = _fold_step(self.hi, self.lo, v)
-        else:
+        if rows is not None:
             h, lo, bad = _fold_step(self.hi[rows], self.lo[rows], v)
             self.hi[rows] = h
             self.lo[rows] = lo
-        self.inexact += int(bad)
+            self._bad.append(bad)
+        elif self.count == 0:
+            # the first step from (0, 0) is exactly (v + 0, +0): same bytes, no work
+            self.hi = v + 0.0
+            self.lo = torch.zeros_like(self.hi)
+        else:
+            self.add_many(v.unsqueeze(0))
+            return
+        self.count += 1
+
+    def add_many(self, values: torch.Tensor) -> None:
+        """Add values[0], values[1], ... in that order (each param-shaped)."""
+        n = values.shape[0]
+        if n == 0:
+            return
+        if self.count == 0:
+            self.add(values[0])
+            values = values[1:]
+            n -= 1
+        if n == 0:
+            return
+        if kernels.enabled() and values.device.type == "cpu" and self.hi.is_contiguous():
+            flat = values.reshape(n, -1).contiguous()
+            self._bad.append(kernels.fold_into(self.hi.view(-1), self.lo.view(-1), flat))
+        else:
+            for b in range(n):
+                self.hi, self.lo, bad = _fold_step(self.hi, self.lo, values[b])
+                self._bad.append(bad)
+        self.count += n
 
     def add_fold(self, other: Fold) -> None:
         self.add(other.hi)
         self.add(other.lo)
-        self.inexact += other.inexact
+        self._bad.extend(other._bad)
 
     def result(self) -> torch.Tensor:
         """float32 of hi + lo, rounded once; canonical NaN."""
+        if self.count <= 1:  # lo is zero: one conversion rounds hi
+            return canon_nan(self.hi.to(F32))
         s, err = two_sum(self.hi, self.lo)
         s = torch.where(torch.isfinite(s), s, self.hi)
         err = torch.where(torch.isfinite(err), err, torch.zeros_like(err))
@@ -79,6 +115,7 @@ class Fold:
 
 
 def _fold_step(hi: torch.Tensor, lo: torch.Tensor, v: torch.Tensor):
+    """The fold's definition (the CPU kernel kernels.fold_into performs the same operations)."""
     s, e = two_sum(hi, v)
     t, f = two_sum(lo, e)
     h2, l2 = two_sum(s, t)
@@ -92,11 +129,8 @@ def _fold_step(hi: torch.Tensor, lo: torch.Tensor, v: torch.Tensor):
 
 def fold_rows(values: torch.Tensor) -> torch.Tensor:
     """float32 of the fold of values[0], values[1], ... (sequence order), rounded once."""
-    if values.shape[0] == 1:
-        return canon_nan(values[0].to(F32))
     f = Fold(values.shape[1:], values.device)
-    for b in range(values.shape[0]):
-        f.add(values[b])
+    f.add_many(values)
     return f.result()
 
 
@@ -138,10 +172,7 @@ class ExactGradAccumulator:
     def deposit(self, param: torch.Tensor, values: torch.Tensor) -> None:
         """Add the exact per-sequence partials values[b] (float64, param-shaped) for the next use
         site of `param`, in sequence order."""
-        def fill(fold):
-            for b in range(values.shape[0]):
-                fold.add(values[b])
-        self.deposit_site(param, fill)
+        self.deposit_site(param, lambda fold: fold.add_many(values))
 
     def deposit_site(self, param: torch.Tensor, fill) -> None:
         """Call fill(fold) with the Fold of `param`'s next use site in this micro-batch."""
@@ -162,8 +193,7 @@ class ExactGradAccumulator:
         elif self._loss_total != total_count:
             raise ExactError(f"cross_entropy total_count changed between micro-batches "
                              f"({self._loss_total} then {total_count})")
-        for b in range(per_sequence.shape[0]):
-            self._loss.add(per_sequence[b])
+        self._loss.add_many(per_sequence)
 
     # --- results -----------------------------------------------------------------------------
     @property
@@ -183,7 +213,8 @@ class ExactGradAccumulator:
                 continue
             total = Fold(p.shape, p.device)
             first = self._sites[sites[0]]
-            total.hi, total.lo, total.inexact = first.hi.clone(), first.lo.clone(), first.inexact
+            total.hi, total.lo, total.count = first.hi.clone(), first.lo.clone(), first.count
+            total._bad = list(first._bad)
             for k in sites[1:]:
                 total.add_fold(self._sites[k])
             out.append(total.result())

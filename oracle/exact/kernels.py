@@ -305,6 +305,37 @@ if numba is not None:
                 out[r, j] = _f32(((p - oh) * g) / total)
 
 
+    @njit(parallel=True, **_opts)
+    def _fold_k(hi, lo, V):
+        nb, N = V.shape
+        bad = 0
+        for i in prange(N):
+            h = hi[i]
+            lw = lo[i]
+            for b in range(nb):
+                v = V[b, i]
+                s = h + v
+                bb = s - h
+                e = (h - (s - bb)) + (v - bb)
+                t = lw + e
+                bb = t - lw
+                f = (lw - (t - bb)) + (e - bb)
+                h2 = s + t
+                bb = h2 - s
+                l2 = (s - (h2 - bb)) + (t - bb)
+                if abs(f) <= 1.7976931348623157e308 and f != 0.0:
+                    bad += 1
+                if abs(s) <= 1.7976931348623157e308:
+                    h = h2
+                    lw = l2 if abs(l2) <= 1.7976931348623157e308 else 0.0
+                else:
+                    h = s
+                    lw = 0.0
+            hi[i] = h
+            lo[i] = lw
+        return bad
+
+
 # --- torch wrappers ----------------------------------------------------------------------------
 
 
@@ -384,6 +415,12 @@ def ce_bwd_rows(x, t, m, S, scale):
     if x.numel():
         _ce_bwd_k(_np(x), _np(t), _np(m), _np(S), float(g64), float(total), out.numpy())
     return out
+
+
+def fold_into(hi: torch.Tensor, lo: torch.Tensor, values: torch.Tensor) -> int:
+    """In place: fold values[0], values[1], ... into (hi, lo) as accumulate._fold_step does;
+    returns the number of inexact low-word additions."""
+    return int(_fold_k(hi.numpy(), lo.numpy(), _np(values)))
 
 
 def all_kernels():

@@ -116,18 +116,14 @@ class _Linear(torch.autograd.Function):
             def fill_w(fold):
                 for lo, hi in _seq_chunks(g3.shape[0], w.numel()):
                     ph, pl = matmul_parts(g3[lo:hi].transpose(1, 2), x3[lo:hi], variant)
-                    for i in range(hi - lo):
-                        fold.add(ph[i])
-                        if pl is not None:
-                            fold.add(pl[i])
+                    if pl is not None:  # each sequence's exact value is hi + lo: add both, in order
+                        ph = torch.stack([ph, pl], dim=1).reshape(-1, *ph.shape[1:])
+                    fold.add_many(ph)
             gw = _param_grad(w_obj, fill_w)
         if ctx.has_b and ctx.needs_input_grad[2]:
             per_seq = exact_sum64(g3, dim=1)
 
-            def fill_b(fold):
-                for i in range(per_seq.shape[0]):
-                    fold.add(per_seq[i])
-            gb = _param_grad(b, fill_b)
+            gb = _param_grad(b, lambda fold: fold.add_many(per_seq))
         return gx, gw, gb, None
 
 
@@ -332,8 +328,7 @@ class _CrossEntropy(torch.autograd.Function):
         if acc is not None:
             acc.deposit_loss(per_seq, total)
         fold = Fold((), x.device)
-        for i in range(n_seq):
-            fold.add(per_seq[i])
+        fold.add_many(per_seq)
         out = canon_nan(((fold.hi + fold.lo) / _const(float(total), x)).to(F32))
         ctx.save_for_backward(x, t, m, s)
         ctx.total, ctx.shape = total, logits.shape
@@ -423,17 +418,11 @@ class _LayerNorm(torch.autograd.Function):
         if ctx.has_w and ctx.needs_input_grad[1]:
             per_seq_w = exact_sum64(g3 * _sequences(xhat), dim=1)
 
-            def fill_w(fold):
-                for i in range(per_seq_w.shape[0]):
-                    fold.add(per_seq_w[i])
-            gw = _param_grad(w, fill_w)
+            gw = _param_grad(w, lambda fold: fold.add_many(per_seq_w))
         if ctx.has_b and ctx.needs_input_grad[2]:
             per_seq_b = exact_sum64(g3, dim=1)
 
-            def fill_b(fold):
-                for i in range(per_seq_b.shape[0]):
-                    fold.add(per_seq_b[i])
-            gb = _param_grad(b, fill_b)
+            gb = _param_grad(b, lambda fold: fold.add_many(per_seq_b))
         return gx, gw, gb, None
 
 

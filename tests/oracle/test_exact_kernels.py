@@ -138,3 +138,27 @@ def test_no_fused_multiply_add_in_machine_code():
             for mnemonic in fma:
                 assert mnemonic not in asm, f"{name}: {mnemonic} in the machine code"
     assert scanned >= 9
+
+
+def test_fold_kernel_equals_eager_fold():
+    from oracle.exact.accumulate import Fold
+
+    g = torch.Generator().manual_seed(21)
+    n, nb = 4000, 9
+    mag = torch.exp(torch.randn(nb, n, generator=g, dtype=torch.float64) * 40)  # wide exponents: some inexact
+    vals = torch.randn(nb, n, generator=g, dtype=torch.float64) * mag
+    vals[3, :5] = torch.tensor([float("inf"), float("-inf"), float("nan"), -0.0, 1e308])
+    vals[4, :5] = torch.tensor([float("-inf"), 1.0, 2.0, -0.0, 1e308])
+    outs = []
+    for use in (True, False):
+        with (_null() if use else kernels.disabled()):
+            f = Fold((n,), "cpu")
+            f.add_many(vals[:2])
+            f.add_many(vals[2:])
+            outs.append((f.hi, f.lo, f.result(), f.inexact))
+    (h1, l1, r1, i1), (h2, l2, r2, i2) = outs
+    assert torch.equal(h1.view(torch.int64)[~torch.isnan(h1)], h2.view(torch.int64)[~torch.isnan(h2)])
+    assert torch.equal(torch.isnan(h1), torch.isnan(h2))
+    assert torch.equal(l1.view(torch.int64), l2.view(torch.int64))
+    _same(r1, r2)
+    assert i1 == i2 and i1 > 0  # the wide exponent range does exercise the inexact branch
