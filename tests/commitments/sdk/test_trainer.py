@@ -163,3 +163,43 @@ def test_cross_architecture_run_declares_the_norm_bucket(tmp_path, data):
     w = walk(spec, data)
     assert declared.bucket == norm_bucket(w.states[CHALLENGED - 1], w.states[CHALLENGED])
     tr.close()
+
+
+def test_resume_on_chain_continues_the_root(tmp_path, data):
+    spec = tiny_spec(STEPS)
+    ds = Dataset.open(data, spec.sample_len)
+    miner = chain(tmp_path / "chain.db")
+    first = Trainer(spec, ds, tmp_path / "run", miner, root_every=2, progress=False, log=lambda m: None)
+    first.prepare()
+    first.register()
+    first.train(steps=3)  # root of size 3 went on chain after step 2; then the process "dies"
+    first.close()
+    again = Trainer(spec, ds, tmp_path / "run", miner, root_every=2, progress=False, log=lambda m: None)
+    again.prepare()
+    again.register()  # identical registration: a no-op on chain
+    assert again.submitted_size == 3
+    again.train()
+    again.submit_root()
+    view = ChainView(miner, PARAMS)
+    view.sync()
+    assert not [e for e in view.events if type(e).__name__ == "CallRefused"]
+    assert [e.size for e in view.events if type(e).__name__ == "CheckpointRootUpdated"] == [3, 5]
+    assert view.state.runs[again.run_id].root == merkle.root(walk(spec, data).leaves)
+    again.close()
+
+
+def test_registration_refused_is_named(tmp_path, data):
+    from chain.calls import StartTrainingCommitment
+
+    spec = tiny_spec(STEPS)
+    ds = Dataset.open(data, spec.sample_len)
+    miner = chain(tmp_path / "chain.db")
+    tr = Trainer(spec, ds, tmp_path / "run", miner, progress=False, submit_timeout=5)
+    tr.prepare()
+    # Another account takes the run id first (e.g. by copying it from the mempool).
+    DevTransport(tmp_path / "chain.db", "thief", sealing="instant").submit([StartTrainingCommitment(
+        run_id=tr.run_id, initial_hash=bytes(32), schedule_commitment=bytes(32), dataset_hash=bytes(32),
+        spec=spec.to_cbor(), declared_steps=STEPS, endpoint="")])
+    with pytest.raises(TrainerError, match="was not registered: .*already registered"):
+        tr.register()
+    tr.close()
