@@ -1,0 +1,754 @@
+"""`pot demo`: a whole network on one machine. A miner trains a small GPT twice (honestly, and once on
+a substituted batch), three verifier nodes (one revealing noise) witness the challenged steps, and
+the demo prints progress, serves one node's dashboard and ends with a summary of verdicts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import typer
+
+REPO = Path(__file__).resolve().parents[1]
+
+demo_app = typer.Typer(add_completion=False, help="Run the whole protocol on one machine.")
+
+# The model: a one-layer GPT small enough that ten exact-v1 steps, two runs and a dozen replays
+# fit in a few minutes on two shared cores, yet a real transformer on the real corpus.
+SPEC = {
+    "version": "pot/spec/v1", "profile": "exact-v1", "dtype": "float32", "loss": "cross-entropy", "steps": 10,
+    "model": {"kind": "gpt", "vocab_size": 256, "block_size": 32, "n_layer": 1, "n_head": 2, "n_embd": 32,
+              "dropout": 0.1, "bias": True, "tie_weights": True, "gelu": "tanh", "init_std": 0.02},
+    "optimizer": {"kind": "adamw", "lr": 3e-3, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1,
+                  "grad_clip": 1.0},
+    "batch": {"batch_size": 4, "seq_len": 32},
+    "rng": {"seed": 1337, "schedule_seed": 1337, "policy": "philox-v1"},
+    "exact": {"matmul": "single"},
+}
+
+VERIFIERS = (("v1", "none"), ("v2", "none"), ("v3", "noise"))
+DEV_MINERS = ("miner-a", "miner-b")
+# Substrate dev keys: the two runs' miners, then the three verifiers.
+SUBSTRATE_KEYS = ("//Alice", "//Bob", "//Charlie", "//Dave", "//Eve")
+# Blocks come every SLOW_S while someone still has to act in a window, every FAST_S otherwise:
+# generous windows keep a loaded machine from missing one, and nobody waits for idle blocks.
+SLOW_S = 1.0
+FAST_S = 0.15
+
+
+class DemoError(RuntimeError):
+    """The demo cannot go on (a child died, a port is taken, a chain refused), with the reason."""
+
+
+def demo_params(steps: int, substitute_at: int) -> Any:
+    """Protocol parameters of the demo: the substituted step is challenged first, one step is drawn."""
+    from chain.protocol import ProtocolParams
+
+    return ProtocolParams(commit_window=120, reveal_window=60, opening_deadline=60,
+                          challenges_per_run=min(2, steps), challenge_delay=2, quorum_min_reveals=3,
+                          forced_challenge_steps=(substitute_at,))
+
+
+# --- small helpers ------------------------------------------------------------------------------
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return json.dumps(str(v))  # a JSON string is a valid TOML basic string
+
+
+def to_toml(doc: dict[str, Any]) -> str:
+    """A flat TOML writer for the demo's own files: top-level keys, then one level of tables."""
+    lines = [f"{k} = {_toml_value(v)}" for k, v in doc.items() if not isinstance(v, dict)]
+    for name, table in doc.items():
+        if isinstance(table, dict):
+            lines += ["", f"[{name}]", *(f"{k} = {_toml_value(v)}" for k, v in table.items())]
+    return "\n".join(lines) + "\n"
+
+
+def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
+def short(b: bytes | str) -> str:
+    return (b.hex() if isinstance(b, bytes) else b)[:12]
+
+
+# --- child processes ----------------------------------------------------------------------------
+
+
+@dataclass
+class Child:
+    name: str
+    proc: subprocess.Popen
+    log: Path
+
+    def tail(self, n: int = 2500) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+
+class Children:
+    """Processes the demo started, each in its own session so a terminal's Ctrl-C reaches only the
+    demo, which then stops them in order: SIGTERM, a grace period, then SIGKILL of the whole group
+    (a node's replay workers included)."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.items: list[Child] = []
+        self._lock = threading.Lock()
+
+    def start(self, name: str, args: list[str], env: dict[str, str] | None = None) -> Child:
+        log = self.workdir / "logs" / f"{name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "node.cli", *args], cwd=self.workdir, stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True,
+                env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get(
+                    "PYTHONPATH")])), "PYTHONUNBUFFERED": "1", **(env or {})})
+        child = Child(name, proc, log)
+        with self._lock:
+            self.items.append(child)
+        return child
+
+    def stop(self, children: list[Child] | None = None, grace: float = 20.0) -> None:
+        with self._lock:
+            targets = list(self.items if children is None else children)
+        for c in targets:
+            if c.proc.poll() is None:
+                try:
+                    c.proc.send_signal(signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + grace
+        for c in targets:
+            try:
+                c.proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            # The leader may be gone while its workers linger: clear the group it led.
+            try:
+                os.killpg(c.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                c.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+# --- block production ---------------------------------------------------------------------------
+
+
+class BlockMaker:
+    """Makes blocks in a thread: every SLOW_S, or every FAST_S while `fast` is set.
+
+    On the dev chain it seals blocks; on a chopsticks chain it asks for them (`dev_newBlock`);
+    on any other Substrate chain the chain makes its own and this does nothing."""
+
+    def __init__(self, make: Any, label: str) -> None:
+        self._make = make
+        self.label = label
+        self.fast = threading.Event()
+        self._stop = threading.Event()
+        self.errors = 0
+        self.thread = threading.Thread(target=self._run, name="pot-demo-blocks", daemon=True)
+
+    def start(self) -> BlockMaker:
+        if self._make is not None:
+            self.thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._make()
+                self.errors = 0
+            except Exception:  # a busy chain file or a slow RPC: try again after a pause
+                self.errors += 1
+            self._stop.wait(FAST_S if self.fast.is_set() else SLOW_S * (1 + min(self.errors, 5)))
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self.thread.is_alive():
+            self.thread.join(10)
+
+
+# --- the network ----------------------------------------------------------------------------------
+
+
+@dataclass
+class RunInfo:
+    miner: str
+    honest: bool
+    substituted_step: int | None
+    run_id: bytes | None = None
+    registered_at: float | None = None
+    complete_at: float | None = None
+    size: int = 0
+    slashed: int = 0
+
+
+@dataclass
+class ChallengeInfo:
+    challenge_id: bytes
+    run_id: bytes
+    step: int
+    index: int
+    issued_block: int
+    issued_at: float
+    opened_at: float | None = None
+    resolved_at: float | None = None
+    resolved_block: int | None = None
+    verdict: str | None = None
+    reason: str = ""
+    cluster_size: int = 0
+    reveals: int = 0
+    outliers: tuple[str, ...] = ()
+    committed: set[str] = field(default_factory=set)
+    revealed: set[str] = field(default_factory=set)
+
+
+class Demo:
+    def __init__(self, workdir: Path, *, chain: str | None, port: int, steps: int, substitute_at: int,
+                 timeout: float, say: Any) -> None:
+        self.workdir = workdir
+        self.chain_arg = chain
+        self.port = port
+        self.steps = steps
+        self.substitute_at = substitute_at
+        self.timeout = timeout
+        self.say = say
+        self.t0 = time.monotonic()
+        self.timings: dict[str, float] = {}
+        self.children = Children(workdir)
+        self.blocks: BlockMaker | None = None
+        self.api: Any = None
+        self.dashboard_url: str | None = None
+        self.params = demo_params(steps, substitute_at)
+        self.runs: list[RunInfo] = []
+        self.challenges: dict[bytes, ChallengeInfo] = {}
+        self.verifier_accounts: dict[str, str] = {}  # chain account -> node name
+        self.node_children: list[Child] = []
+        self.miner_children: list[Child] = []
+        self.node_db_urls: dict[str, str] = {}
+        self.view: Any = None
+        self.chain_url = ""
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    # --- setup -----------------------------------------------------------------------------------
+    def prepare_files(self) -> tuple[Path, Path]:
+        from commitments.dataset import prepare_default_corpus
+        from commitments.spec import Spec
+
+        t = time.monotonic()
+        corpus = self.workdir / "corpus.npy"
+        if not corpus.exists():
+            self.say("building the default corpus (Python standard library sources, byte tokens)")
+            info = prepare_default_corpus(corpus)
+            self.say(f"  corpus: {getattr(info, 'num_tokens', '?')} tokens")
+        spec_path = self.workdir / "spec.toml"
+        atomic_write_text(spec_path, to_toml({**SPEC, "steps": self.steps}))
+        spec = Spec.from_toml(spec_path)  # refuses a bad spec here, not in four child processes
+        self.say(f"model: GPT {spec.model.n_layer} layer, d={spec.model.n_embd}, {self.steps} steps of "
+                 f"{spec.batch.batch_size}x{spec.batch.seq_len} tokens, profile {spec.profile}")
+        params_path = self.workdir / "params.toml"
+        atomic_write_text(params_path, to_toml({"protocol": self.params.to_dict()}))
+        self.timings["prepare_s"] = time.monotonic() - t
+        return corpus, spec_path
+
+    def open_chain(self) -> None:
+        from chain.connect import connect
+
+        if self.chain_arg is None:
+            from chain.dev import DevTransport
+
+            path = self.workdir / "chain.db"
+            self.chain_url = f"dev://{path}"
+            sealer = DevTransport(path, "demo", sealing="interval")
+            sealer.record_params(self.params)
+            self.blocks = BlockMaker(sealer.seal, "dev chain sealer").start()
+            self.view_transport = DevTransport(path, "demo-observer")
+            self.say(f"dev chain {self.chain_url}: a block every {SLOW_S:g} s ({FAST_S:g} s while nobody "
+                     f"has to act)")
+        else:
+            from chain.transport import TransportError
+
+            self.chain_url = self.chain_arg
+            try:
+                t = connect(self.chain_arg, key=SUBSTRATE_KEYS[0], kind="remark", rpc_timeout=30.0)
+            except (TransportError, ValueError) as exc:
+                raise DemoError(f"cannot connect to {self.chain_arg}: {exc}") from None
+            self.view_transport = t
+            self._substrate_setup(t)
+        from chain.view import ChainView
+
+        start = self.view_transport.finalized_head()
+        self.start_block = start if self.chain_arg is not None else 0
+        self.view = ChainView(self.view_transport, self.params, cursor=self.start_block, keep_events=False)
+
+    def _substrate_setup(self, t: Any) -> None:
+        """On chopsticks: fund the demo's accounts and make blocks on demand; elsewhere: use the chain."""
+        from scalecodec.utils.ss58 import ss58_encode
+        from substrateinterface import Keypair
+
+        fmt = t.client.ss58_format
+        self.addresses = {k: ss58_encode(Keypair.create_from_uri(k).public_key, fmt) for k in SUBSTRATE_KEYS}
+        try:
+            t.client.rpc("dev_setStorage", [{"System": {"Account": [
+                [[a], {"providers": 1, "data": {"free": str(10**18)}}] for a in self.addresses.values()]}}],
+                retry=False)
+            t.client.rpc("dev_newBlock", [{"count": 1}], retry=False)
+        except Exception as exc:  # not chopsticks: accounts must be funded and blocks come by themselves
+            self.say(f"{self.chain_arg}: no dev_* RPCs ({type(exc).__name__}); using the chain's own blocks "
+                     f"and balances")
+            self.blocks = BlockMaker(None, "chain").start()
+            return
+        self.say(f"{self.chain_arg}: chopsticks; accounts funded, blocks made every {SLOW_S:g} s "
+                 f"({FAST_S:g} s while nobody has to act)")
+        from chain.connect import connect
+
+        maker = connect(self.chain_arg, key=SUBSTRATE_KEYS[0], kind="remark", rpc_timeout=30.0)
+        self.blocks = BlockMaker(lambda: maker.client.rpc("dev_newBlock", [{"count": 1}], retry=False),
+                                 "chopsticks blocks").start()
+
+    def node_config(self, name: str, fault: str) -> Path:
+        data = self.workdir / "nodes" / name
+        data.mkdir(parents=True, exist_ok=True)
+        chain: dict[str, Any] = {"url": self.chain_url, "poll_s": 0.2, "watchdog_s": 60.0,
+                                 "resend_after_blocks": 30}
+        node: dict[str, Any] = {"data_dir": str(data), "log_level": "info", "loop_interval_s": 0.2, "fault": fault}
+        if self.chain_arg is None:
+            chain["account"] = name
+        else:
+            key = SUBSTRATE_KEYS[2 + [v for v, _ in VERIFIERS].index(name)]
+            secrets = data / "secrets.toml"
+            atomic_write_text(secrets, to_toml({"key": {"uri": key}}), mode=0o600)
+            node["secrets_file"] = str(secrets)
+            chain["start_block"] = self.start_block
+            self.verifier_accounts[self.addresses[key]] = name
+        doc = {"node": node, "chain": chain, "database": {"url": ""},
+               "fetch": {"attempts": 5, "backoff_base_s": 0.3, "backoff_max_s": 3.0},
+               "replay": {"workers": 1}, "http": {"listen": f"127.0.0.1:{free_port()}"},
+               "protocol": self.params.to_dict()}
+        path = self.workdir / "nodes" / f"{name}.toml"
+        atomic_write_text(path, to_toml(doc))
+        return path
+
+    def start_nodes(self) -> None:
+        from node.config import load_config
+        from node.db import DatabaseError, open_database
+
+        for name, fault in VERIFIERS:
+            path = self.node_config(name, fault)
+            cfg = load_config(path, env={})
+            try:
+                open_database(cfg.database_url, init=True).dispose()  # the dashboard reads it from the start
+            except DatabaseError as exc:
+                raise DemoError(f"node {name}: {exc}") from None
+            self.node_db_urls[name] = cfg.database_url
+            if self.chain_arg is None:
+                self.verifier_accounts[name] = name
+            child = self.children.start(name, ["node", "run", "--config", str(path)])
+            self.node_children.append(child)
+            self.say(f"verifier {name} started (pid {child.proc.pid}){'  FAULTY: reveals noise' if fault != 'none' else ''}")
+
+    def serve_dashboard(self) -> None:
+        """The API and dashboard of node v1, served from this process."""
+        try:
+            from node.api import ApiServer, bind, create_app
+            from node.config import load_config
+
+            cfg = load_config(self.workdir / "nodes" / "v1.toml", env={})
+            sock = bind(f"127.0.0.1:{self.port}")
+        except OSError as exc:
+            raise DemoError(f"{exc} (choose another with --port)") from None
+        except (ImportError, AttributeError) as exc:
+            self.say(f"the dashboard is not available in this build ({type(exc).__name__}: {exc}); "
+                     f"the demo goes on without it")
+            return
+        try:
+            app = create_app(self.node_db_urls["v1"], cfg)
+        except Exception as exc:  # the API is optional to the protocol run; say why it is missing
+            sock.close()
+            self.say(f"the dashboard could not start ({type(exc).__name__}: {exc}); the demo goes on without it")
+            return
+        self.api = ApiServer(app, sock).start()
+        host, port = self.api.address
+        self.dashboard_url = f"http://{host}:{port}/"
+        self.say(f"dashboard of verifier v1: {self.dashboard_url}  (API: {self.dashboard_url}api/v1/status)")
+
+    def start_miners(self, corpus: Path, spec_path: Path) -> None:
+        deadline = max(60, int(self.timeout - self.elapsed()))
+        for i, honest in enumerate((True, False)):
+            port = free_port()
+            args = ["miner", "train", "--spec", str(spec_path), "--data", str(corpus),
+                    "--out", str(self.workdir / "runs" / ("honest" if honest else "substituted")),
+                    "--chain", self.chain_url, "--port", str(port), "--keep-every", "5",
+                    "--params", str(self.workdir / "params.toml"), "--timeout", str(deadline), "--json"]
+            if self.chain_arg is None:
+                miner = DEV_MINERS[i]
+                args += ["--account", miner]
+            else:
+                args += ["--key", SUBSTRATE_KEYS[i]]
+                miner = self.addresses[SUBSTRATE_KEYS[i]]
+            if not honest:
+                args += ["--substitute-batch-at", str(self.substitute_at)]
+            self.runs.append(RunInfo(miner, honest, None if honest else self.substitute_at))
+            child = self.children.start("miner-honest" if honest else "miner-substituted", args)
+            self.miner_children.append(child)
+            what = "honest run" if honest else f"run with a substituted batch at step {self.substitute_at}"
+            self.say(f"miner {short(miner)}: training the {what} (pid {child.proc.pid}, prover on port {port})")
+
+    # --- watching --------------------------------------------------------------------------------
+    def _name(self, account: str) -> str:
+        return self.verifier_accounts.get(account, short(account))
+
+    def _run_of(self, run_id: bytes) -> RunInfo | None:
+        return next((r for r in self.runs if r.run_id == run_id), None)
+
+    def _label(self, run: RunInfo | None) -> str:
+        if run is None:
+            return "?"
+        return "honest" if run.honest else f"substituted@{run.substituted_step}"
+
+    def on_event(self, ev: Any) -> None:
+        from chain import protocol as P
+
+        now = time.monotonic()
+        if isinstance(ev, P.RunRegistered):
+            run = next((r for r in self.runs if r.miner == ev.miner and r.run_id is None), None)
+            if run is not None:
+                run.run_id, run.registered_at = ev.run_id, now
+                self.say(f"block {ev.block}: run {short(ev.run_id)} ({self._label(run)}) registered, "
+                         f"{ev.declared_steps} steps declared")
+        elif isinstance(ev, P.CheckpointRootUpdated):
+            run = self._run_of(ev.run_id)
+            if run is not None:
+                run.size = ev.size
+                self.say(f"block {ev.block}: run {short(ev.run_id)} ({self._label(run)}) committed steps "
+                         f"1..{ev.size - 1} of {self.steps}")
+                if ev.complete:
+                    run.complete_at = now
+        elif isinstance(ev, P.ChallengeIssued):
+            self.challenges[ev.challenge_id] = ChallengeInfo(ev.challenge_id, ev.run_id, ev.step, ev.index,
+                                                             ev.block, now)
+            forced = " (forced by the demo's parameters)" if ev.step in self.params.forced_challenge_steps else \
+                " (drawn from block randomness)"
+            self.say(f"block {ev.block}: challenge {short(ev.challenge_id)} issued: run {short(ev.run_id)} "
+                     f"({self._label(self._run_of(ev.run_id))}) step {ev.step}{forced}")
+        elif isinstance(ev, P.OpeningSubmitted):
+            ch = self.challenges.get(ev.challenge_id)
+            if ch is not None:
+                ch.opened_at = now
+            self.say(f"block {ev.block}: challenge {short(ev.challenge_id)}: the miner opened step {ev.step}")
+        elif isinstance(ev, P.WitnessCommitted):
+            ch = self.challenges.get(ev.challenge_id)
+            if ch is not None:
+                ch.committed.add(ev.verifier)
+            self.say(f"block {ev.block}: challenge {short(ev.challenge_id)}: {self._name(ev.verifier)} committed")
+        elif isinstance(ev, P.WitnessRevealed):
+            ch = self.challenges.get(ev.challenge_id)
+            if ch is not None:
+                ch.revealed.add(ev.verifier)
+            self.say(f"block {ev.block}: challenge {short(ev.challenge_id)}: {self._name(ev.verifier)} revealed "
+                     f"{short(ev.value_hash) if isinstance(ev.value_hash, bytes) else ev.value_hash}")
+        elif isinstance(ev, P.ChallengeResolved):
+            ch = self.challenges.get(ev.challenge_id)
+            if ch is not None:
+                ch.resolved_at, ch.resolved_block = now, ev.block
+                ch.verdict, ch.reason = ev.verdict, ev.reason
+                ch.cluster_size, ch.reveals, ch.outliers = ev.cluster_size, ev.reveals, tuple(ev.outliers)
+            outl = ", ".join(self._name(v) for v in ev.outliers) or "none"
+            self.say(f"block {ev.block}: challenge {short(ev.challenge_id)} (step {ev.step}) RESOLVED: "
+                     f"{ev.verdict.upper()} (cluster {ev.cluster_size} of {ev.reveals}; outliers: {outl}; {ev.reason})")
+        elif isinstance(ev, P.MinerSlashed):
+            run = self._run_of(ev.run_id)
+            if run is not None:
+                run.slashed += ev.amount
+            self.say(f"block {ev.block}: miner {short(ev.miner)} slashed {ev.amount}")
+        elif isinstance(ev, P.RevealRejected):
+            self.say(f"block {ev.block}: reveal of {self._name(ev.verifier)} rejected: {ev.reason}")
+
+    def someone_must_act(self) -> bool:
+        """True while a miner or a verifier still has to put something on chain in an open window."""
+        st = self.view.state
+        n = st.head
+        accounts = set(self.verifier_accounts)
+        if not st.challenges and not any(r.challenges_at is not None for r in st.runs.values()):
+            return True  # training: blocks at the slow pace carry the roots
+        for ch in st.challenges.values():
+            if ch.verdict is not None:
+                continue
+            if ch.opening is None and n < ch.opening_deadline:
+                return True
+            if n <= ch.commit_deadline and not accounts <= set(ch.commitments):
+                return True
+            if ch.commit_deadline < n <= ch.reveal_deadline and not accounts <= set(ch.reveals):
+                return True
+        return False
+
+    def done(self) -> bool:
+        if any(r.run_id is None or r.complete_at is None for r in self.runs):
+            return False
+        mine = [c for c in self.challenges.values() if any(c.run_id == r.run_id for r in self.runs)]
+        expected = self.params.challenges_per_run * len(self.runs)
+        return len(mine) >= expected and all(c.verdict is not None for c in mine)
+
+    def watch(self) -> None:
+        from chain.transport import TransportError
+
+        failures = 0
+        while True:
+            if self.elapsed() > self.timeout:
+                raise DemoError(f"the demo did not finish within {self.timeout:.0f} s (--timeout); logs are in "
+                                f"{self.workdir / 'logs'}")
+            try:
+                for ev in self.view.sync():
+                    self.on_event(ev)
+                failures = 0
+            except TransportError as exc:
+                failures += 1
+                if failures > 20:
+                    raise DemoError(f"the chain stopped answering: {exc}") from None
+                time.sleep(min(5.0, 0.2 * 2 ** failures))
+                continue
+            if self.blocks is not None:
+                if self.someone_must_act():
+                    self.blocks.fast.clear()
+                else:
+                    self.blocks.fast.set()
+            for c in self.node_children:
+                if c.proc.poll() is not None:
+                    raise DemoError(f"verifier {c.name} exited with status {c.proc.returncode}:\n{c.tail()}")
+            for c in self.miner_children:
+                # 1 is the miner's "a challenge of my run came out fraud": expected of the substituted run.
+                if c.proc.poll() not in (None, 0, 1):
+                    raise DemoError(f"{c.name} exited with status {c.proc.returncode}:\n{c.tail()}")
+            if self.done():
+                return
+            time.sleep(0.2)
+
+    def wait_nodes_caught_up(self, timeout: float = 60.0) -> None:
+        """Let every node record the last resolution before it is stopped (the dashboard shows it)."""
+        import sqlalchemy as sa
+
+        from node.db import chain_cursor, make_engine
+
+        target = max((c.resolved_block or 0) for c in self.challenges.values())
+        deadline = time.monotonic() + timeout
+        engines = {n: make_engine(u) for n, u in self.node_db_urls.items()}
+        try:
+            pending = set(engines)
+            while pending and time.monotonic() < deadline:
+                for name in list(pending):
+                    with engines[name].connect() as conn:
+                        block = conn.execute(sa.select(chain_cursor.c.block)).scalar()
+                    if block is not None and block >= target:
+                        pending.discard(name)
+                time.sleep(0.3)
+            if pending:
+                self.say(f"verifier(s) {', '.join(sorted(pending))} did not reach block {target} within "
+                         f"{timeout:.0f} s; their dashboards may lag")
+        finally:
+            for e in engines.values():
+                e.dispose()
+
+    def wait_miners(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        for c in self.miner_children:
+            try:
+                c.proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.say(f"{c.name} still following after the verdicts; stopping it")
+
+    # --- the summary -----------------------------------------------------------------------------
+    def summary(self) -> dict[str, Any]:
+        runs = []
+        for r in self.runs:
+            mine = sorted((c for c in self.challenges.values() if c.run_id == r.run_id), key=lambda c: c.index)
+            runs.append({
+                "run_id": r.run_id.hex() if r.run_id else None, "miner": r.miner, "honest": r.honest,
+                "substituted_step": r.substituted_step, "steps": self.steps, "slashed": r.slashed,
+                "training_seconds": round(r.complete_at - r.registered_at, 2)
+                if r.complete_at and r.registered_at else None,
+                "verdicts": [{"challenge_id": c.challenge_id.hex(), "step": c.step, "verdict": c.verdict}
+                             for c in mine]})
+        challenges = []
+        for c in sorted(self.challenges.values(), key=lambda c: (c.issued_block, c.index)):
+            challenges.append({
+                "id": c.challenge_id.hex(), "run_id": c.run_id.hex(), "step": c.step,
+                "forced": c.step in self.params.forced_challenge_steps, "verdict": c.verdict, "reason": c.reason,
+                "cluster_size": c.cluster_size, "reveals": c.reveals,
+                "outliers": [self._name(v) for v in c.outliers],
+                "issued_block": c.issued_block, "resolved_block": c.resolved_block,
+                "seconds": round(c.resolved_at - c.issued_at, 2) if c.resolved_at else None})
+        verifiers = []
+        for name, fault in VERIFIERS:
+            account = next(a for a, n in self.verifier_accounts.items() if n == name)
+            verifiers.append({"name": name, "account": account, "faulty": fault != "none", "fault": fault,
+                              "outlier_count": sum(account in c.outliers for c in self.challenges.values()),
+                              "revealed": sum(account in c.revealed for c in self.challenges.values())})
+        honest = [r for r in runs if r["honest"]]
+        subst = [r for r in runs if not r["honest"]]
+        checks = {
+            "honest_run_judged_honest": bool(honest) and all(
+                v["verdict"] == "honest" for r in honest for v in r["verdicts"]) and all(r["verdicts"] for r in honest),
+            "substitution_judged_fraud": bool(subst) and all(
+                any(v["step"] == r["substituted_step"] and v["verdict"] == "fraud" for v in r["verdicts"])
+                for r in subst),
+            "faulty_verifier_outlier": all(v["outlier_count"] > 0 for v in verifiers if v["faulty"]),
+            "honest_verifiers_agree": all(v["outlier_count"] == 0 for v in verifiers if not v["faulty"]),
+        }
+        return {"runs": runs, "challenges": challenges, "verifiers": verifiers,
+                "seconds": round(self.elapsed(), 2), "timings": {k: round(v, 2) for k, v in self.timings.items()},
+                "chain": self.chain_url, "params": self.params.to_dict(), "dashboard": self.dashboard_url,
+                "workdir": str(self.workdir), "checks": checks, "ok": all(checks.values())}
+
+    # --- the whole thing -------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        corpus, spec_path = self.prepare_files()
+        self.open_chain()
+        t = time.monotonic()
+        self.start_nodes()
+        self.serve_dashboard()
+        self.start_miners(corpus, spec_path)
+        self.watch()
+        self.timings["protocol_s"] = time.monotonic() - t
+        self.wait_miners()
+        self.wait_nodes_caught_up()
+        self.children.stop()
+        return self.summary()
+
+    def close(self) -> None:
+        self.children.stop()
+        if self.blocks is not None:
+            self.blocks.stop()
+        if self.api is not None:
+            self.api.stop()
+            self.api = None
+
+
+def render(summary: dict[str, Any]) -> str:
+    """The summary as a person reads it."""
+    out = [f"\nSummary ({summary['seconds']:.0f} s on {summary['chain']})", "  runs:"]
+    for r in summary["runs"]:
+        label = "honest" if r["honest"] else f"substituted batch at step {r['substituted_step']}"
+        verdicts = ", ".join(f"step {v['step']}: {v['verdict']}" for v in r["verdicts"])
+        trained = f"trained in {r['training_seconds']:.0f} s" if r["training_seconds"] is not None else ""
+        out.append(f"    {(r['run_id'] or '?')[:16]}  {label:<30} {verdicts}  {trained}"
+                   + (f"  slashed {r['slashed']}" if r["slashed"] else ""))
+    out.append("  challenges:")
+    out.append(f"    {'id':<16}  {'run':<16}  {'step':>4}  {'verdict':<12} {'cluster':>7}  {'took':>6}  outliers")
+    for c in summary["challenges"]:
+        took = f"{c['seconds']:.0f} s" if c["seconds"] is not None else "-"
+        out.append(f"    {c['id'][:16]}  {c['run_id'][:16]}  {c['step']:>4}  {str(c['verdict']):<12} "
+                   f"{c['cluster_size']}/{c['reveals']:<5}  {took:>6}  {', '.join(c['outliers']) or '-'}")
+    out.append("  verifiers:")
+    for v in summary["verifiers"]:
+        out.append(f"    {v['name']}  {'faulty (reveals noise)' if v['faulty'] else 'honest':<24} "
+                   f"outlier in {v['outlier_count']} of {len(summary['challenges'])} challenge(s)")
+    out.append("  checks: " + ", ".join(f"{k} {'yes' if ok else 'NO'}" for k, ok in summary["checks"].items()))
+    out.append(f"  timings: {summary['timings']}; logs and files in {summary['workdir']}")
+    return "\n".join(out)
+
+
+@demo_app.callback(invoke_without_command=True)
+def demo(
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object on the last line."),
+    port: int = typer.Option(8000, "--port", min=0, max=65535, help="Dashboard/API port on 127.0.0.1 (0: any)."),
+    no_serve: bool = typer.Option(False, "--no-serve", help="Exit after the summary instead of serving on."),
+    chain: str | None = typer.Option(None, "--chain", help="ws://host:port of a Substrate chain (remark "
+                                                             "transport) instead of the embedded dev chain."),
+    workdir: Path | None = typer.Option(None, "--workdir", help="Keep the demo's files here (default: a "
+                                                                 "temporary folder, removed at exit)."),
+    steps: int = typer.Option(10, "--steps", min=2, max=200, help="Training steps per run."),
+    substitute_at: int = typer.Option(7, "--substitute-at", min=1, help="The step trained on a substituted batch."),
+    timeout: float = typer.Option(600.0, "--timeout", min=30, help="Give up after this many seconds."),
+) -> None:
+    """Run a miner (an honest and a substituted run) and three verifier nodes (one faulty) on one chain."""
+    if substitute_at > steps:
+        typer.echo(f"error: --substitute-at {substitute_at} is outside steps 1..{steps}", err=True)
+        raise typer.Exit(2)
+    if chain is not None and not chain.startswith(("ws://", "wss://")):
+        typer.echo(f"error: --chain takes ws://host:port or wss://host:port, got {chain!r}", err=True)
+        raise typer.Exit(2)
+    stream = sys.stderr if as_json else sys.stdout
+
+    def say(msg: str) -> None:
+        print(f"[{time.monotonic() - started:6.1f}s] {msg}", file=stream, flush=True)
+
+    started = time.monotonic()
+    temp = workdir is None
+    wd = Path(tempfile.mkdtemp(prefix="pot-demo-")) if workdir is None else workdir.resolve()
+    wd.mkdir(parents=True, exist_ok=True)
+
+    def on_term(signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    d = Demo(wd, chain=chain, port=port, steps=steps, substitute_at=substitute_at, timeout=timeout, say=say)
+    code = 0
+    try:
+        say(f"work folder {wd}")
+        summary = d.run()
+        print(render(summary), file=stream, flush=True)
+        if as_json:
+            print(json.dumps(summary, sort_keys=True), flush=True)
+        code = 0 if summary["ok"] else 1
+        if not no_serve and d.api is not None:
+            say(f"serving the dashboard at {d.dashboard_url} until Ctrl-C")
+            while True:
+                time.sleep(3600)
+    except KeyboardInterrupt:
+        say("interrupted: stopping every process the demo started")
+        code = 130
+    except DemoError as exc:
+        say(f"error: {exc}")
+        code = 1
+    finally:
+        d.close()
+        signal.signal(signal.SIGTERM, previous)
+        if temp and code in (0, 130):
+            shutil.rmtree(wd, ignore_errors=True)
+        elif temp:
+            say(f"kept {wd} (logs in {wd / 'logs'})")
+    raise typer.Exit(code)
+
+
+__all__ = ["Demo", "DemoError", "demo_app", "demo_params", "render", "to_toml"]
