@@ -28,6 +28,7 @@ SUBAPPS = [
     ("recipe", "commitments.sdk.cli", "recipe_app", "Run documents: write and verify promised digests."),
     ("node", "node.commands", "node_app", "The verifier node: init its database, run the daemon."),
     ("verify", "node.commands", "verify_app", "Offline checks: verify one opening."),
+    ("demo", "node.demo", "demo_app", "The whole protocol on one machine: a miner, three verifiers, a dashboard."),
 ]
 
 for noun, module, attr, help_text in SUBAPPS:
