@@ -1,0 +1,91 @@
+"""`pot demo` as a person runs it: a subprocess whose last line is the JSON summary. The honest run
+must be judged honest, the substituted step fraud, the noisy verifier an outlier and no other."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.chain.chopsticks_env import chopsticks  # noqa: F401 - the fixture is used by name
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO_TIMEOUT = 600
+
+
+def run_demo(tmp_path: Path, *extra: str) -> dict:
+    cmd = [sys.executable, "-m", "node.cli", "demo", "--json", "--no-serve", "--port", "0",
+           "--workdir", str(tmp_path / "demo"), *extra]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=DEMO_TIMEOUT + 60)
+    logs = "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-1500:]}"
+                     for p in sorted((tmp_path / "demo" / "logs").glob("*.log")))
+    assert out.returncode == 0, f"demo exited {out.returncode}\n{out.stderr[-4000:]}\n{logs}"
+    lines = out.stdout.strip().splitlines()
+    assert lines, out.stderr[-3000:]
+    return json.loads(lines[-1])
+
+
+def check_summary(summary: dict, substitute_at: int) -> None:
+    runs = {r["honest"]: r for r in summary["runs"]}
+    assert set(runs) == {True, False}
+    honest, substituted = runs[True], runs[False]
+    assert honest["verdicts"] and all(v["verdict"] == "honest" for v in honest["verdicts"])
+    assert substituted["substituted_step"] == substitute_at
+    forced = [v for v in substituted["verdicts"] if v["step"] == substitute_at]
+    assert [v["verdict"] for v in forced] == ["fraud"]
+    assert substituted["slashed"] > 0 and honest["slashed"] == 0
+
+    # Every challenge is on the list, each with the size of its cluster out of three reveals.
+    by_id = {c["id"]: c for c in summary["challenges"]}
+    assert {v["challenge_id"] for r in summary["runs"] for v in r["verdicts"]} == set(by_id)
+    for c in by_id.values():
+        assert c["run_id"] in (honest["run_id"], substituted["run_id"])
+        assert c["reveals"] == 3 and c["cluster_size"] == 2, c
+        assert c["outliers"] == ["v3"]
+    assert by_id[forced[0]["challenge_id"]]["forced"] is True
+
+    verifiers = {v["name"]: v for v in summary["verifiers"]}
+    assert set(verifiers) == {"v1", "v2", "v3"}
+    assert verifiers["v3"]["faulty"] and verifiers["v3"]["outlier_count"] == len(by_id)
+    for name in ("v1", "v2"):
+        assert not verifiers[name]["faulty"] and verifiers[name]["outlier_count"] == 0
+    assert summary["ok"] is True and all(summary["checks"].values())
+    assert 0 < summary["seconds"] < DEMO_TIMEOUT
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_demo_on_the_dev_chain(tmp_path):
+    summary = run_demo(tmp_path, "--substitute-at", "6")
+    check_summary(summary, 6)
+    assert summary["chain"].startswith("dev://")
+    # The work folder was kept (--workdir) with every child's log; no child outlived the demo.
+    logs = {p.name for p in (tmp_path / "demo" / "logs").iterdir()}
+    assert {"v1.log", "v2.log", "v3.log", "miner-honest.log", "miner-substituted.log"} <= logs
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert str(tmp_path / "demo") not in ps
+
+
+@pytest.mark.e2e
+@pytest.mark.chopsticks
+@pytest.mark.slow
+def test_demo_on_chopsticks(tmp_path, chopsticks):  # noqa: F811 - the fixture
+    summary = run_demo(tmp_path, "--chain", chopsticks.url)
+    check_summary(summary, 7)
+    assert summary["chain"] == chopsticks.url
+
+
+def test_demo_refuses_bad_options(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    base = [sys.executable, "-m", "node.cli", "demo", "--no-serve", "--workdir", str(tmp_path)]
+    out = subprocess.run([*base, "--steps", "5", "--substitute-at", "9"], cwd=REPO, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 2 and "--substitute-at 9 is outside steps 1..5" in out.stderr
+    out = subprocess.run([*base, "--chain", "http://example"], cwd=REPO, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 2 and "ws://host:port" in out.stderr

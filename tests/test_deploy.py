@@ -1,0 +1,121 @@
+"""The deployment files: the compose file validates (with the docker client, when there is one) and
+holds the whole network on standard images; every file it mounts exists; Prometheus scrapes every
+verifier; the Grafana dashboard asks only for pot_ metrics that the node exports."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+COMPOSE = REPO / "docker-compose.yml"
+STANDARD_IMAGES = re.compile(r"^(postgres|node|curlimages/curl|prom/prometheus|grafana/grafana):[\w.-]+$")
+
+
+def compose() -> dict:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+def compose_command() -> list[str] | None:
+    """`docker compose` (v2 plugin) if the client has it, else `docker-compose`, else None."""
+    if shutil.which("docker"):
+        r = subprocess.run(["docker", "compose", "version"], capture_output=True, text=True, timeout=60)
+        if r.returncode == 0:
+            return ["docker", "compose"]
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    return None
+
+
+def test_docker_compose_config_validates():
+    cmd = compose_command()
+    if cmd is None:
+        pytest.skip("no docker client with compose here")
+    r = subprocess.run([*cmd, "-f", str(COMPOSE), "config", "-q"], cwd=REPO, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([*cmd, "-f", str(COMPOSE), "config", "--services"], cwd=REPO, capture_output=True,
+                       text=True, timeout=120)
+    assert set(r.stdout.split()) == set(compose()["services"])
+
+
+def test_compose_runs_the_whole_network_on_standard_images():
+    services = compose()["services"]
+    assert {"postgres", "chopsticks", "miner", "verifier-1", "verifier-2", "verifier-3", "prometheus",
+            "grafana"} <= set(services)
+    for name, svc in services.items():
+        if "build" in svc:
+            assert svc["build"]["dockerfile"] == "deploy/Dockerfile", name
+            assert (REPO / svc["build"]["dockerfile"]).is_file()
+        else:
+            assert STANDARD_IMAGES.match(svc["image"]), f"{name}: {svc['image']} is not a standard image"
+    keys = {services[f"verifier-{i}"]["environment"]["POT_KEY_URI"] for i in (1, 2, 3)}
+    dbs = {services[f"verifier-{i}"]["environment"]["POT_DATABASE_URL"].rsplit("/", 1)[1] for i in (1, 2, 3)}
+    assert len(keys) == 3 and len(dbs) == 3, "each verifier needs its own key and database"
+    init = (REPO / "deploy/postgres/init.sql").read_text()
+    assert all(f"CREATE DATABASE {db} " in init for db in dbs)
+
+
+def test_every_mounted_file_exists():
+    for name, svc in compose()["services"].items():
+        for vol in svc.get("volumes", []):
+            src = vol.split(":", 1)[0]
+            if src.startswith("./"):
+                assert (REPO / src).exists(), f"{name} mounts {src}, which is missing"
+
+
+def test_prometheus_scrapes_every_verifier():
+    prom = yaml.safe_load((REPO / "deploy/prometheus.yml").read_text())
+    targets = {t for job in prom["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]}
+    services = compose()["services"]
+    verifiers = {n for n in services if n.startswith("verifier-")}
+    assert targets == {f"{v}:8700" for v in verifiers}
+    node_toml = (REPO / "deploy/node.toml").read_text()
+    assert 'listen = "0.0.0.0:8700"' in node_toml
+
+
+def exported_metric_names() -> set[str]:
+    """Series names the node's metrics module can export, with the suffixes Prometheus adds."""
+    src = (REPO / "node/metrics.py").read_text()
+    names: set[str] = set()
+    for kind, name in re.findall(r"(GaugeMetricFamily|CounterMetricFamily|SummaryMetricFamily|Counter|Histogram)"
+                                 r"\(\s*\"(pot_\w+)\"", src):
+        if kind in ("GaugeMetricFamily",):
+            names.add(name)
+        elif kind in ("CounterMetricFamily", "Counter"):
+            names.add(name + "_total")
+        elif kind == "SummaryMetricFamily":
+            names |= {name + "_sum", name + "_count"}
+        else:
+            names |= {name + "_bucket", name + "_sum", name + "_count"}
+    return names
+
+
+def test_grafana_dashboard_uses_exported_pot_metrics():
+    dash = json.loads((REPO / "deploy/grafana/dashboards/pot.json").read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    used = {m for e in exprs for m in re.findall(r"\b(pot_\w+)", e)}
+    exported = exported_metric_names()
+    assert exported, "no pot_ metrics found in node/metrics.py"
+    assert used and used <= exported, f"not exported: {sorted(used - exported)}"
+    # Every metric any expression names carries the prefix (no foreign or renamed series).
+    words = {w for e in exprs for w in re.findall(r"\b([a-z_]+_(?:total|seconds|bucket|sum|count))\b", e)}
+    assert all(w.startswith("pot_") for w in words), words
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(ids) == len(set(ids))
+    uid = yaml.safe_load((REPO / "deploy/grafana/provisioning/datasources/prometheus.yml").read_text())[
+        "datasources"][0]["uid"]
+    assert all(p["datasource"]["uid"] == uid for p in dash["panels"])
+
+
+def test_systemd_unit_runs_the_node():
+    unit = (REPO / "deploy/pot-node.service").read_text()
+    assert re.search(r"^ExecStart=\S+/pot node run --config ", unit, re.M)
+    assert re.search(r"^ExecStartPre=\S+/pot node init --config ", unit, re.M)
+    assert "KillSignal=SIGTERM" in unit and "[Install]" in unit
