@@ -28,6 +28,15 @@ from tests.commitments.sdk.helpers import corpus, tiny_spec, walk
 REPO = Path(__file__).resolve().parents[2]
 
 
+def chain_calls(net: Network, origin: str | None = None) -> list[tuple[int, str, Any]]:
+    """Every call on the chain (block, origin, call), optionally of one origin."""
+    t = DevTransport(net.chain_path, "observer")
+    out = []
+    for n in range(1, t.finalized_head() + 1):
+        out += [(n, o, c) for o, c in t.block(n).calls if origin is None or o == origin]
+    return out
+
+
 class _Handler(http.server.BaseHTTPRequestHandler):
     root: Path
 

@@ -18,20 +18,12 @@ from chain.protocol import ProtocolParams
 from node.config import load_config, load_secrets
 from node.daemon import StartupError, VerifierNode
 from node.db import chain_cursor, chain_events, challenges, open_database, stage_log, txs
-from tests.node.harness import REPO, Network
+from tests.node.harness import REPO, Network, chain_calls
 
 pytestmark = pytest.mark.slow
 
 PARAMS = ProtocolParams(commit_window=60, reveal_window=16, opening_deadline=10, challenge_delay=2,
                         quorum_min_reveals=1, forced_challenge_steps=(7,))
-
-
-def chain_calls(net: Network, origin: str | None = None) -> list[tuple[int, str, object]]:
-    t = DevTransport(net.chain_path, "observer")
-    out = []
-    for n in range(1, t.finalized_head() + 1):
-        out += [(n, o, c) for o, c in t.block(n).calls if origin is None or o == origin]
-    return out
 
 
 def test_node_verifies_an_honest_run_and_resumes_exactly_once(tmp_path, db_url):
