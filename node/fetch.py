@@ -69,7 +69,12 @@ def _status_error(resp: httpx.Response, url: str) -> FetchError:
     return FetchError("http_status", f"GET {url} answered HTTP {code}", retryable=retryable)
 
 
-def _one_attempt(client: httpx.Client, url: str, part: Path, max_bytes: int, policy: FetchPolicy) -> int:
+class FetchStopped(Exception):
+    """The node is shutting down; the partial file stays for the next start to resume."""
+
+
+def _one_attempt(client: httpx.Client, url: str, part: Path, max_bytes: int, policy: FetchPolicy,
+                 stop=None) -> int:
     have = part.stat().st_size if part.exists() else 0
     headers = {"Range": f"bytes={have}-"} if have else {}
     started = time.monotonic()
@@ -96,6 +101,8 @@ def _one_attempt(client: httpx.Client, url: str, part: Path, max_bytes: int, pol
                 if time.monotonic() - started > policy.total_timeout_s:
                     raise FetchError("unreachable", f"GET {url}: not finished within {policy.total_timeout_s:g} s",
                                      retryable=True)
+                if stop is not None and stop():
+                    raise FetchStopped(f"GET {url}: stopped at {total} bytes")
                 f.write(chunk)
             f.flush()
             os.fsync(f.fileno())
@@ -113,9 +120,9 @@ def fetch_to_file(url: str, dest: str | os.PathLike[str], *, max_bytes: int,
     with httpx.Client(timeout=policy.timeout(), follow_redirects=True, max_redirects=3) as client:
         for attempt in range(policy.attempts):
             if stop is not None and stop():
-                break
+                raise FetchStopped(f"GET {url}: stopped before attempt {attempt + 1}")
             try:
-                size = _one_attempt(client, url, part, max_bytes, policy)
+                size = _one_attempt(client, url, part, max_bytes, policy, stop)
                 os.replace(part, dest)
                 _fsync_dir(dest.parent)
                 return size
@@ -128,7 +135,7 @@ def fetch_to_file(url: str, dest: str | os.PathLike[str], *, max_bytes: int,
                 last = FetchError("unreachable", f"GET {url}: {type(exc).__name__}: {exc}", retryable=True)
             if attempt + 1 < policy.attempts:
                 time.sleep(policy.backoff(attempt))
-    raise last or FetchError("unreachable", f"GET {url}: stopped before it finished")
+    raise last or FetchError("unreachable", f"GET {url}: no attempt was made")
 
 
 def fetch_bytes(url: str, *, max_bytes: int, policy: FetchPolicy | None = None) -> bytes:
@@ -169,4 +176,4 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-__all__ = ["FetchError", "FetchPolicy", "fetch_bytes", "fetch_to_file", "resolve_uri"]
+__all__ = ["FetchError", "FetchPolicy", "FetchStopped", "fetch_bytes", "fetch_to_file", "resolve_uri"]

@@ -137,3 +137,19 @@ def test_resolve_uri_refuses_other_schemes(uri):
     with pytest.raises(FetchError) as exc:
         resolve_uri(uri, "")
     assert exc.value.kind == "bad_uri"
+
+
+def test_stop_leaves_the_partial_file_for_a_resume(server, tmp_path):
+    from node.fetch import FetchStopped
+
+    calls = []
+
+    def stop() -> bool:
+        calls.append(1)
+        return len(calls) > 2  # let the first attempt start, then stop mid-body
+
+    with pytest.raises(FetchStopped):
+        fetch_to_file(server.url + "/f", tmp_path / "x", max_bytes=10**6, policy=FAST, stop=stop)
+    assert not (tmp_path / "x").exists()
+    assert fetch_to_file(server.url + "/f", tmp_path / "x", max_bytes=10**6, policy=FAST) == len(BODY)
+    assert (tmp_path / "x").read_bytes() == BODY
