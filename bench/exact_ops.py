@@ -23,7 +23,7 @@ from oracle.exact import kernels, ops  # noqa: E402
 from oracle.exact import transcendental as tx  # noqa: E402
 from oracle.exact.quant import exact_matmul  # noqa: E402
 
-GEMM_SHAPES = {  # [M, K] @ [K, N] with M = 256 tokens (batch 1 x 256)
+GEMM_SHAPES = {  # [M, K] @ [K, N] with M = 256 tokens (batch 1 x 256): (M, K, N)
     "768x768": (256, 768, 768),
     "768x3072": (256, 768, 3072),
     "3072x768": (256, 3072, 768),
@@ -61,12 +61,13 @@ def measure(json: bool = False, reps: int = 5, quick: bool = False) -> dict:  # 
     shapes = dict(list(GEMM_SHAPES.items())[:1]) if quick else GEMM_SHAPES
     ratios = []
     for name, (m, k, n) in shapes.items():
-        a = torch.randn(m, k)
-        b = torch.randn(k, n) * 0.02
+        # the linear layout: activations [M, K] times a weight stored [N, K]
+        x = torch.randn(m, k)
+        w = torch.randn(n, k) * 0.02
         t = _interleaved({
-            "torch": lambda a=a, b=b: torch.matmul(a, b),
-            "single": lambda a=a, b=b: exact_matmul(a, b, "single"),
-            "hilo": lambda a=a, b=b: exact_matmul(a, b, "hilo"),
+            "torch": lambda x=x, w=w: F.linear(x, w),
+            "single": lambda x=x, w=w: exact_matmul(x, w.t(), "single"),
+            "hilo": lambda x=x, w=w: exact_matmul(x, w.t(), "hilo"),
         }, reps)
         r = {"torch_s": t["torch"], "single_s": t["single"], "hilo_s": t["hilo"],
              "single_ratio": t["torch"] / t["single"], "hilo_ratio": t["torch"] / t["hilo"]}

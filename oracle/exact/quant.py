@@ -197,20 +197,34 @@ def k_chunks(k: int) -> tuple[int, int]:
 SPLIT_T = 26  # chunk products (< 2^53) split as H 2^26 + L: both sums stay exact for 2^26 chunks
 
 
+def _chunk(q: torch.Tensor, c: int, kc: int, rows: bool) -> torch.Tensor:
+    lo_k, hi_k = c * kc, min(q.shape[-1 if rows else -2], (c + 1) * kc)
+    return q[..., lo_k:hi_k] if rows else q[..., lo_k:hi_k, :]
+
+
 def _chunked_integer_matmul(qa: torch.Tensor, qb: torch.Tensor, nc: int, kc: int):
     """Exact integer qa @ qb as float64 (hi, lo) when the sum may pass 2^53.
 
-    Each chunk's product P_c is exact (< 2^53). P_c = H_c 2^26 + L_c with H_c = floor(P_c 2^-26)
-    and 0 <= L_c < 2^26, so sum H_c and sum L_c are exact in any order; the total
-    (sum H_c) 2^26 + sum L_c is one exact TwoSum (a plain add when |sum H_c| < 2^26)."""
-    k = qa.shape[-1]
+    Fast path: add the chunk products P_c (each exact, |P_c| <= 2^53) in chunk order while every
+    running total stays below 2^53 in magnitude, when every add is exact (the usual case).
+    Otherwise: P_c = H_c 2^26 + L_c with H_c = floor(P_c 2^-26), 0 <= L_c < 2^26; sum H_c and
+    sum L_c are exact in any order, and (sum H_c) 2^26 + sum L_c is one exact TwoSum. Both paths
+    yield the exact integer, so which one runs never changes a result."""
+    total = torch.matmul(_chunk(qa, 0, kc, True), _chunk(qb, 0, kc, False))
+    for c in range(1, nc):
+        total.add_(torch.matmul(_chunk(qa, c, kc, True), _chunk(qb, c, kc, False)))
+        mn, mx = torch.aminmax(total)
+        if not bool((mx < 2.0**53) & (mn > -(2.0**53))):
+            break
+    else:
+        return total, None
+    del total
     dev = qa.device
     down = pow2(torch.full((), -SPLIT_T, dtype=torch.int64, device=dev))
     up = pow2(torch.full((), SPLIT_T, dtype=torch.int64, device=dev))
     hsum = lsum = None
     for c in range(nc):
-        lo_k, hi_k = c * kc, min(k, (c + 1) * kc)
-        p = torch.matmul(qa[..., lo_k:hi_k], qb[..., lo_k:hi_k, :])
+        p = torch.matmul(_chunk(qa, c, kc, True), _chunk(qb, c, kc, False))
         h = torch.mul(p, down).floor_().mul_(up)  # H_c 2^26, exact
         p.sub_(h)                                  # L_c, exact
         if hsum is None:
@@ -218,8 +232,6 @@ def _chunked_integer_matmul(qa: torch.Tensor, qb: torch.Tensor, nc: int, kc: int
         else:
             hsum.add_(h)  # multiples of 2^26 below 2^79: exact
             lsum.add_(p)
-    if bool((torch.amax(torch.abs(hsum)) < 2.0**52) & (torch.amax(lsum) < 2.0**52)):
-        return hsum.add_(lsum), None  # |total| < 2^53: the add is exact
     return two_sum(hsum, lsum)
 
 
@@ -252,6 +264,12 @@ def _matmul_nonfinite(a: torch.Tensor, b: torch.Tensor):
 
 
 def matmul_parts(a: torch.Tensor, b: torch.Tensor, variant: str = "single"):
+    """The exact value of quantised a @ b as float64 parts (hi, lo); see _matmul_parts."""
+    hi, lo, _ = _matmul_parts(a, b, variant)
+    return hi, lo
+
+
+def _matmul_parts(a: torch.Tensor, b: torch.Tensor, variant: str):
     """The exact value of quantised a[..., m, k] @ b[..., k, n] as float64 parts (hi, lo).
 
     Blocks: one per row of a along k, one per column of b along k. "single": dot_bits of the chunk
@@ -265,7 +283,7 @@ def matmul_parts(a: torch.Tensor, b: torch.Tensor, variant: str = "single"):
         raise ExactError(f"matmul: inner sizes differ: a[..., {a.shape[-2]}, {k}] @ b[..., {b.shape[-2]}, {b.shape[-1]}]")
     if k == 0:
         shape = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
-        return torch.zeros(shape, dtype=F64, device=a.device), None
+        return torch.zeros(shape, dtype=F64, device=a.device), None, False
     amax, bmax = _maxabs(a, -1), _maxabs(b, -2)
     flags = None
     if not _finite_mask_all(amax, bmax):
@@ -310,17 +328,17 @@ def matmul_parts(a: torch.Tensor, b: torch.Tensor, variant: str = "single"):
         hi = _apply_nonfinite(hi, *flags)
         if lo is not None:
             lo = torch.where(torch.isfinite(hi), lo, torch.zeros_like(lo))
-    return hi, lo
+    return hi, lo, flags is not None
 
 
 def exact_matmul(a: torch.Tensor, b: torch.Tensor, variant: str = "single") -> torch.Tensor:
     """float32 result of the exact product of quantised a and b, rounded once."""
-    hi, lo = matmul_parts(a, b, variant)
+    hi, lo, nonfinite = _matmul_parts(a, b, variant)
     if lo is not None and not bool(torch.any(lo != 0)):
         lo = None  # hi alone is exact: one conversion rounds it
     out = to_f32_once(hi, lo)
     # NaN only arises from non-finite inputs (finite sums are exact; overflow gives inf)
-    return canon_nan(out) if bool(torch.isnan(hi).any()) else out
+    return canon_nan(out) if nonfinite else out
 
 
 # --- exact rounding of big rationals (reference and cross-tensor sums) ------------------------

@@ -99,6 +99,20 @@ def test_chunked_single_slice_equals_integer_reference(k):
     assert torch.equal(bits(got[0]), bits(Q.exact_matmul(a, b, "single")))
 
 
+def test_chunked_sum_beyond_two_to_the_53_stays_exact():
+    # equal-sign values at the top of their blocks: the integer total passes 2^53, so the running
+    # float64 sum would round and the split-sum path must carry it
+    k = 2048
+    v = 1.0 - 2.0**-22
+    a = torch.full((2, k), v)
+    a[1] *= -1
+    a[0, 7] = 0.7
+    b = torch.full((k, 3), v)
+    s = Q.dot_bits(Q.k_chunks(k)[1])
+    assert k * (2**s - 1) ** 2 > 2**53
+    assert torch.equal(bits(Q.exact_matmul(a, b, "single")), bits(_ref_matmul(a, b, "single")))
+
+
 @pytest.mark.parametrize("variant", ["single", "hilo"])
 def test_matmul_subnormal_results_round_once(variant):
     # Products land in float32's subnormal range, where rescaling after a rounding would round twice.
