@@ -1,8 +1,8 @@
 """Substrate transports: protocol calls as `pot1` remarks on any chain, or a native PoT pallet.
 
 Every RPC goes through one choke point, `SubstrateClient.call`: a socket timeout, retries with
-exponential backoff and jitter, and a rebuilt connection after any failure (substrate-interface's
-own auto-reconnect is switched off: it silently drops subscriptions). Blocks are read by number
+exponential backoff and jitter, and a new websocket after any failure, opened by us
+(substrate-interface's own auto-reconnect is switched off: it silently drops subscriptions). Blocks are read by number
 from the finalized head down a cursor, so a reconnect simply resumes where the caller was.
 """
 
@@ -94,6 +94,7 @@ class SubstrateClient:
         self.reconnects = 0
         self.ss58_format: int | None = None
         self._si: SubstrateInterface | None = None
+        self._socket_lost = False
         self._lock = threading.RLock()
         self._rng = random.Random()
 
@@ -122,6 +123,27 @@ class SubstrateClient:
             except Exception:  # a dead socket may fail to close; it is gone either way
                 pass
 
+    def _lose_socket(self) -> None:
+        """Close the socket but keep the interface: its decoded metadata is costly to rebuild."""
+        if self._si is not None:
+            try:
+                self._si.transport.close()
+            except Exception:
+                pass
+            self._socket_lost = True
+
+    def _ready(self) -> SubstrateInterface:
+        if self._si is None:
+            self._si = self._connect()
+            self._socket_lost = False
+        elif self._socket_lost:
+            # A fresh websocket under the same interface; request ids keep counting up, so a
+            # late answer to a request on the old socket can never be taken for a new one.
+            self._si.connect_websocket()
+            self._socket_lost = False
+            log.info("reconnected to %s", self.url)
+        return self._si
+
     def backoff(self, attempt: int) -> float:
         """Seconds to wait before retry `attempt` (1-based): exponential, capped, half jittered."""
         cap = min(self.backoff_max, self.backoff_base * (2 ** (attempt - 1)))
@@ -134,11 +156,7 @@ class SubstrateClient:
         with self._lock:
             for attempt in range(1, attempts + 1):
                 try:
-                    if self._si is None:
-                        self._si = self._connect()
-                        if attempt > 1 or self.reconnects:
-                            log.info("reconnected to %s", self.url)
-                    return fn(self._si)
+                    return fn(self._ready())
                 except SubstrateRequestException as exc:
                     err = exc.args[0] if exc.args else {}
                     if isinstance(err, dict):
@@ -148,7 +166,7 @@ class SubstrateClient:
                     raise
                 except _RETRYABLE as exc:
                     last = exc
-                    self._drop()
+                    self._lose_socket()
                     self.reconnects += 1
                     if attempt == attempts:
                         break
@@ -222,6 +240,7 @@ class _SubstrateBase(Transport):
         self.era_period = era_period
         self.inclusion_poll = inclusion_poll
         self._submit_lock = threading.Lock()
+        self._known_final = -1
         client.ensure_connected()
         self._account = ss58_encode(keypair.public_key, client.ss58_format)
 
@@ -238,16 +257,20 @@ class _SubstrateBase(Transport):
         h = self.client.rpc("chain_getFinalizedHead", [])
         header = self.client.rpc("chain_getHeader", [h])
         try:
-            return int(header["number"], 16)
+            number = int(header["number"], 16)
         except (TypeError, KeyError, ValueError):
             raise TransportError(f"chain_getHeader({h!r}) answered no usable header") from None
+        self._known_final = number
+        return number
 
     def _finalized_hash(self, number: int) -> str:
-        head = self.finalized_head()
-        if number > head:
-            raise TransportError(f"block {number} is not finalized yet (finalized head is {head})")
-        if number < 0:
-            raise TransportError(f"block number must be >= 0, got {number}")
+        if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+            raise TransportError(f"block number must be an integer >= 0, got {number!r}")
+        # Finality only moves forward, so a block at or below a head already seen needs no query.
+        if number > self._known_final:
+            head = self.finalized_head()
+            if number > head:
+                raise TransportError(f"block {number} is not finalized yet (finalized head is {head})")
         h = self.client.rpc("chain_getBlockHash", [number])
         if not h:
             raise TransportError(f"the node has no block {number}")
@@ -258,10 +281,10 @@ class _SubstrateBase(Transport):
         block_hash = self._finalized_hash(number)
 
         def run(si: SubstrateInterface):
-            raw = si.rpc_request("chain_getBlock", [block_hash])
-            if "error" in raw:
-                raise SubstrateRequestException(raw["error"])
-            body = raw.get("result") or {}
+            reply = si.rpc_request("chain_getBlock", [block_hash])
+            if "error" in reply:
+                raise SubstrateRequestException(reply["error"])
+            body = reply.get("result") or {}
             exts = (body.get("block") or {}).get("extrinsics") or []
             si.init_runtime(block_hash=block_hash)
             cls = si.runtime_config.get_decoder_class("Extrinsic")
