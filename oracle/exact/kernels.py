@@ -336,6 +336,35 @@ if numba is not None:
         return bad
 
 
+    @njit(parallel=True, **_opts)
+    def _quant_rows_k(x, s, q, e):
+        R, K = x.shape
+        ok = 0
+        for r in prange(R):
+            m = 0.0
+            bad = False
+            for j in range(K):
+                a = abs(np.float64(x[r, j]))
+                if not (a <= 1.7976931348623157e308):
+                    bad = True
+                elif a > m:
+                    m = a
+            if bad:
+                ok += 1
+                continue
+            if m == 0.0:
+                ex = 0
+            else:
+                _, ex = math.frexp(m)
+            if ex < E_MIN:
+                ex = E_MIN
+            e[r] = ex
+            up = math.ldexp(1.0, s - ex)
+            for j in range(K):
+                q[r, j] = np.rint(np.float64(x[r, j]) * up)
+        return ok
+
+
 # --- torch wrappers ----------------------------------------------------------------------------
 
 
@@ -421,6 +450,18 @@ def fold_into(hi: torch.Tensor, lo: torch.Tensor, values: torch.Tensor) -> int:
     """In place: fold values[0], values[1], ... into (hi, lo) as accumulate._fold_step does;
     returns the number of inexact low-word additions."""
     return int(_fold_k(hi.numpy(), lo.numpy(), _np(values)))
+
+
+def quant_rows(x: torch.Tensor, s: int):
+    """Block quantisation of each row of a contiguous float32 [R, K] tensor, as
+    quant.block_exponent + round_half_even(x * 2^(s - e)): (q float64, e int64 [R, 1]), or None
+    if a row holds inf or NaN (the caller then takes the general path)."""
+    R, K = x.shape
+    q = torch.empty(R, K, dtype=F64)
+    e = torch.empty(R, 1, dtype=torch.int64)
+    if R and _quant_rows_k(_np(x), s, q.numpy(), e.numpy().reshape(-1)):
+        return None
+    return q, e
 
 
 def all_kernels():

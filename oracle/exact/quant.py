@@ -235,6 +235,51 @@ def _chunked_integer_matmul(qa: torch.Tensor, qb: torch.Tensor, nc: int, kc: int
     return two_sum(hsum, lsum)
 
 
+def _kernel_quant(x: torch.Tensor, dim: int, s: int):
+    """(q, e) from the CPU row kernel when the block dim is x's contiguous one, else None."""
+    from oracle.exact import kernels  # here: kernels imports this module
+
+    if not kernels.enabled() or x.device.type != "cpu" or x.dtype != F32:
+        return None
+    t = x if dim == -1 else x.transpose(-2, -1)
+    if not t.is_contiguous():
+        return None
+    res = kernels.quant_rows(t.reshape(-1, t.shape[-1]), s)
+    if res is None:
+        return None
+    q, e = res
+    q, e = q.reshape(t.shape), e.reshape(*t.shape[:-1], 1)
+    return (q, e) if dim == -1 else (q.transpose(-2, -1), e.transpose(-2, -1))
+
+
+def _fast_single(a: torch.Tensor, b: torch.Tensor, k: int):
+    """The single-slice product with both operands quantised by the CPU kernel (finite inputs,
+    contiguous blocks), or None. Same arithmetic as the general path."""
+    nc, kc = k_chunks(k)
+    s = dot_bits(kc)
+    qa = _kernel_quant(a, -1, s)
+    if qa is None:
+        return None
+    qb = _kernel_quant(b, -2, s)
+    if qb is None:
+        return None
+    (qa, ea), (qb, eb) = qa, qb
+    hi, lo = (torch.matmul(qa, qb), None) if nc == 1 else _chunked_integer_matmul(qa, qb, nc, kc)
+    del qa, qb
+    return _scale(hi, lo, pow2(ea - s), pow2(eb - s))
+
+
+def _scale(hi, lo, scale_a, scale_b):
+    """(hi, lo) times the two exact power-of-two block scales (in place when shapes allow)."""
+    if hi.shape == torch.broadcast_shapes(hi.shape, scale_a.shape, scale_b.shape):
+        hi = hi.mul_(scale_a).mul_(scale_b)
+    else:
+        hi = hi * scale_a * scale_b
+    if lo is not None:
+        lo = lo * scale_a * scale_b
+    return hi, lo
+
+
 def _maxabs(x: torch.Tensor, dim: int) -> torch.Tensor:
     """max |x| along dim (kept), NaN if the line holds one (amax propagates NaN)."""
     return torch.amax(torch.abs(x), dim=dim, keepdim=True)
@@ -284,6 +329,10 @@ def _matmul_parts(a: torch.Tensor, b: torch.Tensor, variant: str):
     if k == 0:
         shape = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
         return torch.zeros(shape, dtype=F64, device=a.device), None, False
+    if variant == "single":
+        fast = _fast_single(a, b, k)
+        if fast is not None:
+            return fast[0], fast[1], False
     amax, bmax = _maxabs(a, -1), _maxabs(b, -2)
     flags = None
     if not _finite_mask_all(amax, bmax):
@@ -302,11 +351,7 @@ def _matmul_parts(a: torch.Tensor, b: torch.Tensor, variant: str):
         else:
             hi, lo = _chunked_integer_matmul(qa, qb, nc, kc)
         del qa, qb
-        scale_a, scale_b = pow2(ea - s), pow2(eb - s)
-        hi = hi.mul_(scale_a).mul_(scale_b) if hi.shape == torch.broadcast_shapes(
-            hi.shape, scale_a.shape, scale_b.shape) else hi * scale_a * scale_b
-        if lo is not None:
-            lo = lo * scale_a * scale_b
+        hi, lo = _scale(hi, lo, pow2(ea - s), pow2(eb - s))
     elif variant == "hilo":
         s = hilo_bits(k)
         two_s = pow2(torch.full((), s, dtype=torch.int64, device=a.device))

@@ -162,3 +162,39 @@ def test_fold_kernel_equals_eager_fold():
     assert torch.equal(l1.view(torch.int64), l2.view(torch.int64))
     _same(r1, r2)
     assert i1 == i2 and i1 > 0  # the wide exponent range does exercise the inexact branch
+
+
+def test_quant_rows_kernel_equals_eager_quantisation():
+    from oracle.exact import quant as Q
+
+    g = torch.Generator().manual_seed(23)
+    x = (torch.randn(40, 77, generator=g) * torch.exp(torch.randn(40, 1, generator=g) * 30)).float()
+    x[0] = 0.0
+    x[1] = torch.tensor(1e-45)
+    x[2, :3] = torch.tensor([2.0**-149, -(2.0**-148), 3e38])
+    x[4] = edge_values()[:77].nan_to_num(0.0, 0.0, 0.0)
+    for s in (9, 21, 22, 26):
+        # row 3: exact ties at s bits (q = 1.5, 2.5, -0.5 before rounding) -> 2, 2, -0
+        x[3] = 0.0
+        x[3, :4] = torch.tensor([1.0, 1.5 * 2.0 ** (1 - s), 2.5 * 2.0 ** (1 - s), -0.5 * 2.0 ** (1 - s)])
+        q, e = kernels.quant_rows(x, s)
+        assert q[3, 1:4].tolist() == [2.0, 2.0, -0.0]
+        qe, ee = Q.quantise(x, -1, s)
+        assert torch.equal(e, ee)
+        assert torch.equal(q.view(torch.int64), qe.view(torch.int64))
+    bad = x.clone()
+    bad[5, 3] = float("inf")
+    assert kernels.quant_rows(bad, 21) is None
+
+
+def test_matmul_fast_path_equals_general_path():
+    from oracle.exact import quant as Q
+
+    g = torch.Generator().manual_seed(29)
+    for m, k, n in ((5, 300, 7), (3, 1100, 4), (2, 50, 3)):
+        x = (torch.randn(m, k, generator=g) * torch.exp(torch.randn(m, k, generator=g) * 4)).float()
+        w = (torch.randn(n, k, generator=g) * torch.exp(torch.randn(n, k, generator=g) * 4)).float()
+        fast = Q.exact_matmul(x, w.t())
+        with kernels.disabled():
+            slow = Q.exact_matmul(x, w.t())
+        _same(fast, slow)
