@@ -1,0 +1,157 @@
+"""A whole network as separate processes: `pot chain dev` sealing a dev chain, one `pot miner train`,
+and verifier nodes (`pot node run`), each with its own database and account.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from chain.dev import DevTransport
+from chain.protocol import ProtocolParams
+from chain.view import ChainView
+
+REPO = Path(__file__).resolve().parents[2]
+
+TINY_GPT = """\
+version = "pot/spec/v1"
+profile = "exact-v1"
+dtype = "float32"
+loss = "cross-entropy"
+steps = {steps}
+
+[model]
+kind = "gpt"
+vocab_size = 256
+block_size = 16
+n_layer = 1
+n_head = 2
+n_embd = 32
+
+[batch]
+batch_size = 4
+seq_len = 16
+
+[rng]
+seed = 7
+schedule_seed = 11
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def protocol_toml(p: ProtocolParams) -> str:
+    return "\n".join([
+        "[protocol]",
+        f"commit_window = {p.commit_window}", f"reveal_window = {p.reveal_window}",
+        f"opening_deadline = {p.opening_deadline}", f"challenges_per_run = {p.challenges_per_run}",
+        f"challenge_delay = {p.challenge_delay}", f"quorum_min_reveals = {p.quorum_min_reveals}",
+        f"quorum_share = [{p.quorum_share.numerator}, {p.quorum_share.denominator}]",
+        f"miner_stake = {p.miner_stake}", f"verifier_stake = {p.verifier_stake}", f"slash_amount = {p.slash_amount}",
+        f"forced_challenge_steps = {list(p.forced_challenge_steps)}",
+    ]) + "\n"
+
+
+class Cluster:
+    def __init__(self, tmp: Path, params: ProtocolParams, *, interval: float = 0.5) -> None:
+        self.tmp = tmp
+        self.params = params
+        self.chain_db = tmp / "chain.db"
+        self.url = f"dev:///{self.chain_db}"
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.params_file = tmp / "params.toml"
+        self.params_file.write_text(protocol_toml(params))
+        self.spawn("chain", "chain", "dev", "--db", str(self.chain_db), "--interval", str(interval),
+                   "--params", str(self.params_file))
+        deadline = time.monotonic() + 60
+        while not self.chain_db.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+    def spawn(self, name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+        # stdout (what a command prints) and stderr (JSON logs, progress) go to separate files.
+        with open(self.tmp / f"{name}.log", "ab") as out, open(self.tmp / f"{name}.err", "ab") as err:
+            proc = subprocess.Popen([sys.executable, "-m", "node.cli", *args], cwd=REPO, stdout=out, stderr=err,
+                                    env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
+        self.procs[name] = proc
+        return proc
+
+    def log(self, name: str) -> str:
+        return (self.tmp / f"{name}.log").read_text(errors="replace")
+
+    def err(self, name: str) -> str:
+        return (self.tmp / f"{name}.err").read_text(errors="replace")
+
+    def start_verifier(self, name: str, *, fault: str = "none") -> Path:
+        cfg = self.tmp / f"{name}.toml"
+        cfg.write_text("\n".join([
+            "[node]", f'data_dir = "{name}-data"', "loop_interval_s = 0.1", f'fault = "{fault}"',
+            "[chain]", f'url = "{self.url}"', f'account = "{name}"', "poll_s = 0.1",
+            "[fetch]", "attempts = 4", "backoff_base_s = 0.2", "backoff_max_s = 2.0",
+            "[http]", f'listen = "127.0.0.1:{free_port()}"',  # each node serves its API on its own port
+        ]) + "\n" + protocol_toml(self.params))
+        self.spawn(name, "node", "run", "--config", str(cfg), "--init")
+        return cfg
+
+    def node_db(self, name: str) -> sa.Engine:
+        from node.db import open_database
+
+        return open_database(f"sqlite:///{self.tmp / f'{name}-data' / 'node.db'}")
+
+    def train(self, spec: Path, data: Path, *, steps_timeout: float, substitute_at: int | None = None) -> tuple[int, dict]:
+        """Run the miner to the end (it follows its challenges until they resolve)."""
+        args = ["miner", "train", "--spec", str(spec), "--data", str(data), "--out", str(self.tmp / "run"),
+                "--chain", self.url, "--account", "miner", "--port", str(free_port()), "--json",
+                "--timeout", str(int(steps_timeout))]
+        if substitute_at is not None:
+            args += ["--substitute-batch-at", str(substitute_at)]
+        proc = self.spawn("miner", *args)
+        rc = proc.wait(steps_timeout + 120)
+        out = self.log("miner").strip().splitlines()
+        summary = json.loads(out[-1]) if out and out[-1].startswith("{") else {}
+        return rc, summary
+
+    def view(self) -> ChainView:
+        v = ChainView(DevTransport(self.chain_db, "observer"), self.params)
+        v.sync()
+        return v
+
+    def wait_ingested(self, names: list[str], challenge_id: bytes, timeout: float = 60) -> None:
+        """Until every node has recorded the challenge's verdict."""
+        from node.db import challenges
+
+        deadline = time.monotonic() + timeout
+        pending = set(names)
+        while pending and time.monotonic() < deadline:
+            for name in list(pending):
+                eng = self.node_db(name)
+                with eng.connect() as c:
+                    v = c.execute(sa.select(challenges.c.verdict).where(
+                        challenges.c.challenge_id == challenge_id)).scalar()
+                eng.dispose()
+                if v is not None:
+                    pending.discard(name)
+            time.sleep(0.5)
+        if pending:
+            raise TimeoutError(f"nodes {sorted(pending)} did not record the verdict")
+
+    def close(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs.values():
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)

@@ -1,0 +1,96 @@
+"""Whole network, every participant its own process: a dev chain, one miner (`pot miner train`) and
+three verifier nodes. An honest run is verified while a node revealing noise ends an outlier; a run
+whose step 7 trained on another batch is caught, and its miner slashed.
+"""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+
+from chain import protocol as P
+from chain.protocol import ProtocolParams
+from node.db import challenges
+from tests.commitments.sdk.helpers import corpus
+from tests.e2e.cluster import TINY_GPT, Cluster
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+# Same parameters for everyone: `pot chain dev --params` records them, the miner reads them from the
+# chain, each node's [protocol] must equal them. Windows leave room for a loaded CI machine.
+PARAMS = ProtocolParams(commit_window=120, reveal_window=40, opening_deadline=60, challenge_delay=2,
+                        quorum_min_reveals=3, forced_challenge_steps=(7,))
+VERIFIERS = ["v1", "v2", "v3"]
+TRAIN_TIMEOUT = 420
+
+
+@pytest.fixture
+def material(tmp_path):
+    spec = tmp_path / "spec.toml"
+    spec.write_text(TINY_GPT.format(steps=10))
+    return spec, corpus(tmp_path)
+
+
+def _rows(cluster: Cluster, name: str):
+    eng = cluster.node_db(name)
+    with eng.connect() as c:
+        rows = c.execute(sa.select(challenges)).all()
+    eng.dispose()
+    return rows
+
+
+def test_honest_run_is_verified_and_a_noisy_verifier_is_an_outlier(tmp_path, material):
+    spec, data = material
+    cluster = Cluster(tmp_path, PARAMS)
+    try:
+        cluster.start_verifier("v1")
+        cluster.start_verifier("v2")
+        cluster.start_verifier("v3", fault="noise")
+        rc, summary = cluster.train(spec, data, steps_timeout=TRAIN_TIMEOUT)
+        assert rc == 0, cluster.err("miner")[-3000:]
+        assert list(summary["verdicts"].values()) == ["honest"], summary
+        cid = bytes.fromhex(next(iter(summary["verdicts"])))
+
+        view = cluster.view()
+        (res,) = [e for e in view.of(P.ChallengeResolved) if e.challenge_id == cid]
+        assert (res.step, res.verdict, res.cluster_size, res.reveals) == (7, "honest", 2, 3)
+        assert res.outliers == ("v3",)
+        assert [e.verifier for e in view.of(P.VerifierOutlier)] == ["v3"]
+        assert view.of(P.MinerSlashed) == []
+
+        cluster.wait_ingested(VERIFIERS, cid)
+        for name in ("v1", "v2"):
+            (job,) = _rows(cluster, name)
+            assert (job.verdict, job.in_winning_cluster, job.outlier, job.matches_leaf) == ("honest", True, False, True)
+        (noisy,) = _rows(cluster, "v3")
+        assert (noisy.verdict, noisy.in_winning_cluster, noisy.outlier, noisy.fault) == ("honest", False, True, "noise")
+    finally:
+        cluster.close()
+
+
+def test_substituted_batch_at_step_7_is_caught_and_slashed(tmp_path, material):
+    spec, data = material
+    cluster = Cluster(tmp_path, PARAMS)
+    try:
+        for name in VERIFIERS:
+            cluster.start_verifier(name)
+        rc, summary = cluster.train(spec, data, steps_timeout=TRAIN_TIMEOUT, substitute_at=7)
+        assert rc == 1, cluster.err("miner")[-3000:]  # the miner exits 1 on a fraud verdict
+        assert list(summary["verdicts"].values()) == ["fraud"], summary
+        cid = bytes.fromhex(next(iter(summary["verdicts"])))
+
+        view = cluster.view()
+        (res,) = [e for e in view.of(P.ChallengeResolved) if e.challenge_id == cid]
+        assert (res.step, res.verdict, res.cluster_size, res.outliers) == (7, "fraud", 3, ())
+        (slash,) = view.of(P.MinerSlashed)
+        assert slash.miner == "miner" and slash.amount == PARAMS.slash_amount
+        assert view.state.slashed["miner"] == PARAMS.slash_amount
+
+        cluster.wait_ingested(VERIFIERS, cid)
+        for name in VERIFIERS:
+            (job,) = _rows(cluster, name)
+            assert (job.verdict, job.in_winning_cluster, job.matches_leaf) == ("fraud", True, False)
+            assert job.miner_slashed == PARAMS.slash_amount
+            assert job.refusal_class is None  # the opening was valid; the replay disagreed with leaf 7
+    finally:
+        cluster.close()
