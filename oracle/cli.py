@@ -33,6 +33,16 @@ def _load(spec_path: Path, data_path: Path):
     return spec, ds, schedule
 
 
+def _threads(n: int | None) -> None:
+    if n is None:
+        return
+    import numba
+    import torch
+
+    torch.set_num_threads(n)
+    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+
+
 def _domain_errors() -> tuple[type[BaseException], ...]:
     from commitments.errors import CommitmentError
     from oracle.models import ModelError
@@ -59,6 +69,7 @@ def walk(
     as_json: bool = typer.Option(False, "--json", help="one JSON line per step"),
     save_dir: Path | None = typer.Option(None, "--save-dir", help="write state_<t>.safetensors for t = 0..N"),
     device: str = typer.Option("cpu", "--device", help="torch device (cpu, cuda, ...)"),
+    threads: int | None = typer.Option(None, "--threads", min=1, help="intra-op CPU threads (same bytes)"),
 ) -> None:
     """Walk a run from its spec's seed, printing each step's loss bits and state digest."""
     try:
@@ -67,6 +78,7 @@ def walk(
 
         from oracle.step import init_state, step
 
+        _threads(threads)
         spec, ds, schedule = _load(spec_path, data)
         if steps > spec.steps:
             _fail(f"--steps {steps} exceeds the spec's declared steps ({spec.steps})")
@@ -99,6 +111,7 @@ def step_cmd(
     out: Path | None = typer.Option(None, "--out", help="write the state after the step here"),
     micro_batches: int = typer.Option(1, "--micro-batches", min=1, help="split the batch (same bytes)"),
     device: str = typer.Option("cpu", "--device", help="torch device (cpu, cuda, ...)"),
+    threads: int | None = typer.Option(None, "--threads", min=1, help="intra-op CPU threads (same bytes)"),
 ) -> None:
     """Replay step T from a saved state on the schedule's batch of step T."""
     try:
@@ -108,6 +121,7 @@ def step_cmd(
         from oracle.state import TrainState
         from oracle.step import step
 
+        _threads(threads)
         spec, ds, schedule = _load(spec_path, data)
         before = TrainState.from_safetensors(state_path, spec, device=torch.device(device))
         after, loss = step(before, ds.batch(schedule.batch(t)), spec, t, micro_batches=micro_batches)

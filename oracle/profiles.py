@@ -7,6 +7,7 @@ PyTorch with deterministic flags; it is bit-exact only on the hardware class the
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
@@ -18,15 +19,23 @@ class ProfileError(ValueError):
     """An unknown profile, or one this installation cannot run."""
 
 
-def deterministic_flags() -> None:
-    """Settings both profiles need: deterministic kernels, no TF32, no flush-to-zero."""
-    torch.use_deterministic_algorithms(True, warn_only=False)
-    torch.backends.cudnn.deterministic = True
-    torch.backends.cudnn.benchmark = False
+def arithmetic_flags() -> None:
+    """Settings every profile needs: no TF32 or reduced-precision matmul, no flush-to-zero."""
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
     torch.set_flush_denormal(False)
+
+
+def deterministic_flags() -> None:
+    """torch-native's deterministic kernels. exact-v1 does not need them (its reductions are exact
+    in any order), so it leaves the process-wide switch alone."""
+    arithmetic_flags()
+    # cuBLAS is deterministic only with a fixed workspace; it must be set before cuBLAS starts.
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=False)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
 
 
 @dataclass(frozen=True)
@@ -81,12 +90,13 @@ def _exact_grads(model, params, inputs, targets, drop_for, micro_batches):
 
 
 def get(name: str) -> Profile:
-    deterministic_flags()
     if name == "torch-native":
+        deterministic_flags()
         from oracle import native
 
         return Profile(name, native, lambda *a: _native_grads(native, *a))
     if name == "exact-v1":
+        arithmetic_flags()
         from oracle.exact import ops
 
         return Profile(name, ops, _exact_grads)
