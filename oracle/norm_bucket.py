@@ -3,9 +3,10 @@
 For cross-architecture specs (profile torch-native on hardware other than the declared class)
 replays differ in the last bits, so verifiers compare a bucket instead of the leaf. Definition:
 
-    S      = sum over parameters, in canonical order, of sum((new - old)^2)
-             (new - old is one float32 subtraction; the sum of squares is exact-v1's exact
-             sum_of_squares, rounded once to float32)
+    D      = the concatenation, in canonical order, of every parameter's (new - old) flattened
+             row-major (each difference one float32 subtraction)
+    S      = sum_of_squares([D]) of exact-v1 (squares exact in float64, quantised chunk by chunk,
+             summed exactly, rounded once to float32)
     S      = m * 2^e with m in [1, 2)           (read exactly from the float32)
     bucket = e * R + floor((m - 1) * R)         R = RESOLUTION buckets per octave of S
 
@@ -44,9 +45,12 @@ def update_sq_norm(old: dict[str, torch.Tensor], new: dict[str, torch.Tensor]) -
         if a.shape != b.shape or a.dtype != torch.float32 or b.dtype != torch.float32:
             raise NormBucketError(f"parameter {name}: shapes {tuple(a.shape)} and {tuple(b.shape)} / "
                                   f"dtypes {a.dtype} and {b.dtype} cannot be compared (float32 needed)")
-        deltas.append(b.detach() - a.detach().to(b.device))
+        deltas.append((b.detach() - a.detach().to(b.device)).reshape(-1))
+    if not deltas:
+        raise NormBucketError("the states hold no parameters")
     with torch.no_grad():
-        return exact_ops.sum_of_squares(deltas).to(torch.float32).reshape(())
+        # one flat vector: the exact sum's chunking then does not depend on tensor boundaries
+        return exact_ops.sum_of_squares([torch.cat(deltas)]).to(torch.float32).reshape(())
 
 
 def bucket_of(s: float, resolution: int = RESOLUTION) -> int:
