@@ -236,14 +236,13 @@ def _chunked_integer_matmul(qa: torch.Tensor, qb: torch.Tensor, nc: int, kc: int
 
 
 def _kernel_quant(x: torch.Tensor, dim: int, s: int):
-    """(q, e) from the CPU row kernel when the block dim is x's contiguous one, else None."""
+    """(q, e) from the CPU row kernel (blocks made contiguous first), or None off CPU, for other
+    dtypes, or when a block holds inf or NaN."""
     from oracle.exact import kernels  # here: kernels imports this module
 
     if not kernels.enabled() or x.device.type != "cpu" or x.dtype != F32:
         return None
-    t = x if dim == -1 else x.transpose(-2, -1)
-    if not t.is_contiguous():
-        return None
+    t = (x if dim == -1 else x.transpose(-2, -1)).contiguous()  # blocks become rows
     res = kernels.quant_rows(t.reshape(-1, t.shape[-1]), s)
     if res is None:
         return None
@@ -253,8 +252,8 @@ def _kernel_quant(x: torch.Tensor, dim: int, s: int):
 
 
 def _fast_single(a: torch.Tensor, b: torch.Tensor, k: int):
-    """The single-slice product with both operands quantised by the CPU kernel (finite inputs,
-    contiguous blocks), or None. Same arithmetic as the general path."""
+    """The single-slice product with both operands quantised by the CPU kernel (finite inputs),
+    or None. Same arithmetic as the general path."""
     nc, kc = k_chunks(k)
     s = dot_bits(kc)
     qa = _kernel_quant(a, -1, s)
