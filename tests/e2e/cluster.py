@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -64,19 +65,56 @@ def protocol_toml(p: ProtocolParams) -> str:
 
 
 class Cluster:
-    def __init__(self, tmp: Path, params: ProtocolParams, *, interval: float = 0.5) -> None:
+    """The chain is a `pot chain dev` process, or (with `chopsticks`) a real Substrate runtime driven
+    through the remark transport, with a block made every `interval` seconds."""
+
+    def __init__(self, tmp: Path, params: ProtocolParams, *, interval: float = 0.5, chopsticks=None) -> None:
         self.tmp = tmp
         self.params = params
-        self.chain_db = tmp / "chain.db"
-        self.url = f"dev:///{self.chain_db}"
         self.procs: dict[str, subprocess.Popen] = {}
         self.params_file = tmp / "params.toml"
         self.params_file.write_text(protocol_toml(params))
-        self.spawn("chain", "chain", "dev", "--db", str(self.chain_db), "--interval", str(interval),
-                   "--params", str(self.params_file))
-        deadline = time.monotonic() + 60
-        while not self.chain_db.exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
+        self.chopsticks = chopsticks
+        self.keys: dict[str, str] = {}  # Substrate: participant -> key URI
+        self.accounts: dict[str, str] = {}  # participant -> the origin its calls carry
+        self.start_block = 0
+        self._stop = threading.Event()
+        self._maker: threading.Thread | None = None
+        if chopsticks is None:
+            self.chain_db = tmp / "chain.db"
+            self.url = f"dev:///{self.chain_db}"
+            self.spawn("chain", "chain", "dev", "--db", str(self.chain_db), "--interval", str(interval),
+                       "--params", str(self.params_file))
+            deadline = time.monotonic() + 60
+            while not self.chain_db.exists() and time.monotonic() < deadline:
+                time.sleep(0.2)
+        else:
+            from tests.chain.chopsticks_env import fresh_chain
+
+            self.url = chopsticks.url
+            self.start_block = fresh_chain(chopsticks)
+            self._maker = threading.Thread(target=self._make_blocks, args=(interval,), daemon=True)
+            self._maker.start()
+
+    def _make_blocks(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            try:
+                self.chopsticks.new_blocks(1)
+            except Exception:  # a slow block is retried at the next tick
+                continue
+
+    def account(self, name: str) -> str:
+        """The origin of `name`'s calls: its dev account name, or its funded Substrate address."""
+        if self.chopsticks is None:
+            return name
+        if name not in self.accounts:
+            from chain.keys import load_key
+            from tests.chain.chopsticks_env import unique_key
+
+            self.keys[name] = unique_key(name)
+            self.accounts[name] = load_key(self.keys[name], ss58_format=42).ss58_address
+            self.chopsticks.fund([self.accounts[name]])
+        return self.accounts[name]
 
     def spawn(self, name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
         # stdout (what a command prints) and stderr (JSON logs, progress) go to separate files.
@@ -94,9 +132,17 @@ class Cluster:
 
     def start_verifier(self, name: str, *, fault: str = "none") -> Path:
         cfg = self.tmp / f"{name}.toml"
+        self.account(name)
+        secrets = ""
+        if self.chopsticks is not None:
+            path = self.tmp / f"{name}-secrets.toml"
+            path.write_text(f'[key]\nuri = "{self.keys[name]}"\n')
+            path.chmod(0o600)
+            secrets = f'secrets_file = "{path}"'
         cfg.write_text("\n".join([
-            "[node]", f'data_dir = "{name}-data"', "loop_interval_s = 0.1", f'fault = "{fault}"',
-            "[chain]", f'url = "{self.url}"', f'account = "{name}"', "poll_s = 0.1",
+            "[node]", f'data_dir = "{name}-data"', "loop_interval_s = 0.1", f'fault = "{fault}"', secrets,
+            "[chain]", f'url = "{self.url}"', f'account = "{name}"', "poll_s = 0.2",
+            f"start_block = {self.start_block}", "watchdog_s = 120.0",
             "[fetch]", "attempts = 4", "backoff_base_s = 0.2", "backoff_max_s = 2.0",
             "[http]", f'listen = "127.0.0.1:{free_port()}"',  # each node serves its API on its own port
         ]) + "\n" + protocol_toml(self.params))
@@ -111,8 +157,10 @@ class Cluster:
     def train(self, spec: Path, data: Path, *, steps_timeout: float, substitute_at: int | None = None) -> tuple[int, dict]:
         """Run the miner to the end (it follows its challenges until they resolve)."""
         args = ["miner", "train", "--spec", str(spec), "--data", str(data), "--out", str(self.tmp / "run"),
-                "--chain", self.url, "--account", "miner", "--port", str(free_port()), "--json",
-                "--timeout", str(int(steps_timeout))]
+                "--chain", self.url, "--port", str(free_port()), "--json", "--timeout", str(int(steps_timeout)),
+                "--params", str(self.params_file)]
+        self.account("miner")
+        args += ["--account", "miner"] if self.chopsticks is None else ["--key", self.keys["miner"]]
         if substitute_at is not None:
             args += ["--substitute-batch-at", str(substitute_at)]
         proc = self.spawn("miner", *args)
@@ -122,8 +170,17 @@ class Cluster:
         return rc, summary
 
     def view(self) -> ChainView:
-        v = ChainView(DevTransport(self.chain_db, "observer"), self.params)
-        v.sync()
+        if self.chopsticks is None:
+            transport = DevTransport(self.chain_db, "observer")
+        else:
+            from chain.connect import connect
+
+            transport = connect(self.url, key="//pot//observer")
+        try:
+            v = ChainView(transport, self.params, cursor=self.start_block)
+            v.sync()
+        finally:
+            transport.close()
         return v
 
     def wait_ingested(self, names: list[str], challenge_id: bytes, timeout: float = 60) -> None:
@@ -146,6 +203,9 @@ class Cluster:
             raise TimeoutError(f"nodes {sorted(pending)} did not record the verdict")
 
     def close(self) -> None:
+        self._stop.set()
+        if self._maker is not None:
+            self._maker.join(60)
         for proc in self.procs.values():
             if proc.poll() is None:
                 proc.terminate()

@@ -1,6 +1,7 @@
-"""Whole network, every participant its own process: a dev chain, one miner (`pot miner train`) and
+"""Whole network, every participant its own process: a chain, one miner (`pot miner train`) and
 three verifier nodes. An honest run is verified while a node revealing noise ends an outlier; a run
-whose step 7 trained on another batch is caught, and its miner slashed.
+whose step 7 trained on another batch is caught, and its miner slashed. The chain is the dev chain,
+then a real Substrate runtime (chopsticks) carrying the calls as remarks.
 """
 
 from __future__ import annotations
@@ -24,6 +25,24 @@ VERIFIERS = ["v1", "v2", "v3"]
 TRAIN_TIMEOUT = 420
 
 
+@pytest.fixture(params=["dev", pytest.param("chopsticks", marks=pytest.mark.chopsticks)])
+def cluster(request, tmp_path):
+    if request.param == "dev":
+        c = Cluster(tmp_path, PARAMS)
+    else:
+        from tests.chain.chopsticks_env import ChopsticksError, chopsticks_node
+
+        try:
+            node = chopsticks_node()
+        except ChopsticksError as exc:
+            pytest.fail(f"chopsticks could not start: {exc}", pytrace=False)
+        c = Cluster(tmp_path, PARAMS, interval=1.0, chopsticks=node)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
 @pytest.fixture
 def material(tmp_path):
     spec = tmp_path / "spec.toml"
@@ -39,58 +58,58 @@ def _rows(cluster: Cluster, name: str):
     return rows
 
 
-def test_honest_run_is_verified_and_a_noisy_verifier_is_an_outlier(tmp_path, material):
+def _alive(cluster: Cluster) -> None:
+    for name in VERIFIERS:
+        assert cluster.procs[name].poll() is None, f"{name} stopped:\n{cluster.err(name)[-3000:]}"
+
+
+def test_honest_run_is_verified_and_a_noisy_verifier_is_an_outlier(cluster, material):
     spec, data = material
-    cluster = Cluster(tmp_path, PARAMS)
-    try:
-        cluster.start_verifier("v1")
-        cluster.start_verifier("v2")
-        cluster.start_verifier("v3", fault="noise")
-        rc, summary = cluster.train(spec, data, steps_timeout=TRAIN_TIMEOUT)
-        assert rc == 0, cluster.err("miner")[-3000:]
-        assert list(summary["verdicts"].values()) == ["honest"], summary
-        cid = bytes.fromhex(next(iter(summary["verdicts"])))
+    cluster.start_verifier("v1")
+    cluster.start_verifier("v2")
+    cluster.start_verifier("v3", fault="noise")
+    rc, summary = cluster.train(spec, data, steps_timeout=TRAIN_TIMEOUT)
+    _alive(cluster)
+    assert rc == 0, cluster.err("miner")[-3000:]
+    assert list(summary["verdicts"].values()) == ["honest"], summary
+    cid = bytes.fromhex(next(iter(summary["verdicts"])))
 
-        view = cluster.view()
-        (res,) = [e for e in view.of(P.ChallengeResolved) if e.challenge_id == cid]
-        assert (res.step, res.verdict, res.cluster_size, res.reveals) == (7, "honest", 2, 3)
-        assert res.outliers == ("v3",)
-        assert [e.verifier for e in view.of(P.VerifierOutlier)] == ["v3"]
-        assert view.of(P.MinerSlashed) == []
+    view = cluster.view()
+    (res,) = [e for e in view.of(P.ChallengeResolved) if e.challenge_id == cid]
+    assert (res.step, res.verdict, res.cluster_size, res.reveals) == (7, "honest", 2, 3)
+    assert res.outliers == (cluster.account("v3"),)
+    assert [e.verifier for e in view.of(P.VerifierOutlier)] == [cluster.account("v3")]
+    assert view.of(P.MinerSlashed) == []
 
-        cluster.wait_ingested(VERIFIERS, cid)
-        for name in ("v1", "v2"):
-            (job,) = _rows(cluster, name)
-            assert (job.verdict, job.in_winning_cluster, job.outlier, job.matches_leaf) == ("honest", True, False, True)
-        (noisy,) = _rows(cluster, "v3")
-        assert (noisy.verdict, noisy.in_winning_cluster, noisy.outlier, noisy.fault) == ("honest", False, True, "noise")
-    finally:
-        cluster.close()
+    cluster.wait_ingested(VERIFIERS, cid)
+    for name in ("v1", "v2"):
+        (job,) = _rows(cluster, name)
+        assert (job.verdict, job.in_winning_cluster, job.outlier, job.matches_leaf) == ("honest", True, False, True)
+    (noisy,) = _rows(cluster, "v3")
+    assert (noisy.verdict, noisy.in_winning_cluster, noisy.outlier, noisy.fault) == ("honest", False, True, "noise")
 
 
-def test_substituted_batch_at_step_7_is_caught_and_slashed(tmp_path, material):
+def test_substituted_batch_at_step_7_is_caught_and_slashed(cluster, material):
     spec, data = material
-    cluster = Cluster(tmp_path, PARAMS)
-    try:
-        for name in VERIFIERS:
-            cluster.start_verifier(name)
-        rc, summary = cluster.train(spec, data, steps_timeout=TRAIN_TIMEOUT, substitute_at=7)
-        assert rc == 1, cluster.err("miner")[-3000:]  # the miner exits 1 on a fraud verdict
-        assert list(summary["verdicts"].values()) == ["fraud"], summary
-        cid = bytes.fromhex(next(iter(summary["verdicts"])))
+    for name in VERIFIERS:
+        cluster.start_verifier(name)
+    rc, summary = cluster.train(spec, data, steps_timeout=TRAIN_TIMEOUT, substitute_at=7)
+    _alive(cluster)
+    assert rc == 1, cluster.err("miner")[-3000:]  # the miner exits 1 on a fraud verdict
+    assert list(summary["verdicts"].values()) == ["fraud"], summary
+    cid = bytes.fromhex(next(iter(summary["verdicts"])))
 
-        view = cluster.view()
-        (res,) = [e for e in view.of(P.ChallengeResolved) if e.challenge_id == cid]
-        assert (res.step, res.verdict, res.cluster_size, res.outliers) == (7, "fraud", 3, ())
-        (slash,) = view.of(P.MinerSlashed)
-        assert slash.miner == "miner" and slash.amount == PARAMS.slash_amount
-        assert view.state.slashed["miner"] == PARAMS.slash_amount
+    view = cluster.view()
+    (res,) = [e for e in view.of(P.ChallengeResolved) if e.challenge_id == cid]
+    assert (res.step, res.verdict, res.cluster_size, res.outliers) == (7, "fraud", 3, ())
+    (slash,) = view.of(P.MinerSlashed)
+    miner = cluster.account("miner")
+    assert slash.miner == miner and slash.amount == PARAMS.slash_amount
+    assert view.state.slashed[miner] == PARAMS.slash_amount
 
-        cluster.wait_ingested(VERIFIERS, cid)
-        for name in VERIFIERS:
-            (job,) = _rows(cluster, name)
-            assert (job.verdict, job.in_winning_cluster, job.matches_leaf) == ("fraud", True, False)
-            assert job.miner_slashed == PARAMS.slash_amount
-            assert job.refusal_class is None  # the opening was valid; the replay disagreed with leaf 7
-    finally:
-        cluster.close()
+    cluster.wait_ingested(VERIFIERS, cid)
+    for name in VERIFIERS:
+        (job,) = _rows(cluster, name)
+        assert (job.verdict, job.in_winning_cluster, job.matches_leaf) == ("fraud", True, False)
+        assert job.miner_slashed == PARAMS.slash_amount
+        assert job.refusal_class is None  # the opening was valid; the replay disagreed with leaf 7
