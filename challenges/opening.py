@@ -204,7 +204,9 @@ def state_bytes(state: Any) -> bytes:
     from safetensors.torch import save
 
     tensors = {k: v.detach().cpu().contiguous() for k, v in state.tensors.items()}
-    return save(tensors, metadata={"format": "pot/state/v1", "order": ",".join(tensors)})
+    # One metadata key only: safetensors writes the metadata map in hash order, so two keys would
+    # give two byte layouts (two opening digests) for one state. The order is the spec's layout.
+    return save(tensors, metadata={"format": "pot/state/v1"})
 
 
 def build_opening(*, spec: Spec, run_id: bytes, step: int, pre_state: Any, dataset: Any, schedule: Any,
