@@ -365,6 +365,66 @@ if numba is not None:
         return ok
 
 
+    # --- layer norm rows and per-sequence column sums (mirror ops._LayerNorm, exact_sum64) -----
+
+    @njit(parallel=True, **_opts)
+    def _ln_fwd_k(x, w, b, has_w, has_b, eps, s, out, mu_o, rstd_o):
+        R, C = x.shape
+        n = np.float64(C)
+        for r in prange(R):
+            buf = np.empty(C)
+            for j in range(C):
+                buf[j] = np.float64(x[r, j])
+            mu = _exact_sum(buf, s) / n
+            sq = np.empty(C)
+            for j in range(C):
+                d = buf[j] - mu
+                sq[j] = d * d
+            var = _exact_sum(sq, s) / n
+            rstd = 1.0 / math.sqrt(var + eps)
+            for j in range(C):
+                y = (buf[j] - mu) * rstd
+                if has_w:
+                    y = y * w[j]
+                if has_b:
+                    y = y + b[j]
+                out[r, j] = _f32(y)
+            mu_o[r] = mu
+            rstd_o[r] = rstd
+
+    @njit(parallel=True, **_opts)
+    def _ln_bwd_k(x, g, w, has_w, mu_i, rstd_i, s, gx, prod):
+        R, C = x.shape
+        n = np.float64(C)
+        for r in prange(R):
+            mu = mu_i[r]
+            rstd = rstd_i[r]
+            gh = np.empty(C)
+            xh = np.empty(C)
+            gx2 = np.empty(C)
+            for j in range(C):
+                xh[j] = (np.float64(x[r, j]) - mu) * rstd
+                g64 = np.float64(g[r, j])
+                gh[j] = g64 * w[j] if has_w else g64
+                prod[r, j] = g64 * xh[j]
+                gx2[j] = gh[j] * xh[j]
+            m1 = _exact_sum(gh, s) / n
+            m2 = _exact_sum(gx2, s) / n
+            for j in range(C):
+                gx[r, j] = _f32(rstd * ((gh[j] - m1) - xh[j] * m2))
+
+    @njit(parallel=True, **_opts)
+    def _colsum_k(v, s, out):
+        B, T, C = v.shape
+        for bc in prange(B * C):
+            b = bc // C
+            c = bc - b * C
+            buf = np.empty(T)
+            for t in range(T):
+                buf[t] = v[b, t, c]
+            out[b, c] = _exact_sum(buf, s)
+
+
 # --- torch wrappers ----------------------------------------------------------------------------
 
 
@@ -462,6 +522,42 @@ def quant_rows(x: torch.Tensor, s: int):
     if R and _quant_rows_k(_np(x), s, q.numpy(), e.numpy().reshape(-1)):
         return None
     return q, e
+
+
+def layer_norm_rows(x: torch.Tensor, w, b, eps: float):
+    """(y float32, mu float64 [R, 1], rstd float64 [R, 1]) for contiguous x [R, C]."""
+    R, C = x.shape
+    out = torch.empty(R, C, dtype=F32)
+    mu = torch.empty(R, 1, dtype=F64)
+    rstd = torch.empty(R, 1, dtype=F64)
+    empty = np.zeros(1)
+    w64 = _np(w.to(F64)) if w is not None else empty
+    b64 = _np(b.to(F64)) if b is not None else empty
+    if R:
+        _ln_fwd_k(_np(x), w64, b64, w is not None, b is not None, float(eps), sum_bits(C), out.numpy(),
+                  mu.numpy().reshape(-1), rstd.numpy().reshape(-1))
+    return out, mu, rstd
+
+
+def layer_norm_bwd_rows(x: torch.Tensor, g: torch.Tensor, w, mu, rstd):
+    """(dx float32, g * xhat float64) for contiguous x, g [R, C]."""
+    R, C = x.shape
+    gx = torch.empty(R, C, dtype=F32)
+    prod = torch.empty(R, C, dtype=F64)
+    w64 = _np(w.to(F64)) if w is not None else np.zeros(1)
+    if R:
+        _ln_bwd_k(_np(x), _np(g), w64, w is not None, _np(mu).reshape(-1), _np(rstd).reshape(-1),
+                  sum_bits(C), gx.numpy(), prod.numpy())
+    return gx, prod
+
+
+def seq_sums(v: torch.Tensor) -> torch.Tensor:
+    """exact_sum64(v, dim=1) for v [B, T, C] (float64 result [B, C])."""
+    B, T, C = v.shape
+    out = torch.empty(B, C, dtype=F64)
+    if B * C:
+        _colsum_k(_np(v.to(F64)), sum_bits(T), out.numpy())
+    return out
 
 
 def all_kernels():

@@ -81,6 +81,13 @@ def _param_grad(param: torch.Tensor, fill) -> torch.Tensor | None:
     return fold.result()
 
 
+def _seq_sums(v3: torch.Tensor) -> torch.Tensor:
+    """Per-sequence exact sums along the token axis of v3 [B, T, C]: float64 [B, C]."""
+    if _use_kernels(v3) and v3.dim() == 3:
+        return kernels.seq_sums(v3)
+    return exact_sum64(v3, dim=1)
+
+
 def _seq_chunks(n_seq: int, per_seq_elems: int):
     step = max(1, SEQ_CHUNK_BYTES // max(1, per_seq_elems * 8))
     for lo in range(0, n_seq, step):
@@ -121,7 +128,7 @@ class _Linear(torch.autograd.Function):
                     fold.add_many(ph)
             gw = _param_grad(w_obj, fill_w)
         if ctx.has_b and ctx.needs_input_grad[2]:
-            per_seq = exact_sum64(g3, dim=1)
+            per_seq = _seq_sums(g3)
 
             gb = _param_grad(b, lambda fold: fold.add_many(per_seq))
         return gx, gw, gb, None
@@ -387,6 +394,15 @@ def _ln_stats(x64: torch.Tensor, eps: float):
 class _LayerNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w, b, eps):
+        ctx.has_w, ctx.has_b = w is not None, b is not None
+        ctx.params = (w, b)
+        if _use_kernels(x):
+            C = x.shape[-1]
+            y, mu, rstd = kernels.layer_norm_rows(x.reshape(-1, C).contiguous(), w, b, eps)
+            stat_shape = (*x.shape[:-1], 1)
+            mu, rstd = mu.reshape(stat_shape), rstd.reshape(stat_shape)
+            ctx.save_for_backward(x, mu, rstd)
+            return y.reshape(x.shape)
         x64 = x.to(F64)
         mu, rstd = _ln_stats(x64, eps)
         xhat = (x64 - mu) * rstd
@@ -396,32 +412,33 @@ class _LayerNorm(torch.autograd.Function):
         if b is not None:
             y = y + b.to(F64)
         ctx.save_for_backward(x, mu, rstd)
-        ctx.has_w, ctx.has_b = w is not None, b is not None
-        ctx.params = (w, b)
         return canon_nan(y.to(F32))
 
     @staticmethod
     def backward(ctx, g):
         x, mu, rstd = ctx.saved_tensors
         w, b = ctx.params
-        x64, g64 = x.to(F64), g.to(F64)
-        xhat = (x64 - mu) * rstd
         C = x.shape[-1]
-        n = _const(float(C), x64)
-        gx = gw = gb = None
-        if ctx.needs_input_grad[0]:
+        gw = gb = None
+        if _use_kernels(x, g):
+            gx, prod = kernels.layer_norm_bwd_rows(x.reshape(-1, C).contiguous(), g.reshape(-1, C).contiguous(),
+                                                   w, mu.reshape(-1, 1), rstd.reshape(-1, 1))
+            gx = gx.reshape(x.shape)
+            prod = prod.reshape(x.shape)
+        else:
+            x64, g64 = x.to(F64), g.to(F64)
+            xhat = (x64 - mu) * rstd
+            n = _const(float(C), x64)
             gh = g64 * w.to(F64) if ctx.has_w else g64
             m1 = exact_sum64(gh, -1, True) / n
             m2 = exact_sum64(gh * xhat, -1, True) / n
             gx = canon_nan((rstd * ((gh - m1) - xhat * m2)).to(F32))
-        g3 = _sequences(g64)
+            prod = g64 * xhat
         if ctx.has_w and ctx.needs_input_grad[1]:
-            per_seq_w = exact_sum64(g3 * _sequences(xhat), dim=1)
-
+            per_seq_w = _seq_sums(_sequences(prod))
             gw = _param_grad(w, lambda fold: fold.add_many(per_seq_w))
         if ctx.has_b and ctx.needs_input_grad[2]:
-            per_seq_b = exact_sum64(g3, dim=1)
-
+            per_seq_b = _seq_sums(_sequences(g))
             gb = _param_grad(b, lambda fold: fold.add_many(per_seq_b))
         return gx, gw, gb, None
 

@@ -199,3 +199,33 @@ def test_matmul_fast_path_equals_general_path():
         with kernels.disabled():
             slow = Q.exact_matmul(x, w.t())
         _same(fast, slow)
+
+
+def test_layer_norm_and_sequence_sum_kernels_equal_eager():
+    g = torch.Generator().manual_seed(31)
+    x = (torch.randn(3, 5, 48, generator=g) * torch.exp(torch.randn(3, 5, 1, generator=g) * 3) + 2).float()
+    x[0, 0] = 0.0
+    x[0, 1, :4] = torch.tensor([float("inf"), 1.0, 2.0, 3.0])
+    x[0, 2, 0] = float("nan")
+    x[1, 0] = edge_values()[20:68].nan_to_num(0.0, 1e30, -1e30)
+    w, b = torch.randn(48, generator=g), torch.randn(48, generator=g)
+    gy = torch.randn(3, 5, 48, generator=g)
+    for ww, bb in ((w, b), (None, None), (w, None)):
+        res = []
+        for use in (True, False):
+            with (_null() if use else kernels.disabled()):
+                xr = x.clone().requires_grad_(True)
+                wr = ww.clone().requires_grad_(True) if ww is not None else None
+                br = bb.clone().requires_grad_(True) if bb is not None else None
+                y = ops.layer_norm(xr, wr, br)
+                y.backward(gy)
+                res.append([y.detach(), xr.grad] + [t.grad for t in (wr, br) if t is not None])
+        for a, c in zip(*res, strict=True):
+            _same(a, c)
+    v = torch.randn(4, 33, 7, generator=g, dtype=torch.float64) * torch.exp(torch.randn(4, 33, 7, generator=g,
+                                                                                       dtype=torch.float64) * 20)
+    v[0, 3, 0], v[1, 2, 1], v[1, 3, 1], v[2, 0, 2] = float("inf"), float("inf"), float("-inf"), float("nan")
+    from oracle.exact.quant import exact_sum64
+    k, e = kernels.seq_sums(v), exact_sum64(v, dim=1)
+    assert torch.equal(torch.isnan(k), torch.isnan(e))
+    assert torch.equal(k[~torch.isnan(k)].view(torch.int64), e[~torch.isnan(e)].view(torch.int64))
