@@ -251,7 +251,7 @@ class ChallengeDetailOut(ChallengeOut):
                       "finished_at": 1764410003.2, "duration_s": 0.2, "detail": "52311 bytes"}],
         "clusters": [{"value": "aa" * 32, "size": 1, "verifiers": ["v1"], "winning": True,
                       "matches_commitment": True, "includes_this_node": True}],
-        "committed_value": "aa" * 32, "reveals": 1,
+        "committed_value": "aa" * 32, "this_node": ["v1"], "reveals": 1,
         "quorum": {"cluster_size": 1, "reveals": 1, "outliers": []},
         "txs": [{"kind": "commit", "state": "confirmed", "sends": 1, "block": 20, "tx_hash": None,
                  "last_error": None}]}]})
@@ -270,6 +270,7 @@ class ChallengeDetailOut(ChallengeOut):
     timeline: list[TimelineEntry]
     clusters: list[ClusterOut]
     committed_value: str | None
+    this_node: list[str] = Field(description="The account(s) this node witnessed this challenge with.")
     reveals: int
     quorum: dict[str, Any] | None
     txs: list[dict[str, Any]]

@@ -90,11 +90,12 @@ def build_timeline(stage_rows: Sequence[dict[str, Any]], *, current_stage: str, 
     """One entry per timeline stage: done (with duration), running (duration so far) or pending.
 
     `stage_rows` are stage_log rows (stage, started_at, finished_at, detail) in insertion order; a
-    stage logged twice keeps its last row. A job that stopped (missed, skipped) shows the stages it
-    never reached as "not reached".
+    stage logged twice keeps its last row. A job that stopped (missed, skipped, or resolved on chain
+    before it finished) shows the stages it never reached as "not reached".
     """
     logged = {r["stage"]: r for r in stage_rows}
-    stopped = current_stage in ("missed", "skipped")
+    # A job that stopped, or that the chain resolved first, never reaches its remaining stages.
+    stopped = current_stage in ("missed", "skipped", "done")
     out = []
     for stage, label in TIMELINE:
         r = logged.get(stage)
@@ -305,6 +306,7 @@ def get_challenge(conn: Connection, cid: bytes, *, now: float | None = None) -> 
         timeline=build_timeline(stage_rows, current_stage=row.stage, current_since=row.updated_at, now=now),
         clusters=reveal_clusters(reveals, mode=row.mode, winning=row.winning_value, own=own, expected=expected),
         committed_value=expected,
+        this_node=sorted(own),
         reveals=len(reveals),
         quorum={"cluster_size": resolved.get("cluster_size"), "reveals": resolved.get("reveals"),
                 "outliers": list(resolved.get("outliers") or [])} if resolved else None,

@@ -127,7 +127,7 @@ def test_challenge_detail_timeline_and_clusters(client, seeded):
         assert e["finished_at"] - e["started_at"] == pytest.approx(e["duration_s"])
     assert [(c["size"], c["winning"], c["includes_this_node"], c["matches_commitment"]) for c in d["clusters"]] == [
         (2, True, True, True), (1, False, False, False)]
-    assert d["clusters"][0]["verifiers"] == ["v1", "v2"]
+    assert d["clusters"][0]["verifiers"] == ["v1", "v2"] and d["this_node"] == ["v1"]
     assert d["quorum"] == {"cluster_size": 2, "reveals": 3, "outliers": ["v3"]}
     assert {t["kind"]: t["state"] for t in d["txs"]} == {"commit": "confirmed", "reveal": "confirmed"}
     assert "losses" not in d["loss_checks"]
@@ -238,7 +238,8 @@ def test_dashboard_pages_render_the_data(client, seeded):
     assert run.count('class="mark"') == 8 and 'data-step="7" data-verdict="honest"' in run
     assert "<polyline" in run and "8 committed losses" in run
     ch = client.get(f"/challenges/{seeded.honest.hex()}").text
-    assert 'data-stage="replay" data-state="done"' in ch and "★ winning" in ch and "(this node)" not in ch
+    assert 'data-stage="replay" data-state="done"' in ch and "★ winning" in ch
+    assert ch.count("(this node)") == 1 and "v1 (this node)</span>, <span class=\"verifier\">v2</span>" in ch
     filtered = client.get("/", params={"status": "fraud"}).text
     assert seeded.fraud.hex() in filtered and seeded.honest.hex() not in filtered
     r = client.get("/", params={"status": "maybe"})
