@@ -725,6 +725,7 @@ def demo(
     previous = signal.signal(signal.SIGTERM, on_term)
     d = Demo(wd, chain=chain, port=port, steps=steps, substitute_at=substitute_at, timeout=timeout, say=say)
     code = 0
+    summary = None
     try:
         say(f"work folder {wd}")
         summary = d.run()
@@ -737,8 +738,11 @@ def demo(
             while True:
                 time.sleep(3600)
     except KeyboardInterrupt:
-        say("interrupted: stopping every process the demo started")
-        code = 130
+        if summary is None:  # interrupted mid-run; after the summary Ctrl-C is how serving ends
+            say("interrupted: stopping every process the demo started")
+            code = 130
+        else:
+            say("stopped serving")
     except DemoError as exc:
         say(f"error: {exc}")
         code = 1
