@@ -78,10 +78,9 @@ class Chopsticks:
     """One chopsticks process and a JSON-RPC client for its dev_* methods."""
 
     def __init__(self, workdir: Path | None = None, *, build_block_mode: str = "Instant") -> None:
-        self._tmp = None
         if workdir is None:
-            self._tmp = tempfile.TemporaryDirectory(prefix="pot-chopsticks-")
-            workdir = Path(self._tmp.name)
+            # Kept after the session (only the log stays), so a failed CI run can be read later.
+            workdir = Path(tempfile.mkdtemp(prefix="pot-chopsticks-"))
         self.workdir = workdir
         self.build_block_mode = build_block_mode
         self.log_path = workdir / "chopsticks.log"
@@ -175,6 +174,7 @@ class Chopsticks:
     def close(self) -> None:
         self.stop()
         self._http.close()
+        self.genesis_path.unlink(missing_ok=True)
 
     def log_tail(self, n: int = 4000) -> str:
         try:
