@@ -11,8 +11,10 @@ Used only for CPU tensors; set POT_EXACT_KERNELS=0 to run the eager definitions 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
+import threading
 
 import numpy as np
 import torch
@@ -427,6 +429,19 @@ if numba is not None:
 
 # --- torch wrappers ----------------------------------------------------------------------------
 
+# numba's fallback threading layer (workqueue) aborts on concurrent parallel calls; one lock makes
+# the wrappers safe from any number of threads (each kernel is parallel inside already).
+_lock = threading.RLock()
+
+
+def _serial(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with _lock:
+            return fn(*args, **kwargs)
+    return wrapper
+
+
 
 def _np(t: torch.Tensor) -> np.ndarray:
     return t.detach().contiguous().numpy()
@@ -437,18 +452,21 @@ def _flat_out(x: torch.Tensor):
     return out, out.view(-1).numpy()
 
 
+@_serial
 def exp(x: torch.Tensor) -> torch.Tensor:
     out, o = _flat_out(x)
     _exp_k(_np(x).reshape(-1), o)
     return out
 
 
+@_serial
 def gelu(x: torch.Tensor, form: str) -> torch.Tensor:
     out, o = _flat_out(x)
     (_gelu_tanh_k if form == "tanh" else _gelu_erf_k)(_np(x).reshape(-1), o)
     return out
 
 
+@_serial
 def gelu_grad(x: torch.Tensor, g: torch.Tensor, form: str) -> torch.Tensor:
     out, o = _flat_out(x)
     (_gelu_tanh_grad_k if form == "tanh" else _gelu_erf_grad_k)(_np(x).reshape(-1), _np(g).reshape(-1), o)
@@ -460,6 +478,7 @@ def _rows2(t: torch.Tensor) -> np.ndarray:
     return _np(t).reshape(-1, n)
 
 
+@_serial
 def softmax_rows(x: torch.Tensor) -> torch.Tensor:
     out = torch.empty(x.shape, dtype=F32)
     if x.numel():
@@ -467,6 +486,7 @@ def softmax_rows(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
+@_serial
 def log_softmax_rows(x: torch.Tensor) -> torch.Tensor:
     out = torch.empty(x.shape, dtype=F32)
     if x.numel():
@@ -474,6 +494,7 @@ def log_softmax_rows(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
+@_serial
 def softmax_bwd_rows(p: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     out = torch.empty(p.shape, dtype=F32)
     if p.numel():
@@ -481,6 +502,7 @@ def softmax_bwd_rows(p: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     return out
 
 
+@_serial
 def log_softmax_bwd_rows(y: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     out = torch.empty(y.shape, dtype=F32)
     if y.numel():
@@ -488,6 +510,7 @@ def log_softmax_bwd_rows(y: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     return out
 
 
+@_serial
 def ce_rows(x: torch.Tensor, t: torch.Tensor):
     R = x.shape[0]
     loss = torch.empty(R, dtype=F32)
@@ -498,6 +521,7 @@ def ce_rows(x: torch.Tensor, t: torch.Tensor):
     return loss, m, S
 
 
+@_serial
 def ce_bwd_rows(x, t, m, S, scale):
     g64, total = scale
     out = torch.empty(x.shape, dtype=F32)
@@ -506,12 +530,14 @@ def ce_bwd_rows(x, t, m, S, scale):
     return out
 
 
+@_serial
 def fold_into(hi: torch.Tensor, lo: torch.Tensor, values: torch.Tensor) -> int:
     """In place: fold values[0], values[1], ... into (hi, lo) as accumulate._fold_step does;
     returns the number of inexact low-word additions."""
     return int(_fold_k(hi.numpy(), lo.numpy(), _np(values)))
 
 
+@_serial
 def quant_rows(x: torch.Tensor, s: int):
     """Block quantisation of each row of a contiguous float32 [R, K] tensor, as
     quant.block_exponent + round_half_even(x * 2^(s - e)): (q float64, e int64 [R, 1]), or None
@@ -524,6 +550,7 @@ def quant_rows(x: torch.Tensor, s: int):
     return q, e
 
 
+@_serial
 def layer_norm_rows(x: torch.Tensor, w, b, eps: float):
     """(y float32, mu float64 [R, 1], rstd float64 [R, 1]) for contiguous x [R, C]."""
     R, C = x.shape
@@ -539,6 +566,7 @@ def layer_norm_rows(x: torch.Tensor, w, b, eps: float):
     return out, mu, rstd
 
 
+@_serial
 def layer_norm_bwd_rows(x: torch.Tensor, g: torch.Tensor, w, mu, rstd):
     """(dx float32, g * xhat float64) for contiguous x, g [R, C]."""
     R, C = x.shape
@@ -551,6 +579,7 @@ def layer_norm_bwd_rows(x: torch.Tensor, g: torch.Tensor, w, mu, rstd):
     return gx, prod
 
 
+@_serial
 def seq_sums(v: torch.Tensor) -> torch.Tensor:
     """exact_sum64(v, dim=1) for v [B, T, C] (float64 result [B, C])."""
     B, T, C = v.shape
