@@ -43,8 +43,9 @@ How to use it (the model and step code):
   versions ``exp32`` etc. ``oracle.exact.quant`` has ``exact_sum64``, ``exact_matmul``,
   ``to_f32_once`` and the bit budgets ``sum_bits``/``dot_bits``.
 
-CPU tensors use the numba kernels of ``oracle.exact.kernels`` for the transcendental chain; they
-equal the eager definitions bit for bit (POT_EXACT_KERNELS=0 forces the eager path). The
+CPU tensors use the numba kernels of ``oracle.exact.kernels`` (transcendental chain, softmax
+rows, layer norm, GEMM operand quantisation, the accumulation fold); they equal the eager
+definitions bit for bit (POT_EXACT_KERNELS=0 forces the eager path everywhere). The
 normative text is docs/exact-v1.md.
 """
 
