@@ -33,6 +33,10 @@ How to use it (the model and step code):
               ops.cross_entropy(logits, targets[lo:hi], total_count=all_tokens).backward()
       grads, loss = acc.grads(), acc.loss()         # float32, each rounded once
 
+  ``micro_batch_grads(forward, params, targets, slices, total_count=None)`` does exactly this
+  loop: ``forward(leaves, lo, hi)`` returns the logits of sequences lo..hi-1; it returns
+  ``(loss, [grads in params order])``.
+
   Inside a micro-batch the parameter gradients go to the accumulator (``p.grad`` stays None);
   outside one they are returned to autograd, already rounded (equal to ``acc.grads()`` for every
   parameter used at one site; a tied embedding/head needs the accumulator).
@@ -49,7 +53,7 @@ definitions bit for bit (POT_EXACT_KERNELS=0 forces the eager path everywhere). 
 normative text is docs/exact-v1.md.
 """
 
-from oracle.exact.accumulate import ExactGradAccumulator
+from oracle.exact.accumulate import ExactGradAccumulator, micro_batch_grads
 from oracle.exact.quant import ExactError
 
-__all__ = ["ExactGradAccumulator", "ExactError"]
+__all__ = ["ExactGradAccumulator", "ExactError", "micro_batch_grads"]

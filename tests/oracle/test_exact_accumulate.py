@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from oracle.exact import ExactError, ExactGradAccumulator, ops
-from oracle.exact.accumulate import Fold
+from oracle.exact.accumulate import Fold, micro_batch_grads
 from tests.oracle.vectors.edge import bits
 
 B, T, C, V, H = 8, 6, 16, 20, 2
@@ -126,6 +126,26 @@ def _ref_forward(P, idx):
     x = x + F.linear(F.gelu(F.linear(x, P["fc.w"], P["fc.b"]), approximate="tanh"), P["proj.w"], P["proj.b"])
     x = F.layer_norm(x, (C,), P["lnf.w"], P["lnf.b"], 1e-5)
     return F.linear(x, P["head.w"])
+
+
+def test_micro_batch_grads_helper_and_uneven_splits():
+    P = _params(5, tied=True)
+    idx, tgt, mask = _data(6)
+
+    def fwd(leaves, lo, hi):
+        return _forward(leaves, idx[lo:hi], "single", mask[lo:hi])
+    loss1, g1 = micro_batch_grads(fwd, P, tgt, [(0, B)])
+    loss3, g3 = micro_batch_grads(fwd, P, tgt, [(0, 3), (3, 4), (4, B)])  # uneven
+    assert bits(loss1) == bits(loss3)
+    for a, b in zip(g1, g3, strict=True):
+        assert torch.equal(bits(a), bits(b))
+    ref_loss, ref_grads, _ = _step(P, idx, tgt, 1, "single", mask)
+    assert bits(loss1) == bits(ref_loss)
+    assert all(torch.equal(bits(a), bits(ref_grads[n])) for a, n in zip(g1, P, strict=True))
+    with pytest.raises(ExactError, match="consecutive"):
+        micro_batch_grads(fwd, P, tgt, [(0, 3), (4, B)])
+    with pytest.raises(ExactError, match="cover"):
+        micro_batch_grads(fwd, P, tgt, [(0, 3)])
 
 
 def test_gradient_outside_exact_ops_is_refused():
