@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -199,7 +200,11 @@ class BlockMaker:
                 self.errors = 0
             except Exception:  # a busy chain file or a slow RPC: try again after a pause
                 self.errors += 1
-            self._stop.wait(FAST_S if self.fast.is_set() else SLOW_S * (1 + min(self.errors, 5)))
+            # After a failure wait longer each time, with jitter, so retries do not hammer the chain.
+            pause = FAST_S if self.fast.is_set() else SLOW_S
+            if self.errors:
+                pause = SLOW_S * 2 ** min(self.errors, 5) * random.uniform(0.5, 1.5)
+            self._stop.wait(pause)
 
     def stop(self) -> None:
         self._stop.set()
@@ -244,8 +249,9 @@ class ChallengeInfo:
 
 class Demo:
     def __init__(self, workdir: Path, *, chain: str | None, port: int, steps: int, substitute_at: int,
-                 timeout: float, say: Any) -> None:
+                 timeout: float, say: Any, keep_workdir: bool = True) -> None:
         self.workdir = workdir
+        self.keep_workdir = keep_workdir
         self.chain_arg = chain
         self.port = port
         self.steps = steps
@@ -266,6 +272,10 @@ class Demo:
         self.miner_children: list[Child] = []
         self.node_db_urls: dict[str, str] = {}
         self.view: Any = None
+        self.view_transport: Any = None
+        self._transports: list[Any] = []  # connections this process opened, closed at the end
+        self.start_block = 0
+        self.addresses: dict[str, str] = {}  # Substrate key URI -> account address
         self.chain_url = ""
 
     def elapsed(self) -> float:
@@ -301,6 +311,7 @@ class Demo:
             path = self.workdir / "chain.db"
             self.chain_url = f"dev://{path}"
             sealer = DevTransport(path, "demo", sealing="interval")
+            self._transports.append(sealer)
             sealer.record_params(self.params)
             self.blocks = BlockMaker(lambda fast: sealer.seal(), "dev chain sealer").start()
             self.view_transport = DevTransport(path, "demo-observer")
@@ -344,6 +355,7 @@ class Demo:
         from chain.connect import connect
 
         maker = connect(self.chain_arg, key=SUBSTRATE_KEYS[0], kind="remark", rpc_timeout=30.0)
+        self._transports.append(maker)
         # A chopsticks block costs a runtime execution: fast-forward in batches rather than by rate.
         self.blocks = BlockMaker(lambda fast: maker.client.rpc("dev_newBlock", [{"count": 8 if fast else 1}],
                                                                retry=False), "chopsticks blocks").start()
@@ -547,7 +559,7 @@ class Demo:
                 failures += 1
                 if failures > 20:
                     raise DemoError(f"the chain stopped answering: {exc}") from None
-                time.sleep(min(5.0, 0.2 * 2 ** failures))
+                time.sleep(min(5.0, 0.2 * 2 ** failures) * random.uniform(0.5, 1.5))
                 continue
             if self.blocks is not None:
                 if self.someone_must_act():
@@ -639,7 +651,7 @@ class Demo:
         return {"runs": runs, "challenges": challenges, "verifiers": verifiers,
                 "seconds": round(self.elapsed(), 2), "timings": {k: round(v, 2) for k, v in self.timings.items()},
                 "chain": self.chain_url, "params": self.params.to_dict(), "dashboard": self.dashboard_url,
-                "workdir": str(self.workdir), "checks": checks, "ok": all(checks.values())}
+                "workdir": str(self.workdir), "workdir_kept": self.keep_workdir, "checks": checks, "ok": all(checks.values())}
 
     # --- the whole thing -------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -663,6 +675,14 @@ class Demo:
         if self.api is not None:
             self.api.stop()
             self.api = None
+        for t in [*self._transports, self.view_transport]:
+            if t is not None:
+                try:
+                    t.close()
+                except Exception:  # a connection that already broke is closed either way
+                    pass
+        self._transports.clear()
+        self.view_transport = None
 
 
 def render(summary: dict[str, Any]) -> str:
@@ -685,7 +705,9 @@ def render(summary: dict[str, Any]) -> str:
         out.append(f"    {v['name']}  {'faulty (reveals noise)' if v['faulty'] else 'honest':<24} "
                    f"outlier in {v['outlier_count']} of {len(summary['challenges'])} challenge(s)")
     out.append("  checks: " + ", ".join(f"{k} {'yes' if ok else 'NO'}" for k, ok in summary["checks"].items()))
-    out.append(f"  timings: {summary['timings']}; logs and files in {summary['workdir']}")
+    where = summary["workdir"] if summary.get("workdir_kept") else \
+        f"{summary['workdir']} (removed at exit; --workdir keeps them)"
+    out.append(f"  timings: {summary['timings']}; logs and files in {where}")
     return "\n".join(out)
 
 
@@ -723,7 +745,8 @@ def demo(
         raise KeyboardInterrupt(f"signal {signum}")
 
     previous = signal.signal(signal.SIGTERM, on_term)
-    d = Demo(wd, chain=chain, port=port, steps=steps, substitute_at=substitute_at, timeout=timeout, say=say)
+    d = Demo(wd, chain=chain, port=port, steps=steps, substitute_at=substitute_at, timeout=timeout, say=say,
+             keep_workdir=not temp)
     code = 0
     summary = None
     try:
