@@ -7,11 +7,12 @@ from __future__ import annotations
 import math
 import re
 import time
+from urllib.parse import quote
 
 import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from node import queries as Q
@@ -247,6 +248,18 @@ def test_dashboard_pages_render_the_data(client, seeded):
     assert client.get(f"/runs/{RUN_B.hex()[:10]}").status_code == 400
     assert client.get(f"/challenges/{'ef' * 32}").status_code == 404
     assert client.get("/static/live.js").status_code == 200
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.text(min_size=1, max_size=80).filter(lambda t: t not in (".", "..")),
+       st.sampled_from(["/", "/runs/", "/challenges/"]), st.sampled_from(["status", "run", "stage", "cursor"]))
+def test_pages_answer_any_input_without_a_server_error(client, text, page, param):
+    if page == "/":
+        r = client.get("/", params={param: text})
+    else:  # one path segment: a "/" in it would make another path (another route's 404)
+        r = client.get(page + quote(text.replace("/", "_"), safe=""))
+    assert r.status_code in (200, 400, 404) and r.headers["content-type"].startswith("text/html")
+    assert r.status_code == 200 or 'class="error-message"' in r.text
 
 
 # --- pure helpers -----------------------------------------------------------------------------
