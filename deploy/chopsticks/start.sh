@@ -10,7 +10,8 @@ if [ ! -x node_modules/.bin/chopsticks ]; then
     @acala-network/chopsticks@1.5.1 @substrate/connect-known-chains@1.10.3
 fi
 if [ ! -s genesis.json ]; then
-  node -e 'process.stdout.write(require("@substrate/connect-known-chains/dist/commonjs/specs/rococo_v2_2_asset_hub.js").chainSpec)' > genesis.json.tmp
+  # A file path: the package's exports map does not expose the specs by subpath.
+  node -e 'process.stdout.write(require(process.cwd() + "/node_modules/@substrate/connect-known-chains/dist/commonjs/specs/rococo_v2_2_asset_hub.js").chainSpec)' > genesis.json.tmp
   mv genesis.json.tmp genesis.json
 fi
 cp /deploy/config.yml config.yml
