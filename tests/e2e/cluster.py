@@ -75,6 +75,7 @@ class Cluster:
         self.params_file = tmp / "params.toml"
         self.params_file.write_text(protocol_toml(params))
         self.chopsticks = chopsticks
+        self.kind = "dev" if chopsticks is None else "chopsticks"
         self.keys: dict[str, str] = {}  # Substrate: participant -> key URI
         self.accounts: dict[str, str] = {}  # participant -> the origin its calls carry
         self.start_block = 0
@@ -142,7 +143,7 @@ class Cluster:
         cfg.write_text("\n".join([
             "[node]", f'data_dir = "{name}-data"', "loop_interval_s = 0.1", f'fault = "{fault}"', secrets,
             "[chain]", f'url = "{self.url}"', f'account = "{name}"', "poll_s = 0.2",
-            f"start_block = {self.start_block}", "watchdog_s = 120.0",
+            f"start_block = {self.start_block}", "watchdog_s = 120.0", "resend_after_blocks = 6",
             "[fetch]", "attempts = 4", "backoff_base_s = 0.2", "backoff_max_s = 2.0",
             "[http]", f'listen = "127.0.0.1:{free_port()}"',  # each node serves its API on its own port
         ]) + "\n" + protocol_toml(self.params))

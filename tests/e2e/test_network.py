@@ -21,8 +21,12 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 # chain, each node's [protocol] must equal them. Windows leave room for a loaded CI machine.
 PARAMS = ProtocolParams(commit_window=120, reveal_window=40, opening_deadline=60, challenge_delay=2,
                         quorum_min_reveals=3, forced_challenge_steps=(7,))
+# chopsticks builds each block with the real runtime (seconds apiece on a loaded machine): the same
+# protocol in fewer, slower blocks.
+CHOPSTICKS_PARAMS = ProtocolParams(commit_window=30, reveal_window=12, opening_deadline=20, challenge_delay=2,
+                                   quorum_min_reveals=3, forced_challenge_steps=(7,))
 VERIFIERS = ["v1", "v2", "v3"]
-TRAIN_TIMEOUT = 420
+TRAIN_TIMEOUT = {"dev": 420, "chopsticks": 900}
 
 
 @pytest.fixture(params=["dev", pytest.param("chopsticks", marks=pytest.mark.chopsticks)])
@@ -36,7 +40,7 @@ def cluster(request, tmp_path):
             node = chopsticks_node()
         except ChopsticksError as exc:
             pytest.fail(f"chopsticks could not start: {exc}", pytrace=False)
-        c = Cluster(tmp_path, PARAMS, interval=1.0, chopsticks=node)
+        c = Cluster(tmp_path, CHOPSTICKS_PARAMS, interval=1.0, chopsticks=node)
     try:
         yield c
     finally:
@@ -68,7 +72,7 @@ def test_honest_run_is_verified_and_a_noisy_verifier_is_an_outlier(cluster, mate
     cluster.start_verifier("v1")
     cluster.start_verifier("v2")
     cluster.start_verifier("v3", fault="noise")
-    rc, summary = cluster.train(spec, data, steps_timeout=TRAIN_TIMEOUT)
+    rc, summary = cluster.train(spec, data, steps_timeout=TRAIN_TIMEOUT[cluster.kind])
     _alive(cluster)
     assert rc == 0, cluster.err("miner")[-3000:]
     assert list(summary["verdicts"].values()) == ["honest"], summary
@@ -93,7 +97,7 @@ def test_substituted_batch_at_step_7_is_caught_and_slashed(cluster, material):
     spec, data = material
     for name in VERIFIERS:
         cluster.start_verifier(name)
-    rc, summary = cluster.train(spec, data, steps_timeout=TRAIN_TIMEOUT, substitute_at=7)
+    rc, summary = cluster.train(spec, data, steps_timeout=TRAIN_TIMEOUT[cluster.kind], substitute_at=7)
     _alive(cluster)
     assert rc == 1, cluster.err("miner")[-3000:]  # the miner exits 1 on a fraud verdict
     assert list(summary["verdicts"].values()) == ["fraud"], summary
@@ -104,12 +108,12 @@ def test_substituted_batch_at_step_7_is_caught_and_slashed(cluster, material):
     assert (res.step, res.verdict, res.cluster_size, res.outliers) == (7, "fraud", 3, ())
     (slash,) = view.of(P.MinerSlashed)
     miner = cluster.account("miner")
-    assert slash.miner == miner and slash.amount == PARAMS.slash_amount
-    assert view.state.slashed[miner] == PARAMS.slash_amount
+    assert slash.miner == miner and slash.amount == cluster.params.slash_amount
+    assert view.state.slashed[miner] == cluster.params.slash_amount
 
     cluster.wait_ingested(VERIFIERS, cid)
     for name in VERIFIERS:
         (job,) = _rows(cluster, name)
         assert (job.verdict, job.in_winning_cluster, job.matches_leaf) == ("fraud", True, False)
-        assert job.miner_slashed == PARAMS.slash_amount
+        assert job.miner_slashed == cluster.params.slash_amount
         assert job.refusal_class is None  # the opening was valid; the replay disagreed with leaf 7
