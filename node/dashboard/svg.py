@@ -20,6 +20,8 @@ def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     if hi <= lo:
         return [lo]
     raw = (hi - lo) / max(1, n)
+    if not raw > 0 or not math.isfinite(raw):  # a span too small (or too large) for float steps
+        return [lo, hi]
     mag = 10 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
     first = math.ceil(lo / step) * step
