@@ -46,8 +46,9 @@ def loss_curve_svg(losses: Sequence[float | None], marks: Sequence[dict[str, Any
     finite = [x for x in losses if x is not None]
     n = max(len(losses), max((m["step"] for m in marks), default=1), 1)
     lo, hi = (min(finite), max(finite)) if finite else (0.0, 1.0)
-    if hi - lo < 1e-12:
-        lo, hi = lo - 0.5, hi + 0.5
+    if not hi - lo > max(abs(hi), abs(lo)) * 1e-9:  # flat: give the line some room around it
+        d = max(abs(hi) * 0.05, 0.5)
+        lo, hi = lo - d, hi + d
     pad = (hi - lo) * 0.08
     lo, hi = lo - pad, hi + pad
 

@@ -321,3 +321,10 @@ def test_loss_curve_svg_marks_and_gaps():
     assert "no committed losses" in loss_curve_svg([], [])
     bars = timeline_svg(Q.build_timeline([], current_stage="fetch", current_since=1.0, now=2.0), now=2.0)
     assert 'data-stage="fetch" data-state="running"' in bars
+
+
+@given(st.lists(st.one_of(st.none(), st.floats(-1e30, 1e30)), max_size=40), st.integers(1, 60))
+def test_loss_curve_svg_draws_any_losses(losses, step):
+    svg = loss_curve_svg(losses, [{"step": step, "verdict": "fraud", "challenge_id": "ab"}])
+    assert svg.startswith("<svg") and svg.endswith("</svg>") and svg.count('class="mark"') == 1
+    assert "nan" not in svg.lower().replace("nanosecond", "")
