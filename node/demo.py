@@ -58,7 +58,7 @@ def demo_params(steps: int, substitute_at: int) -> Any:
     from chain.protocol import ProtocolParams
 
     return ProtocolParams(commit_window=120, reveal_window=60, opening_deadline=60,
-                          challenges_per_run=min(2, steps), challenge_delay=2, quorum_min_reveals=3,
+                          challenges_per_run=2, challenge_delay=2, quorum_min_reveals=3,
                           forced_challenge_steps=(substitute_at,))
 
 
@@ -134,11 +134,14 @@ class Children:
     def start(self, name: str, args: list[str], env: dict[str, str] | None = None) -> Child:
         log = self.workdir / "logs" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
+        # The children's settings are the files the demo wrote: a POT_* variable left in the shell
+        # (an operator's POT_CHAIN_URL, say) would otherwise override them.
+        base = {k: v for k, v in os.environ.items() if not k.startswith("POT_")}
         with open(log, "ab") as out:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "node.cli", *args], cwd=self.workdir, stdout=out, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True,
-                env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get(
+                env={**base, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get(
                     "PYTHONPATH")])), "PYTHONUNBUFFERED": "1", **(env or {})})
         child = Child(name, proc, log)
         with self._lock:

@@ -17,10 +17,10 @@ REPO = Path(__file__).resolve().parents[2]
 DEMO_TIMEOUT = 600
 
 
-def run_demo(tmp_path: Path, *extra: str, timeout: float = DEMO_TIMEOUT) -> dict:
+def run_demo(tmp_path: Path, *extra: str, timeout: float = DEMO_TIMEOUT, env: dict | None = None) -> dict:
     cmd = [sys.executable, "-m", "node.cli", "demo", "--json", "--no-serve", "--port", "0",
            "--workdir", str(tmp_path / "demo"), *extra]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
     out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout + 60)
     logs = "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-1500:]}"
                      for p in sorted((tmp_path / "demo" / "logs").glob("*.log")))
@@ -61,7 +61,9 @@ def check_summary(summary: dict, substitute_at: int, limit: float = DEMO_TIMEOUT
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_demo_on_the_dev_chain(tmp_path):
-    summary = run_demo(tmp_path, "--substitute-at", "6")
+    # Node settings left in the shell must not reach the demo's nodes: were this one to, every
+    # verifier would reveal noise and no verdict would be reached.
+    summary = run_demo(tmp_path, "--substitute-at", "6", env={"POT_NODE_FAULT": "noise"})
     check_summary(summary, 6)
     assert summary["chain"].startswith("dev://")
     # The work folder was kept (--workdir) with every child's log; no child outlived the demo.
