@@ -47,6 +47,8 @@ def setup_logging(level: str = "info", stream=None) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def log_event(logger: logging.Logger, event: str, *, level: int = logging.INFO, **fields: Any) -> None:
-    """Log `event` with `fields` as top-level JSON keys (bytes are written as hex)."""
-    logger.log(level, event, extra={"event": event, **fields})
+def log_event(logger: logging.Logger, event: str, *, level: int = logging.INFO, exc_info: Any = None,
+              **fields: Any) -> None:
+    """Log `event` with `fields` as top-level JSON keys (bytes are written as hex); `exc_info` goes to
+    the logger itself (as an `extra` key it would clash with the LogRecord attribute and raise)."""
+    logger.log(level, event, exc_info=exc_info, extra={"event": event, **fields})
