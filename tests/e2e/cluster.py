@@ -90,10 +90,14 @@ class Cluster:
             while not self.chain_db.exists() and time.monotonic() < deadline:
                 time.sleep(0.2)
         else:
+            from chain.connect import connect
             from tests.chain.chopsticks_env import fresh_chain
 
             self.url = chopsticks.url
             self.start_block = fresh_chain(chopsticks)
+            observer = connect(self.url, key="//pot//observer")
+            self.ss58_format = observer.client.ss58_format  # origins are addresses in the chain's format
+            observer.close()
             self._maker = threading.Thread(target=self._make_blocks, args=(interval,), daemon=True)
             self._maker.start()
 
@@ -113,7 +117,7 @@ class Cluster:
             from tests.chain.chopsticks_env import unique_key
 
             self.keys[name] = unique_key(name)
-            self.accounts[name] = load_key(self.keys[name], ss58_format=42).ss58_address
+            self.accounts[name] = load_key(self.keys[name], ss58_format=self.ss58_format).ss58_address
             self.chopsticks.fund([self.accounts[name]])
         return self.accounts[name]
 
