@@ -25,6 +25,12 @@ from oracle.exact.quant import E_MIN, F32, F64, sum_bits
 try:  # numba is a declared dependency; without it the eager path runs
     import numba
     from numba import njit, prange
+
+    # The workqueue pool sleeps between calls. OpenMP pools spin after each parallel region and
+    # starve torch's own threads of the cores they share (measured: 5-30x slower GEMM epilogues).
+    # Calls are serialised below, as this layer requires.
+    if numba.config.THREADING_LAYER == "default":
+        numba.config.THREADING_LAYER = "workqueue"
 except ImportError:  # pragma: no cover
     numba = None
 
@@ -339,7 +345,7 @@ if numba is not None:
 
 
     @njit(parallel=True, **_opts)
-    def _quant_rows_k(x, s, q, e):
+    def _quant_rows_k(x, s, q, e, ss):
         R, K = x.shape
         ok = 0
         for r in prange(R):
@@ -362,8 +368,12 @@ if numba is not None:
                 ex = E_MIN
             e[r] = ex
             up = math.ldexp(1.0, s - ex)
+            acc = 0.0
             for j in range(K):
-                q[r, j] = np.rint(np.float64(x[r, j]) * up)
+                v = np.rint(np.float64(x[r, j]) * up)
+                q[r, j] = v
+                acc += v * v
+            ss[r] = acc
         return ok
 
 
@@ -434,12 +444,24 @@ if numba is not None:
 _lock = threading.RLock()
 
 
+# Small calls run on one thread: waking a thread pool costs more than it saves, and much more on
+# a busy machine. Larger ones use as many threads as torch does (OMP_NUM_THREADS and friends).
+PARALLEL_MIN_ELEMS = 1 << 18
+
+
 def _serial(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        n = builtins_max((a.numel() for a in args if isinstance(a, torch.Tensor)), default=0)
+        threads = 1 if n < PARALLEL_MIN_ELEMS else builtins_max(
+            1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
         with _lock:
+            numba.set_num_threads(threads)
             return fn(*args, **kwargs)
     return wrapper
+
+
+builtins_max = max
 
 
 
@@ -540,14 +562,15 @@ def fold_into(hi: torch.Tensor, lo: torch.Tensor, values: torch.Tensor) -> int:
 @_serial
 def quant_rows(x: torch.Tensor, s: int):
     """Block quantisation of each row of a contiguous float32 [R, K] tensor, as
-    quant.block_exponent + round_half_even(x * 2^(s - e)): (q float64, e int64 [R, 1]), or None
-    if a row holds inf or NaN (the caller then takes the general path)."""
+    quant.block_exponent + round_half_even(x * 2^(s - e)): (q float64, e int64 [R, 1], the largest
+    row sum of q^2 as a float), or None if a row holds inf or NaN (the general path then runs)."""
     R, K = x.shape
     q = torch.empty(R, K, dtype=F64)
     e = torch.empty(R, 1, dtype=torch.int64)
-    if R and _quant_rows_k(_np(x), s, q.numpy(), e.numpy().reshape(-1)):
+    ss = np.zeros(max(R, 1))
+    if R and _quant_rows_k(_np(x), s, q.numpy(), e.numpy().reshape(-1), ss):
         return None
-    return q, e
+    return q, e, float(ss.max())
 
 
 @_serial

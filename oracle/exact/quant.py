@@ -197,6 +197,18 @@ def k_chunks(k: int) -> tuple[int, int]:
 SPLIT_T = 26  # chunk products (< 2^53) split as H 2^26 + L: both sums stay exact for 2^26 chunks
 
 
+# Cauchy-Schwarz: every partial sum of qa_i . qb_j, in any order, is at most |qa_i| |qb_j| in
+# magnitude. Below 2^52 (a factor 2 under 2^53, covering the rounding of the norms) one GEMM of
+# the whole contraction is exact whatever the BLAS does, and equals the chunked sum.
+ONE_GEMM_BOUND = 2.0**52
+
+
+def _one_gemm_is_exact(qa: torch.Tensor, qb: torch.Tensor) -> bool:
+    na = torch.amax(torch.linalg.vector_norm(qa, dim=-1))
+    nb = torch.amax(torch.linalg.vector_norm(qb, dim=-2))
+    return bool(na * nb <= ONE_GEMM_BOUND)
+
+
 def _chunk(q: torch.Tensor, c: int, kc: int, rows: bool) -> torch.Tensor:
     lo_k, hi_k = c * kc, min(q.shape[-1 if rows else -2], (c + 1) * kc)
     return q[..., lo_k:hi_k] if rows else q[..., lo_k:hi_k, :]
@@ -246,9 +258,9 @@ def _kernel_quant(x: torch.Tensor, dim: int, s: int):
     res = kernels.quant_rows(t.reshape(-1, t.shape[-1]), s)
     if res is None:
         return None
-    q, e = res
+    q, e, ss = res
     q, e = q.reshape(t.shape), e.reshape(*t.shape[:-1], 1)
-    return (q, e) if dim == -1 else (q.transpose(-2, -1), e.transpose(-2, -1))
+    return (q, e, ss) if dim == -1 else (q.transpose(-2, -1), e.transpose(-2, -1), ss)
 
 
 def _fast_single(a: torch.Tensor, b: torch.Tensor, k: int):
@@ -262,8 +274,11 @@ def _fast_single(a: torch.Tensor, b: torch.Tensor, k: int):
     qb = _kernel_quant(b, -2, s)
     if qb is None:
         return None
-    (qa, ea), (qb, eb) = qa, qb
-    hi, lo = (torch.matmul(qa, qb), None) if nc == 1 else _chunked_integer_matmul(qa, qb, nc, kc)
+    (qa, ea, ssa), (qb, eb, ssb) = qa, qb
+    if nc == 1 or math.sqrt(ssa) * math.sqrt(ssb) <= ONE_GEMM_BOUND:
+        hi, lo = torch.matmul(qa, qb), None
+    else:
+        hi, lo = _chunked_integer_matmul(qa, qb, nc, kc)
     del qa, qb
     return _scale(hi, lo, pow2(ea - s), pow2(eb - s))
 
@@ -345,7 +360,7 @@ def _matmul_parts(a: torch.Tensor, b: torch.Tensor, variant: str):
         nc, kc = k_chunks(k)
         s = dot_bits(kc)
         qa, qb = _quant_inplace(a, ea, s), _quant_inplace(b, eb, s)
-        if nc == 1:
+        if nc == 1 or _one_gemm_is_exact(qa, qb):
             hi, lo = torch.matmul(qa, qb), None
         else:
             hi, lo = _chunked_integer_matmul(qa, qb, nc, kc)

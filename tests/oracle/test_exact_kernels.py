@@ -178,8 +178,9 @@ def test_quant_rows_kernel_equals_eager_quantisation():
         # row 3: exact ties at s bits (q = 1.5, 2.5, -0.5 before rounding) -> 2, 2, -0
         x[3] = 0.0
         x[3, :4] = torch.tensor([1.0, 1.5 * 2.0 ** (1 - s), 2.5 * 2.0 ** (1 - s), -0.5 * 2.0 ** (1 - s)])
-        q, e = kernels.quant_rows(x, s)
+        q, e, ss = kernels.quant_rows(x, s)
         assert q[3, 1:4].tolist() == [2.0, 2.0, -0.0]
+        assert ss == pytest.approx((q * q).sum(dim=1).max().item(), rel=1e-12)
         qe, ee = Q.quantise(x, -1, s)
         assert torch.equal(e, ee)
         assert torch.equal(q.view(torch.int64), qe.view(torch.int64))

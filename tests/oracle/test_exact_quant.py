@@ -99,6 +99,28 @@ def test_chunked_single_slice_equals_integer_reference(k):
     assert torch.equal(bits(got[0]), bits(Q.exact_matmul(a, b, "single")))
 
 
+@pytest.mark.parametrize("kern", [True, False])
+def test_one_gemm_shortcut_equals_chunked_sum(monkeypatch, kern):
+    # with a bound of 0 the chunked path always runs; the result must not change
+    from oracle.exact import kernels
+
+    a, b = _rand((6, 1500), 41, 1.0), _rand((1500, 5), 42, 1.0)
+    with (kernels.disabled() if not kern else _nullctx()):
+        fast = Q.exact_matmul(a, b, "single")
+        monkeypatch.setattr(Q, "ONE_GEMM_BOUND", 0.0)
+        chunked = Q.exact_matmul(a, b, "single")
+    assert torch.equal(bits(fast), bits(chunked))
+    assert torch.equal(bits(fast), bits(_ref_matmul(a, b, "single")))
+
+
+class _nullctx:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
 def test_chunked_sum_beyond_two_to_the_53_stays_exact():
     # equal-sign values at the top of their blocks: the integer total passes 2^53, so the running
     # float64 sum would round and the split-sum path must carry it
