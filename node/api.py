@@ -105,7 +105,7 @@ class StatusOut(_Model):
         "runs": 2, "challenges_by_stage": {"done": 2, "replay": 1},
         "challenges_by_status": {"honest": 1, "fraud": 1, "inconclusive": 0, "pending": 1},
         "agreement": {"agreed": 2, "disagreed": 0, "outliers": 0, "ratio": 1.0},
-        "fingerprint": "118-3-2-1764410000.000000", "time": 1764410000.4}]})
+        "fingerprint": "3-2-1764410000.000000", "time": 1764410000.4}]})
     api_version: str
     account: str | None
     chain: str
@@ -116,7 +116,7 @@ class StatusOut(_Model):
     challenges_by_stage: dict[str, int]
     challenges_by_status: VerdictCounts
     agreement: AgreementOut
-    fingerprint: str = Field(description="Changes whenever anything shown changes (the dashboard polls it).")
+    fingerprint: str = Field(description="Changes whenever a run or challenge changes (the dashboard polls it).")
     time: float
 
 

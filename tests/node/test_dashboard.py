@@ -106,17 +106,24 @@ def test_dashboard_shows_real_outcomes_live(tmp_path, browser):
                                  f"{status['challenges_by_status']}; browser log "
                                  f"{browser.get_log('browser')[-5:]}") from None
         assert browser.execute_script("return window.__sameDocument === true;"), "the page was reloaded"
-        assert _count(browser, "pending") == "0"
-        agreement = browser.find_element(By.ID, "agreement").text
-        assert "100.0%" in agreement and "2 of 2" in agreement
-        rows = browser.find_elements(By.CSS_SELECTOR, "table.runs tbody tr")
-        assert {r.get_attribute("data-run") for r in rows} == {HONEST.hex(), FAKED.hex()}
-        for r in rows:  # k = 1 challenged step: 1 - (1 - f)^1 = f
-            assert [c.text for c in r.find_elements(By.CSS_SELECTOR, "td.detection")] == [
-                "1.0%", "5.0%", "10.0%", "25.0%", "50.0%"]
-        table = {r.get_attribute("data-challenge"): r.get_attribute("data-status")
-                 for r in browser.find_elements(By.CSS_SELECTOR, "table.challenges tbody tr")}
-        assert table == {honest.challenge_id.hex(): "honest", faked.challenge_id.hex(): "fraud"}
+        # The header's block number follows the chain on the same page.
+        first = int(browser.find_element(By.ID, "cursor-block").text)
+        _wait(lambda: int(browser.find_element(By.ID, "cursor-block").text) > first, 15, "the header's block moving")
+
+        def overview() -> None:
+            assert _count(browser, "pending") == "0"
+            agreement = browser.find_element(By.ID, "agreement").text
+            assert "100.0%" in agreement and "2 of 2" in agreement
+            rows = browser.find_elements(By.CSS_SELECTOR, "table.runs tbody tr")
+            assert {r.get_attribute("data-run") for r in rows} == {HONEST.hex(), FAKED.hex()}
+            for r in rows:  # k = 1 challenged step: 1 - (1 - f)^1 = f
+                assert [c.text for c in r.find_elements(By.CSS_SELECTOR, "td.detection")] == [
+                    "1.0%", "5.0%", "10.0%", "25.0%", "50.0%"]
+            table = {r.get_attribute("data-challenge"): r.get_attribute("data-status")
+                     for r in browser.find_elements(By.CSS_SELECTOR, "table.challenges tbody tr")}
+            assert table == {honest.challenge_id.hex(): "honest", faked.challenge_id.hex(): "fraud"}
+
+        _unless_replaced(overview)
         _screenshot(browser, "dashboard.png")
 
         # Filtering by verdict leaves only the faked run's challenge.
@@ -173,6 +180,19 @@ def test_dashboard_shows_real_outcomes_live(tmp_path, browser):
     finally:
         net.close()
         shutil.rmtree(tmp_path / "chromium-profile", ignore_errors=True)
+
+
+def _unless_replaced(check, attempts: int = 3) -> None:
+    """Run a check of the page again if the live view swapped the elements it was reading."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    for i in range(attempts):
+        try:
+            return check()
+        except StaleElementReferenceException:
+            if i == attempts - 1:
+                raise
+            time.sleep(0.5)
 
 
 def _get(url: str) -> int:

@@ -1,5 +1,5 @@
-// Live view: poll the node's status fingerprint and, when it changes, re-render this page's
-// <main> from the server (the pages stay server-rendered; no page reload, no external script).
+// Live view: poll the node's status; keep the header's block current and, when the data's
+// fingerprint changes, re-render this page's <main> from the server (no reload, no external script).
 (function () {
   "use strict";
   var main = document.querySelector("main[data-live]");
@@ -23,9 +23,6 @@
       main.innerHTML = fresh.innerHTML;
       fingerprint = fresh.getAttribute("data-fingerprint");
       main.setAttribute("data-fingerprint", fingerprint);
-      var block = doc.getElementById("cursor-block");
-      var here = document.getElementById("cursor-block");
-      if (block && here) { here.textContent = block.textContent; }
     });
   }
 
@@ -36,7 +33,11 @@
         if (!r.ok) { throw new Error("status answered " + r.status); }
         return r.json();
       })
-      .then(function (s) { return s.fingerprint !== fingerprint ? refresh() : null; })
+      .then(function (s) {
+        var here = document.getElementById("cursor-block");
+        if (here && s.cursor && s.cursor.block !== null) { here.textContent = String(s.cursor.block); }
+        return s.fingerprint !== fingerprint ? refresh() : null;
+      })
       .then(function () { show("live · " + new Date().toLocaleTimeString(), "ok"); })
       .catch(function (e) { show("offline: " + e.message, "err"); })
       .then(function () { setTimeout(tick, every); });
