@@ -437,6 +437,39 @@ if numba is not None:
             out[b, c] = _exact_sum(buf, s)
 
 
+    @njit(parallel=True, **_opts)
+    def _quant_rows_hilo_k(x, s, qh, ql, e):
+        R, K = x.shape
+        ok = 0
+        two_s = math.ldexp(1.0, s)
+        for r in prange(R):
+            m = 0.0
+            bad = False
+            for j in range(K):
+                a = abs(np.float64(x[r, j]))
+                if not (a <= 1.7976931348623157e308):
+                    bad = True
+                elif a > m:
+                    m = a
+            if bad:
+                ok += 1
+                continue
+            if m == 0.0:
+                ex = 0
+            else:
+                _, ex = math.frexp(m)
+            if ex < E_MIN:
+                ex = E_MIN
+            e[r] = ex
+            up = math.ldexp(1.0, s - ex)
+            for j in range(K):
+                v = np.float64(x[r, j]) * up
+                h = np.rint(v)
+                qh[r, j] = h
+                ql[r, j] = np.rint((v - h) * two_s)
+        return ok
+
+
 # --- torch wrappers ----------------------------------------------------------------------------
 
 # numba's fallback threading layer (workqueue) aborts on concurrent parallel calls; one lock makes
@@ -571,6 +604,19 @@ def quant_rows(x: torch.Tensor, s: int):
     if R and _quant_rows_k(_np(x), s, q.numpy(), e.numpy().reshape(-1), ss):
         return None
     return q, e, float(ss.max())
+
+
+@_serial
+def quant_rows_hilo(x: torch.Tensor, s: int):
+    """The two slices of quant.quantise_hilo for each row of a contiguous float32 [R, K] tensor:
+    (hi, lo float64, e int64 [R, 1]), or None if a row holds inf or NaN."""
+    R, K = x.shape
+    qh = torch.empty(R, K, dtype=F64)
+    ql = torch.empty(R, K, dtype=F64)
+    e = torch.empty(R, 1, dtype=torch.int64)
+    if R and _quant_rows_hilo_k(_np(x), s, qh.numpy(), ql.numpy(), e.numpy().reshape(-1)):
+        return None
+    return qh, ql, e
 
 
 @_serial

@@ -283,6 +283,41 @@ def _fast_single(a: torch.Tensor, b: torch.Tensor, k: int):
     return _scale(hi, lo, pow2(ea - s), pow2(eb - s))
 
 
+def _kernel_quant_hilo(x: torch.Tensor, dim: int, s: int):
+    from oracle.exact import kernels  # here: kernels imports this module
+
+    if not kernels.enabled() or x.device.type != "cpu" or x.dtype != F32:
+        return None
+    t = (x if dim == -1 else x.transpose(-2, -1)).contiguous()
+    res = kernels.quant_rows_hilo(t.reshape(-1, t.shape[-1]), s)
+    if res is None:
+        return None
+    h, lo, e = (r.reshape(*t.shape[:-1], -1) for r in res)
+    return (h, lo, e) if dim == -1 else tuple(r.transpose(-2, -1) for r in (h, lo, e))
+
+
+def _fast_hilo(a: torch.Tensor, b: torch.Tensor, k: int):
+    """The hi/lo product with both operands sliced by the CPU kernel (finite inputs), or None.
+    Same arithmetic as the general path."""
+    s = hilo_bits(k)
+    qa = _kernel_quant_hilo(a, -1, s)
+    if qa is None:
+        return None
+    qb = _kernel_quant_hilo(b, -2, s)
+    if qb is None:
+        return None
+    (ha, la, ea), (hb, lb, eb) = qa, qb
+    return _hilo_combine(ha, la, hb, lb, ea, eb, s)
+
+
+def _hilo_combine(ha, la, hb, lb, ea, eb, s: int):
+    two_s = pow2(torch.full((), s, dtype=torch.int64, device=ha.device))
+    top = torch.matmul(ha, hb).mul_(two_s)                  # exact: a power-of-two scale
+    mid = torch.matmul(ha, lb).add_(torch.matmul(la, hb))   # exact: both below 2^52
+    hi, lo = two_sum(top, mid)
+    return _scale(hi, lo, pow2(ea - 2 * s), pow2(eb - s))
+
+
 def _scale(hi, lo, scale_a, scale_b):
     """(hi, lo) times the two exact power-of-two block scales (in place when shapes allow)."""
     if hi.shape == torch.broadcast_shapes(hi.shape, scale_a.shape, scale_b.shape):
@@ -343,10 +378,9 @@ def _matmul_parts(a: torch.Tensor, b: torch.Tensor, variant: str):
     if k == 0:
         shape = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
         return torch.zeros(shape, dtype=F64, device=a.device), None, False
-    if variant == "single":
-        fast = _fast_single(a, b, k)
-        if fast is not None:
-            return fast[0], fast[1], False
+    fast = _fast_single(a, b, k) if variant == "single" else _fast_hilo(a, b, k)
+    if fast is not None:
+        return fast[0], fast[1], False
     amax, bmax = _maxabs(a, -1), _maxabs(b, -2)
     flags = None
     if not _finite_mask_all(amax, bmax):
@@ -375,12 +409,7 @@ def _matmul_parts(a: torch.Tensor, b: torch.Tensor, variant: str):
         sb = b.to(F64, copy=True).mul_(pow2(s - eb))
         hb = torch.round(sb)
         lb = sb.sub_(hb).mul_(two_s).round_()
-        top = torch.matmul(ha, hb).mul_(two_s)                  # exact: a power-of-two scale
-        mid = torch.matmul(ha, lb).add_(torch.matmul(la, hb))   # exact: both below 2^52
-        hi, lo = two_sum(top, mid)
-        scale_a, scale_b = pow2(ea - 2 * s), pow2(eb - s)
-        hi = hi * scale_a * scale_b
-        lo = lo * scale_a * scale_b
+        hi, lo = _hilo_combine(ha, la, hb, lb, ea, eb, s)
     else:
         raise ExactError(f"matmul variant must be 'single' or 'hilo', got {variant!r}")
     if flags is not None:

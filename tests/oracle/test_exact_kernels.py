@@ -230,3 +230,20 @@ def test_layer_norm_and_sequence_sum_kernels_equal_eager():
     k, e = kernels.seq_sums(v), exact_sum64(v, dim=1)
     assert torch.equal(torch.isnan(k), torch.isnan(e))
     assert torch.equal(k[~torch.isnan(k)].view(torch.int64), e[~torch.isnan(e)].view(torch.int64))
+
+
+def test_hilo_fast_path_equals_general_path():
+    from oracle.exact import quant as Q
+
+    g = torch.Generator().manual_seed(37)
+    for m, k, n in ((5, 300, 7), (3, 1100, 4), (4, 20, 3)):
+        x = (torch.randn(m, k, generator=g) * torch.exp(torch.randn(m, k, generator=g) * 4)).float()
+        w = (torch.randn(n, k, generator=g) * torch.exp(torch.randn(n, k, generator=g) * 4)).float()
+        hk = kernels.quant_rows_hilo(x, Q.hilo_bits(k))
+        he, le, ee = Q.quantise_hilo(x, -1, Q.hilo_bits(k))
+        assert torch.equal(hk[0].view(torch.int64), he.view(torch.int64))
+        assert torch.equal(hk[1].view(torch.int64), le.view(torch.int64)) and torch.equal(hk[2], ee)
+        fast = Q.exact_matmul(x, w.t(), "hilo")
+        with kernels.disabled():
+            slow = Q.exact_matmul(x, w.t(), "hilo")
+        _same(fast, slow)
