@@ -228,3 +228,24 @@ def test_same_bytes_for_one_and_two_threads():
 def test_bad_input_is_refused_with_a_reason(call, match):
     with pytest.raises(ExactError, match=match):
         call()
+
+
+def test_non_finite_inputs_give_specified_outputs():
+    inf = math.inf
+    odd_nan = torch.from_numpy(np.array([0xFFC01234], dtype=np.uint32).view(np.float32))[0].item()
+    x = torch.tensor([[1.0, 2.0], [inf, 1.0], [odd_nan, 1.0], [inf, -inf]])
+    w = torch.tensor([[1.0, 1.0], [0.0, 1.0], [-1.0, 0.0]])
+    y = ops.linear(x, w)
+    # row 1: inf*1 + 1 = inf; inf*0 -> NaN; -inf. Row 2: NaN. Row 3: inf - inf, then inf*0 twice: NaN
+    assert y[0].tolist() == [3.0, 2.0, -1.0]
+    assert y[1, 0] == inf and math.isnan(y[1, 1]) and y[1, 2] == -inf
+    assert torch.isnan(y[2]).all()
+    assert torch.isnan(y[3]).all()
+    assert (bits(y[torch.isnan(y)]) == 0x7FC00000).all()
+    for out in (ops.softmax(x, -1), ops.layer_norm(x, None, None), ops.add(x, x), ops.sum(x, 1)):
+        assert (bits(out[torch.isnan(out)]) == 0x7FC00000).all()
+    assert torch.isnan(ops.softmax(x, -1)[1:]).all() and not torch.isnan(ops.softmax(x, -1)[0]).any()
+    s = ops.sum(x, 1)
+    assert s[0] == 3.0 and s[1] == inf and math.isnan(s[2]) and math.isnan(s[3])
+    big = torch.full((2, 3), 3e38)
+    assert (ops.sum(big, 1) == inf).all()  # exact sum overflows float32: IEEE infinity
