@@ -48,9 +48,14 @@ def browser(tmp_path):
 
 
 def _wait(cond, timeout: float, what: str):
+    from selenium.common.exceptions import StaleElementReferenceException
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        value = cond()
+        try:
+            value = cond()
+        except StaleElementReferenceException:  # the live view swapped the page under the read
+            value = None
         if value:
             return value
         time.sleep(0.3)
