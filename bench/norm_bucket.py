@@ -36,7 +36,7 @@ REPLAYS = {
                                    "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
 }
 REFERENCE_ENV = {"OMP_NUM_THREADS": "2"}
-RESOLUTIONS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096]
+RESOLUTIONS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576]
 
 
 def _setup(steps: int, data: str):
