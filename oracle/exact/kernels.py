@@ -74,12 +74,27 @@ if numba is not None:
             p = p * y + c[i]
         return p
 
+    from numba.core import types as _nbt
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def _bits_as_f64(typingctx, v):
+        """Reinterpret an int64 bit pattern as float64 (an LLVM bitcast; no rounding)."""
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], context.get_value_type(_nbt.float64))
+        return _nbt.float64(_nbt.int64), codegen
+
+    @njit(**_opts)
+    def _pow2(k):
+        """2^k for k in [-1022, 1023], from its bit pattern, as quant.pow2 builds it."""
+        return _bits_as_f64((k + 1023) << 52)
+
     @njit(**_opts)
     def _scale_pow2(p, k):
         ki = np.int64(k)
         k1 = ki >> 1  # floor division by 2, as torch.div(..., rounding_mode="floor")
         k2 = ki - k1
-        return (p * math.ldexp(1.0, k1)) * math.ldexp(1.0, k2)
+        return (p * _pow2(k1)) * _pow2(k2)
 
     @njit(**_opts)
     def exp64(x):
@@ -211,14 +226,14 @@ if numba is not None:
             _, e = math.frexp(maxabs)
         if e < E_MIN:
             e = E_MIN
-        up = math.ldexp(1.0, s - e)
+        up = _pow2(np.int64(s - e))
         total = 0.0
         for j in range(n):
             v = buf[j]
             if bad and not (abs(v) <= 1.7976931348623157e308):
                 continue
             total += np.rint(v * up)
-        val = total * math.ldexp(1.0, e - s)
+        val = total * _pow2(np.int64(e - s))
         if has_nan or (has_p and has_m):
             return np.nan
         if has_p:
@@ -367,7 +382,7 @@ if numba is not None:
             if ex < E_MIN:
                 ex = E_MIN
             e[r] = ex
-            up = math.ldexp(1.0, s - ex)
+            up = _pow2(np.int64(s - ex))
             acc = 0.0
             for j in range(K):
                 v = np.rint(np.float64(x[r, j]) * up)
@@ -441,7 +456,7 @@ if numba is not None:
     def _quant_rows_hilo_k(x, s, qh, ql, e):
         R, K = x.shape
         ok = 0
-        two_s = math.ldexp(1.0, s)
+        two_s = _pow2(np.int64(s))
         for r in prange(R):
             m = 0.0
             bad = False
@@ -461,7 +476,7 @@ if numba is not None:
             if ex < E_MIN:
                 ex = E_MIN
             e[r] = ex
-            up = math.ldexp(1.0, s - ex)
+            up = _pow2(np.int64(s - ex))
             for j in range(K):
                 v = np.float64(x[r, j]) * up
                 h = np.rint(v)
