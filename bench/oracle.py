@@ -102,9 +102,10 @@ def main() -> None:
 
     import torch
 
-    if a.threads:
+    measure = _exact_ops_measure()
+    if a.threads:  # set after loading bench/exact_ops.py: set before it, the count did not hold
         torch.set_num_threads(a.threads)
-    res = _exact_ops_measure()(quick=a.quick)
+    res = measure(quick=a.quick)
     print(f"threads: {torch.get_num_threads()}")
     print("exact GEMM throughput / torch fp32 matmul throughput, [256, K] @ [K, N]:")
     for name, r in res["gemm"].items():
