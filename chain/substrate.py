@@ -67,6 +67,8 @@ def _compact(n: int) -> bytes:
 
 
 def _hex_bytes(value: str) -> bytes:
+    if not isinstance(value, str):  # a node's JSON may carry anything; callers catch ValueError
+        raise ValueError(f"expected a hex string, got {type(value).__name__}")
     return bytes.fromhex(value[2:] if value.startswith("0x") else value)
 
 
