@@ -194,8 +194,8 @@ def events(draw, exts):
             from chain.substrate import _walk_remarks
 
             for payload in _walk_remarks(ext["call"], "fuzz"):
-                sender = draw(st.sampled_from([ALICE, "0x" + ALICE_PK.hex()]) | text)
-                digest = draw(st.just(_blake(payload)) | text)
+                sender = draw(st.sampled_from([ALICE, "0x" + ALICE_PK.hex()]) | text | scale_values)
+                digest = draw(st.just(_blake(payload)) | text | scale_values)
                 out.append({"phase": phase, "extrinsic_idx": idx, "module_id": "System", "event_id": "Remarked",
                             "attributes": draw(st.just({"sender": sender, "hash": digest}) | scale_values)})
     out += draw(st.lists(st.builds(lambda p, i, m, e, a: {"phase": p, "extrinsic_idx": i, "module_id": m,
@@ -232,6 +232,11 @@ def test_an_executed_remark_becomes_a_call_and_a_foreign_one_does_not():
     events.append({"phase": {"ApplyExtrinsic": 0}, "extrinsic_idx": 0, "module_id": "System",
                    "event_id": "ExtrinsicSuccess", "attributes": {}})
     client.block = ([{"address": ALICE, "call": batch}], events)
+    assert transport.block(1).calls == ((ALICE, CommitWitness(b"\1" * 32, b"\2" * 32)),)
+    # A node that sends a Remarked event with a hash that is not text: the event is skipped.
+    odd = {"phase": {"ApplyExtrinsic": 0}, "extrinsic_idx": 0, "module_id": "System", "event_id": "Remarked",
+           "attributes": {"sender": ALICE, "hash": 5}}
+    client.block = ([{"address": ALICE, "call": batch}], [odd, *events])
     assert transport.block(1).calls == ((ALICE, CommitWitness(b"\1" * 32, b"\2" * 32)),)
     # The same extrinsic without its success event carries nothing.
     client.block = ([{"address": ALICE, "call": batch}], events[:-1])
