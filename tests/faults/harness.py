@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.server
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -202,13 +203,34 @@ def wait_for(predicate, timeout: float, what: str, poll: float = 0.05):
     raise TimeoutError(f"{what}: not within {timeout:g} s")
 
 
-def pg_outage(admin: sa.Engine, database: str, seconds: float) -> None:
-    """What a PostgreSQL restart looks like to one database's clients: every session is cut and new
-    connections are refused for a while. Other databases on the server are left alone."""
-    with admin.connect() as c:
-        c.execute(sa.text(f'ALTER DATABASE "{database}" WITH ALLOW_CONNECTIONS false'))
-        c.execute(sa.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :d"),
-                  {"d": database})
-    time.sleep(seconds)
-    with admin.connect() as c:
-        c.execute(sa.text(f'ALTER DATABASE "{database}" WITH ALLOW_CONNECTIONS true'))
+def pg_restart(admin: sa.Engine, down_seconds: float) -> None:
+    """Restart the PostgreSQL server itself (Debian's pg_ctlcluster): every session is cut, the
+    server refuses connections for `down_seconds`, then comes back. Needs root, as CI runs."""
+    ctl = shutil.which("pg_ctlcluster")
+    clusters = sorted(os.listdir("/etc/postgresql")) if os.path.isdir("/etc/postgresql") else []
+    if ctl is None or not clusters or os.geteuid() != 0:
+        raise RuntimeError("restarting PostgreSQL needs root and Debian's pg_ctlcluster with a cluster "
+                           "under /etc/postgresql (the database test machines have both)")
+    version = clusters[-1]
+
+    def ctl_run(action: str, *extra: str) -> None:
+        subprocess.run([ctl, "--skip-systemctl-redirect", version, "main", action, *extra],
+                       check=True, timeout=60, capture_output=True)
+
+    admin.dispose()
+    ctl_run("stop", "--mode", "fast")
+    try:
+        time.sleep(down_seconds)
+    finally:
+        ctl_run("start")
+
+    def accepting() -> bool:
+        try:
+            with admin.connect() as c:
+                c.execute(sa.text("SELECT 1"))
+            return True
+        except sa.exc.OperationalError:
+            admin.dispose()
+            return False
+
+    wait_for(accepting, 60, "PostgreSQL accepting connections after the restart", poll=0.25)
