@@ -243,6 +243,12 @@ class _SubstrateBase(Transport):
         self.inclusion_poll = inclusion_poll
         self._submit_lock = threading.Lock()
         self._known_final = -1
+        # The nonce after our last accepted submission, and the head it was sent at. A node may
+        # answer system_accountNextIndex without counting its pool (chopsticks does while it builds
+        # the previous block), so back-to-back sends would reuse a nonce and one would be dropped.
+        # The floor expires with the era: by then a transaction that never landed is dead anyway.
+        self._sent_next: int | None = None
+        self._sent_head = 0
         client.ensure_connected()
         self._account = ss58_encode(keypair.public_key, client.ss58_format)
 
@@ -358,12 +364,14 @@ class _SubstrateBase(Transport):
         """Sign and send one extrinsic (fresh nonce, mortal era), then optionally await finality."""
         deadline = time.monotonic() + timeout
         with self._submit_lock:
-            # The node's next index counts pool transactions too, so it is the truth; a local
-            # floor only lives for one submission, to step past a nonce another sender holds.
+            # The node's next index is the truth once our sends are in its pool or on chain; the
+            # sent floor covers the gap before that, and `floor` steps past a nonce another sender
+            # holds for one submission.
             floor = 0
             for attempt in range(1, 6):
                 head = self.finalized_head()
-                nonce = max(self._chain_next_nonce(), floor)
+                sent = self._sent_next if self._sent_next is not None and head <= self._sent_head + self.era_period else 0
+                nonce = max(self._chain_next_nonce(), sent, floor)
 
                 def build(si: SubstrateInterface, nonce=nonce, head=head):
                     call = compose(si)
@@ -387,6 +395,7 @@ class _SubstrateBase(Transport):
                     elif "stale" in text or "outdated" in text:
                         log.info("nonce %d is stale; refreshing it (attempt %d)", nonce, attempt)
                         floor = 0
+                        self._sent_next = None
                         continue
                     elif "priority is too low" in text or exc.code == 1014:
                         log.info("nonce %d is taken in the pool; using the next one", nonce)
@@ -405,6 +414,7 @@ class _SubstrateBase(Transport):
                         if time.monotonic() > deadline:
                             raise
                         continue
+                self._sent_next, self._sent_head = nonce + 1, head
                 receipt = Receipt(tx_hash=tx_hash)
                 if not wait:
                     return receipt

@@ -230,3 +230,27 @@ def test_make_network_gives_fresh_funded_chain(chopsticks):  # noqa: F811
         assert again.transport("miner").block(base).calls == ()
     finally:
         again.close()
+
+
+def test_rapid_submissions_without_waiting_all_land(chopsticks):  # noqa: F811
+    # A verifier sends several reveals back to back without awaiting each: every one must get its
+    # own nonce and land, even while the node has not yet built the block of the one before.
+    fresh_chain(chopsticks)
+    t = connect_substrate(chopsticks.url, unique_key("rapid"))
+    try:
+        chopsticks.fund([t.account])
+        start = t.finalized_head()
+        for i in range(1, 6):
+            t.submit([_commit(i)], wait=False)
+        deadline = time.monotonic() + 60
+        seen: list = []
+        cursor = start
+        while time.monotonic() < deadline and len(seen) < 5:
+            head = t.finalized_head()
+            while cursor < head:
+                cursor += 1
+                seen += [c for _, c in t.block(cursor).calls]
+            time.sleep(0.3)
+        assert sorted(seen, key=lambda c: c.commitment) == [_commit(i) for i in range(1, 6)]
+    finally:
+        t.close()
