@@ -33,11 +33,7 @@ SUBAPPS = [
 ]
 
 for noun, module, attr, help_text in SUBAPPS:
-    try:
-        sub = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError):
-        continue
-    app.add_typer(sub, name=noun, help=help_text)
+    app.add_typer(getattr(importlib.import_module(module), attr), name=noun, help=help_text)
 
 
 def main() -> None:
