@@ -138,6 +138,41 @@ def root(leaves: Iterable[bytes], hash: HashFn = blake3) -> bytes:
     return root_from_hashes(_leaf_hashes(leaves, hash), hash)
 
 
+def _inclusion_walk(index: int, n: int, subroot: Callable[[int, int], bytes]) -> list[bytes]:
+    """RFC 9162 PATH(index, D[0:n]) bottom-up; `subroot(lo, hi)` gives MTH(D[lo:hi])."""
+    path: list[bytes] = []
+    lo, hi = 0, n
+    while hi - lo > 1:
+        k = _largest_pow2_below(hi - lo)
+        if index < lo + k:
+            path.append(subroot(lo + k, hi))
+            hi = lo + k
+        else:
+            path.append(subroot(lo, lo + k))
+            lo = lo + k
+    path.reverse()
+    return path
+
+
+def _consistency_walk(old_size: int, n: int, subroot: Callable[[int, int], bytes]) -> list[bytes]:
+    """RFC 9162 PROOF(old_size, D[0:n]) for 0 < old_size < n; `subroot(lo, hi)` gives MTH(D[lo:hi])."""
+    # SUBPROOF(m, D[lo:hi], b) walked iteratively; siblings are found top-down, emitted bottom-up.
+    proof: list[bytes] = []
+    lo, hi, m, whole = 0, n, old_size, True
+    while m != hi - lo:
+        k = _largest_pow2_below(hi - lo)
+        if m <= k:
+            proof.append(subroot(lo + k, hi))
+            hi = lo + k
+        else:
+            proof.append(subroot(lo, lo + k))
+            lo, m, whole = lo + k, m - k, False
+    if not whole:
+        proof.append(subroot(lo, hi))
+    proof.reverse()
+    return proof
+
+
 def inclusion_proof_from_hashes(hashes: Sequence[bytes], index: int, hash: HashFn = blake3) -> list[bytes]:
     """Audit path for leaf `index`, bottom-up, as RFC 9162 §2.1.3.1 PATH(m, D[n])."""
     hashes = _check_hashes(hashes, hash)
@@ -145,18 +180,7 @@ def inclusion_proof_from_hashes(hashes: Sequence[bytes], index: int, hash: HashF
     n = len(hashes)
     if not 0 <= index < n:
         raise MerkleError(f"leaf index {index} is out of range for a tree of {n} leaves")
-    path: list[bytes] = []
-    lo, hi = 0, n
-    while hi - lo > 1:
-        k = _largest_pow2_below(hi - lo)
-        if index < lo + k:
-            path.append(_subroot(hashes, lo + k, hi, hash))
-            hi = lo + k
-        else:
-            path.append(_subroot(hashes, lo, lo + k, hash))
-            lo = lo + k
-    path.reverse()
-    return path
+    return _inclusion_walk(index, n, lambda lo, hi: _subroot(hashes, lo, hi, hash))
 
 
 def inclusion_proof(leaves: Iterable[bytes], index: int, hash: HashFn = blake3) -> list[bytes]:
@@ -173,21 +197,7 @@ def consistency_proof_from_hashes(hashes: Sequence[bytes], old_size: int, hash: 
         raise MerkleError(f"old_size {old_size} is out of range for a tree of {n} leaves")
     if old_size == 0 or old_size == n:
         return []
-    # SUBPROOF(m, D[lo:hi], b) walked iteratively; siblings are found top-down, emitted bottom-up.
-    proof: list[bytes] = []
-    lo, hi, m, whole = 0, n, old_size, True
-    while m != hi - lo:
-        k = _largest_pow2_below(hi - lo)
-        if m <= k:
-            proof.append(_subroot(hashes, lo + k, hi, hash))
-            hi = lo + k
-        else:
-            proof.append(_subroot(hashes, lo, lo + k, hash))
-            lo, m, whole = lo + k, m - k, False
-    if not whole:
-        proof.append(_subroot(hashes, lo, hi, hash))
-    proof.reverse()
-    return proof
+    return _consistency_walk(old_size, n, lambda lo, hi: _subroot(hashes, lo, hi, hash))
 
 
 def consistency_proof(leaves: Iterable[bytes], old_size: int, hash: HashFn = blake3) -> list[bytes]:
@@ -388,18 +398,7 @@ class MerkleTree:
         n = self.size
         if not 0 <= index < n:
             raise MerkleError(f"leaf index {index} is out of range for a tree of {n} leaves")
-        path: list[bytes] = []
-        lo, hi = 0, n
-        while hi - lo > 1:
-            k = _largest_pow2_below(hi - lo)
-            if index < lo + k:
-                path.append(self._range(lo + k, hi))
-                hi = lo + k
-            else:
-                path.append(self._range(lo, lo + k))
-                lo = lo + k
-        path.reverse()
-        return path
+        return _inclusion_walk(index, n, self._range)
 
     def consistency_proof(self, old_size: int) -> list[bytes]:
         old_size = _check_int(old_size, "old_size")
@@ -408,20 +407,7 @@ class MerkleTree:
             raise MerkleError(f"old_size {old_size} is out of range for a tree of {n} leaves")
         if old_size == 0 or old_size == n:
             return []
-        proof: list[bytes] = []
-        lo, hi, m, whole = 0, n, old_size, True
-        while m != hi - lo:
-            k = _largest_pow2_below(hi - lo)
-            if m <= k:
-                proof.append(self._range(lo + k, hi))
-                hi = lo + k
-            else:
-                proof.append(self._range(lo, lo + k))
-                lo, m, whole = lo + k, m - k, False
-        if not whole:
-            proof.append(self._range(lo, hi))
-        proof.reverse()
-        return proof
+        return _consistency_walk(old_size, n, self._range)
 
 
 # ----------------------------------------------------------------------------------- builder
