@@ -1,0 +1,50 @@
+"""The one atomic-write policy: contents, permissions, no torn files, no overwrite when asked."""
+import os
+import stat
+
+import pytest
+
+from commitments.files import PRIVATE, atomic_write_bytes, atomic_write_text, atomic_writer, create_private
+
+
+def _mode(p):
+    return stat.S_IMODE(os.stat(p).st_mode)
+
+
+def test_write_replace_and_mode(tmp_path):
+    p = tmp_path / "sub" / "a.bin"
+    atomic_write_bytes(p, b"one")
+    assert p.read_bytes() == b"one" and _mode(p) == 0o644
+    atomic_write_text(p, "two", mode=PRIVATE)
+    assert p.read_text() == "two" and _mode(p) == 0o600
+    assert [q.name for q in p.parent.iterdir()] == ["a.bin"]  # no temp file left
+
+
+def test_failure_leaves_old_file(tmp_path):
+    p = tmp_path / "a.bin"
+    atomic_write_bytes(p, b"old")
+    with pytest.raises(RuntimeError), atomic_writer(p) as f:
+        f.write(b"half")
+        raise RuntimeError("crash mid-write")
+    assert p.read_bytes() == b"old"
+    assert [q.name for q in tmp_path.iterdir()] == ["a.bin"]
+
+
+def test_no_replace_refuses_existing(tmp_path):
+    p = tmp_path / "a.bin"
+    atomic_write_bytes(p, b"first", replace=False)
+    with pytest.raises(FileExistsError):
+        atomic_write_bytes(p, b"second", replace=False)
+    assert p.read_bytes() == b"first"
+    assert [q.name for q in tmp_path.iterdir()] == ["a.bin"]
+
+
+def test_create_private_narrows(tmp_path):
+    p = tmp_path / "db.sqlite"
+    p.write_bytes(b"x")
+    os.chmod(p, 0o644)
+    create_private(p)
+    assert _mode(p) == 0o600 and p.read_bytes() == b"x"
+    q = tmp_path / "new" / "j.db"
+    create_private(q)
+    assert _mode(q) == 0o600 and q.read_bytes() == b""
