@@ -139,7 +139,7 @@ class Children:
         base = {k: v for k, v in os.environ.items() if not k.startswith("POT_")}
         with open(log, "ab") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "node.cli", *args], cwd=self.workdir, stdout=out, stderr=subprocess.STDOUT,
+                [sys.executable, "-m", "pot", *args], cwd=self.workdir, stdout=out, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True,
                 env={**base, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get(
                     "PYTHONPATH")])), "PYTHONUNBUFFERED": "1", **(env or {})})

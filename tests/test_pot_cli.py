@@ -10,7 +10,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_every_noun_is_mounted_and_help_does_not_import_torch():
-    code = ("import sys; from typer.testing import CliRunner; from node.cli import SUBAPPS, app; "
+    code = ("import sys; from typer.testing import CliRunner; from pot.cli import SUBAPPS, app; "
             "r = CliRunner().invoke(app, ['--help']); assert r.exit_code == 0, r.output; "
             "missing = [n for n, *_ in SUBAPPS if n not in r.output]; assert not missing, missing; "
             "assert 'torch' not in sys.modules, 'pot --help imported torch'; print(len(SUBAPPS))")

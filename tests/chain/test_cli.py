@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from chain.dev import DevTransport
 from chain.protocol import ProtocolParams
-from node.cli import app
+from pot.cli import app
 from tests.chain.runs import SyntheticRun
 
 REPO = Path(__file__).resolve().parents[2]
@@ -103,7 +103,7 @@ def test_events_refusals(tmp_path):
 
 
 def _spawn(*args):
-    return subprocess.Popen([sys.executable, "-m", "node.cli", "chain", *args], cwd=REPO,
+    return subprocess.Popen([sys.executable, "-m", "pot", "chain", *args], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
 

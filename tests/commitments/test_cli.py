@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from commitments.dataset import Dataset, verify_sample
 from commitments.spec import Spec
 from commitments.transcript import TranscriptWriter, iter_records
-from node.cli import app
+from pot.cli import app
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -172,7 +172,7 @@ def test_spec_show_prints_every_field(tmp_path):
 def test_the_installed_command_line_exits_with_the_documented_codes(tmp_path):
     _transcript(tmp_path / "t.cbor")
     (tmp_path / "bad.cbor").write_bytes(b"\x00" + (tmp_path / "t.cbor").read_bytes())
-    cmd = [sys.executable, "-m", "node.cli", "transcript", "verify"]
+    cmd = [sys.executable, "-m", "pot", "transcript", "verify"]
     ok = subprocess.run([*cmd, str(tmp_path / "t.cbor")], cwd=ROOT, capture_output=True, text=True, timeout=120)
     bad = subprocess.run([*cmd, str(tmp_path / "bad.cbor")], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr

@@ -124,7 +124,7 @@ class Cluster:
     def spawn(self, name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
         # stdout (what a command prints) and stderr (JSON logs, progress) go to separate files.
         with open(self.tmp / f"{name}.log", "ab") as out, open(self.tmp / f"{name}.err", "ab") as err:
-            proc = subprocess.Popen([sys.executable, "-m", "node.cli", *args], cwd=REPO, stdout=out, stderr=err,
+            proc = subprocess.Popen([sys.executable, "-m", "pot", *args], cwd=REPO, stdout=out, stderr=err,
                                     env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
         self.procs[name] = proc
         return proc

@@ -18,7 +18,7 @@ DEMO_TIMEOUT = 600
 
 
 def run_demo(tmp_path: Path, *extra: str, timeout: float = DEMO_TIMEOUT, env: dict | None = None) -> dict:
-    cmd = [sys.executable, "-m", "node.cli", "demo", "--json", "--no-serve", "--port", "0",
+    cmd = [sys.executable, "-m", "pot", "demo", "--json", "--no-serve", "--port", "0",
            "--workdir", str(tmp_path / "demo"), *extra]
     env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
     out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout + 60)
@@ -85,7 +85,7 @@ def test_demo_on_chopsticks(tmp_path, chopsticks):  # noqa: F811 - the fixture
 
 def test_demo_refuses_bad_options(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    base = [sys.executable, "-m", "node.cli", "demo", "--no-serve", "--workdir", str(tmp_path)]
+    base = [sys.executable, "-m", "pot", "demo", "--no-serve", "--workdir", str(tmp_path)]
     out = subprocess.run([*base, "--steps", "5", "--substitute-at", "9"], cwd=REPO, env=env, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 2 and "--substitute-at 9 is outside steps 1..5" in out.stderr

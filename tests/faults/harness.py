@@ -134,7 +134,7 @@ class FaultNetwork(Network):
     def start_sealer(self) -> None:
         log = open(self.tmp / "sealer.log", "ab")  # noqa: SIM115 - the process owns it
         self.sealer = subprocess.Popen(
-            [sys.executable, "-m", "node.cli", "chain", "dev", "--db", str(self.chain_path), "--interval",
+            [sys.executable, "-m", "pot", "chain", "dev", "--db", str(self.chain_path), "--interval",
              str(self.interval)], cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONPATH": str(REPO)})
 

@@ -61,7 +61,7 @@ def test_node_resumes_from_its_cursor_after_the_socket_is_cut(tmp_path, chopstic
     try:
         chopsticks.fund([writer.account])
         config, db_path = _config(tmp_path, proxy.url, base)
-        proc = subprocess.Popen([sys.executable, "-m", "node.cli", "node", "run", "--config", str(config), "--init"],
+        proc = subprocess.Popen([sys.executable, "-m", "pot", "node", "run", "--config", str(config), "--init"],
                                 cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
                                 env={**os.environ, "PYTHONPATH": str(REPO)})
         engine = None

@@ -153,7 +153,7 @@ class Network:
         return path
 
     def start_node(self, name: str, config: Path, *, env: dict[str, str] | None = None, init: bool = True) -> subprocess.Popen:
-        args = [sys.executable, "-m", "node.cli", "node", "run", "--config", str(config)]
+        args = [sys.executable, "-m", "pot", "node", "run", "--config", str(config)]
         if init:
             args.append("--init")
         log = open(self.tmp / f"{name}.log", "ab")  # noqa: SIM115 - the process owns it

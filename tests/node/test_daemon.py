@@ -78,7 +78,7 @@ def test_node_verifies_an_honest_run_and_resumes_exactly_once(tmp_path, db_url):
 
         # The offline check of the same opening, with the facts read from the chain.
         opening = next((tmp_path / "served" / "openings").iterdir())
-        out = subprocess.run([sys.executable, "-m", "node.cli", "verify", "opening", str(opening), "--json",
+        out = subprocess.run([sys.executable, "-m", "pot", "verify", "opening", str(opening), "--json",
                               "--chain", net.url, "--challenge", run.challenge_id.hex(), "--config", str(cfg)],
                              cwd=REPO, capture_output=True, text=True, timeout=240)
         assert out.returncode == 0, out.stderr
@@ -91,10 +91,10 @@ def test_node_verifies_an_honest_run_and_resumes_exactly_once(tmp_path, db_url):
 def test_run_refuses_an_uninitialised_database(tmp_path):
     cfg = tmp_path / "n.toml"
     cfg.write_text(f'[chain]\nurl = "dev:///{tmp_path}/c.db"\naccount = "v1"\n')
-    out = subprocess.run([sys.executable, "-m", "node.cli", "node", "run", "--config", str(cfg)], cwd=REPO,
+    out = subprocess.run([sys.executable, "-m", "pot", "node", "run", "--config", str(cfg)], cwd=REPO,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "not initialised; run `pot node init" in out.stderr
-    out = subprocess.run([sys.executable, "-m", "node.cli", "node", "init", "--config", str(cfg)], cwd=REPO,
+    out = subprocess.run([sys.executable, "-m", "pot", "node", "init", "--config", str(cfg)], cwd=REPO,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and json.loads(out.stdout)["ok"] is True
 

@@ -33,7 +33,7 @@ def openings(tmp_path_factory):
 
 
 def verify(*args: str) -> tuple[int, dict | str]:
-    p = subprocess.run([sys.executable, "-m", "node.cli", "verify", "opening", *args], cwd=REPO,
+    p = subprocess.run([sys.executable, "-m", "pot", "verify", "opening", *args], cwd=REPO,
                        capture_output=True, text=True, timeout=300)
     try:
         return p.returncode, json.loads(p.stdout)

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from commitments.dataset import prepare_default_corpus
-from node.cli import app
+from pot.cli import app
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

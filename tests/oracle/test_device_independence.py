@@ -75,7 +75,7 @@ def _walk(env_extra: dict, data: Path, spec: Path) -> list[dict]:
     env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")}
     env.update(env_extra)
     r = subprocess.run(
-        [sys.executable, "-m", "node.cli", "oracle", "walk", "--spec", str(spec), "--data", str(data),
+        [sys.executable, "-m", "pot", "oracle", "walk", "--spec", str(spec), "--data", str(data),
          "--steps", str(STEPS), "--json"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )

@@ -25,7 +25,7 @@ KINDS = {
 
 
 def test_pot_redteam_json_contract(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "node.cli", "redteam", "--json", "--workdir", str(tmp_path)],
+    proc = subprocess.run([sys.executable, "-m", "pot", "redteam", "--json", "--workdir", str(tmp_path)],
                           cwd=REPO, capture_output=True, text=True, timeout=800)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -40,7 +40,7 @@ def test_miner_train_process(tmp_path):
     sealer = DevTransport(db, "sealer", sealing="instant")
     sealer.record_params(PARAMS)
     port = free_port()
-    cmd = [sys.executable, "-m", "node.cli", "miner", "train", "--spec", str(spec), "--data", str(data),
+    cmd = [sys.executable, "-m", "pot", "miner", "train", "--spec", str(spec), "--data", str(data),
            "--out", str(tmp_path / "run"), "--chain", f"dev://{db}", "--account", "miner", "--port", str(port),
            "--keep-every", "2", "--timeout", "240", "--json"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

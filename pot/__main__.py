@@ -1,0 +1,3 @@
+from pot.cli import main
+
+main()
