@@ -225,7 +225,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         "fetch": {"attempts": 3, "backoff_base_s": 0.2, "backoff_max_s": 2.0},
         "protocol": params.to_dict()}))
     log = open(tmp / "node.log", "ab")  # noqa: SIM115 - the process owns it
-    node = subprocess.Popen([sys.executable, "-m", "node.cli", "node", "run", "--config", str(cfg), "--init"],
+    node = subprocess.Popen([sys.executable, "-m", "pot", "node", "run", "--config", str(cfg), "--init"],
                             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     base = f"http://127.0.0.1:{api_port}"
     poller = Poller(base, args.clients)
