@@ -137,8 +137,8 @@ class Lab:
         from chain.dev import DevTransport
         from chain.protocol import ProtocolParams
         from commitments.dataset import Dataset, prepare_default_corpus
-        from commitments.sdk.trainer import Trainer
         from commitments.spec import Spec
+        from miner.trainer import Trainer
 
         self.dir = workdir
         self.log = log
@@ -711,7 +711,7 @@ def run_redteam(workdir: Path, *, log: Callable[[str], None] = lambda s: None,
         raise RedTeamError(f"unknown edit(s) {', '.join(unknown)}; known: {', '.join(known)}")
     from chain.transport import TransportError
     from commitments.errors import CommitmentError
-    from commitments.sdk.trainer import TrainerError
+    from miner.trainer import TrainerError
 
     torch.set_num_threads(1)  # the verifier's replay workers run one thread each
     try:

@@ -26,7 +26,7 @@ from challenges.opening import (
 from commitments import cbor, merkle
 from commitments.leaves import loss_bits, step_leaf
 from oracle.state import TrainState
-from tests.commitments.sdk.helpers import RUN_ID, corpus, tiny_spec, walk
+from tests.miner.helpers import RUN_ID, corpus, tiny_spec, walk
 
 STEPS = 4
 

@@ -9,7 +9,7 @@ from challenges.replay import ReplayError, replay, verify_opening_file
 from commitments import merkle
 from commitments.leaves import witness_value_hash
 from oracle.norm_bucket import norm_bucket
-from tests.commitments.sdk.helpers import RUN_ID, corpus, tiny_spec, walk
+from tests.miner.helpers import RUN_ID, corpus, tiny_spec, walk
 
 BAD_STEP = 3
 

@@ -12,8 +12,8 @@ import sqlalchemy as sa
 from chain import protocol as P
 from chain.protocol import ProtocolParams
 from node.db import challenges
-from tests.commitments.sdk.helpers import corpus
 from tests.e2e.cluster import TINY_GPT, Cluster
+from tests.miner.helpers import corpus
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from challenges.opening import FIELDS, MAGIC, OpeningRefused, encode_opening, load_opening, validate_opening
 from commitments import cbor, merkle
 from commitments.hashing import h
-from tests.commitments.sdk.helpers import RUN_ID, corpus, tiny_spec, walk
+from tests.miner.helpers import RUN_ID, corpus, tiny_spec, walk
 
 FUZZ = settings(max_examples=120, deadline=3000, suppress_health_check=list(HealthCheck))
 

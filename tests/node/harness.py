@@ -23,7 +23,7 @@ from chain.protocol import ProtocolParams
 from chain.view import ChainView
 from challenges.opening import build_opening, encode_leaves, load_opening
 from commitments import merkle
-from tests.commitments.sdk.helpers import corpus, tiny_spec, walk
+from tests.miner.helpers import corpus, tiny_spec, walk
 
 REPO = Path(__file__).resolve().parents[2]
 

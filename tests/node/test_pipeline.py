@@ -20,7 +20,7 @@ from node.pipeline import (
     stage_losschecks,
     stage_validate,
 )
-from tests.commitments.sdk.helpers import RUN_ID, corpus, tiny_spec, walk
+from tests.miner.helpers import RUN_ID, corpus, tiny_spec, walk
 
 STEP = 3
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from challenges.opening import build_opening
-from tests.commitments.sdk.helpers import RUN_ID, corpus, tiny_spec, walk
+from tests.miner.helpers import RUN_ID, corpus, tiny_spec, walk
 from tests.node.harness import REPO
 
 STEP = 2

@@ -21,8 +21,8 @@ from commitments.dataset import Dataset, train_validation_split
 from commitments.hashing import digest
 from commitments.leaves import initial_leaf, loss_bits, step_leaf
 from commitments.schedule import Schedule, derive_schedule
-from commitments.sdk.checkpoints import CheckpointError, CheckpointStore
 from commitments.spec import Spec
+from miner.checkpoints import CheckpointError, CheckpointStore
 
 RUN_ID_DOMAIN = "pot/run-id/v1"
 DEFAULT_ENDPOINT = "http://127.0.0.1:8760"

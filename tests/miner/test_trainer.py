@@ -14,9 +14,9 @@ from challenges.verdict import FRAUD, HONEST
 from challenges.witness import new_salt, witness_commitment
 from commitments import merkle
 from commitments.dataset import Dataset
-from commitments.sdk.trainer import Trainer, TrainerError
 from commitments.transcript import verify_transcript
-from tests.commitments.sdk.helpers import corpus, tiny_spec, walk
+from miner.trainer import Trainer, TrainerError
+from tests.miner.helpers import corpus, tiny_spec, walk
 
 STEPS = 4
 CHALLENGED = 3

@@ -18,7 +18,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from commitments.sdk.checkpoints import CheckpointError, read_leaves, read_run_meta
+from miner.checkpoints import CheckpointError, read_leaves, read_run_meta
 
 CHUNK = 1 << 20
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024 * 1024

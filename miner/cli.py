@@ -28,8 +28,8 @@ def _domain_errors() -> tuple[type[BaseException], ...]:
     from chain.transport import TransportError
     from challenges.opening import OpeningRefused
     from commitments.errors import CommitmentError
-    from commitments.sdk.recipe import RecipeRefused
-    from commitments.sdk.trainer import TrainerError
+    from miner.recipe import RecipeRefused
+    from miner.trainer import TrainerError
     from oracle.state import StateError
     from oracle.step import StepError
 
@@ -78,7 +78,7 @@ def train(
     trainer = None
     try:
         from chain.connect import connect
-        from commitments.sdk.trainer import Trainer
+        from miner.trainer import Trainer
 
         spec, ds = _open(spec_path, data)
         transport = connect(chain, account=account, key=key)
@@ -89,7 +89,7 @@ def train(
 
             params = load_params(params_path)
         if serve:
-            from commitments.sdk.prover import BackgroundServer
+            from miner.prover import BackgroundServer
 
             out.mkdir(parents=True, exist_ok=True)
             server = BackgroundServer(out, host, port, token).start()
@@ -127,8 +127,8 @@ def serve_cmd(
     token: str | None = typer.Option(None, "--token", envvar="POT_PROVER_TOKEN", help="require this bearer token"),
 ) -> None:
     """Serve a run directory's openings and leaves over HTTP."""
-    from commitments.sdk.checkpoints import CheckpointError, read_run_meta
-    from commitments.sdk.prover import serve
+    from miner.checkpoints import CheckpointError, read_run_meta
+    from miner.prover import serve
 
     try:
         meta = read_run_meta(run_dir)
@@ -154,8 +154,8 @@ def recipe_write(
 ) -> None:
     """Walk N steps and write the signed document promising the state digests at chosen steps."""
     try:
-        from commitments.sdk.checkpoints import atomic_write
-        from commitments.sdk.recipe import load_recipe, write_recipe
+        from miner.checkpoints import atomic_write
+        from miner.recipe import load_recipe, write_recipe
 
         key = None
         if key_file is not None:
@@ -188,7 +188,7 @@ def recipe_verify(
     as_json: bool = typer.Option(False, "--json", help="print one JSON report"),
 ) -> None:
     """Recompute the run from its seed; exit 0 only when every promised digest is EQUAL."""
-    from commitments.sdk.recipe import RecipeRefused, load_recipe, verify_recipe
+    from miner.recipe import RecipeRefused, load_recipe, verify_recipe
 
     def refuse(reason: str) -> None:
         if as_json:

@@ -11,9 +11,9 @@ from fastapi.testclient import TestClient
 from challenges.opening import load_opening, verify_leaves
 from commitments import merkle
 from commitments.dataset import Dataset
-from commitments.sdk.prover import BackgroundServer, create_app, parse_range
-from commitments.sdk.trainer import Trainer
-from tests.commitments.sdk.helpers import corpus, tiny_spec
+from miner.prover import BackgroundServer, create_app, parse_range
+from miner.trainer import Trainer
+from tests.miner.helpers import corpus, tiny_spec
 
 
 @pytest.fixture(scope="module")

@@ -96,7 +96,7 @@ class RecipeReport:
 
 
 def _schedule(spec: Spec, dataset: Any) -> Any:
-    from commitments.sdk.trainer import run_schedule
+    from miner.trainer import run_schedule
 
     return run_schedule(spec, dataset)
 

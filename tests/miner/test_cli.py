@@ -18,9 +18,9 @@ from chain.protocol import ProtocolParams
 from chain.view import ChainView
 from challenges.opening import load_opening
 from challenges.replay import verify_opening_file
-from commitments.sdk.cli import miner_app
-from tests.commitments.sdk.helpers import corpus
-from tests.commitments.sdk.test_recipe import spec_toml
+from miner.cli import miner_app
+from tests.miner.helpers import corpus
+from tests.miner.test_recipe import spec_toml
 
 ROOT = Path(__file__).resolve().parents[3]
 PARAMS = ProtocolParams(commit_window=3, reveal_window=3, opening_deadline=6, challenge_delay=1,

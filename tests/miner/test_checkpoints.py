@@ -6,9 +6,9 @@ import pytest
 
 from commitments.dataset import Dataset
 from commitments.leaves import step_leaf
-from commitments.sdk.checkpoints import LEAVES_MAGIC, CheckpointError, CheckpointStore
-from commitments.sdk.trainer import Trainer
-from tests.commitments.sdk.helpers import corpus, tiny_spec
+from miner.checkpoints import LEAVES_MAGIC, CheckpointError, CheckpointStore
+from miner.trainer import Trainer
+from tests.miner.helpers import corpus, tiny_spec
 
 STEPS = 20
 

@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 from commitments import cbor
 from commitments.dataset import Dataset
 from commitments.hashing import digest
-from commitments.sdk.cli import recipe_app
-from commitments.sdk.recipe import (
+from miner.cli import recipe_app
+from miner.recipe import (
     DIFFERENT,
     EQUAL,
     RECIPE_VERSION,
@@ -22,7 +22,7 @@ from commitments.sdk.recipe import (
     verify_recipe,
     write_recipe,
 )
-from tests.commitments.sdk.helpers import corpus, tiny_spec, walk
+from tests.miner.helpers import corpus, tiny_spec, walk
 
 STEPS = 10
 runner = CliRunner()
