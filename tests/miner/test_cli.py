@@ -22,7 +22,7 @@ from miner.cli import miner_app
 from tests.miner.helpers import corpus
 from tests.miner.test_recipe import spec_toml
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 PARAMS = ProtocolParams(commit_window=3, reveal_window=3, opening_deadline=6, challenge_delay=1,
                         quorum_min_reveals=2, forced_challenge_steps=(2,))
 
