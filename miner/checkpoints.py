@@ -11,14 +11,19 @@ from __future__ import annotations
 import os
 import re
 import struct
-import tempfile
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from commitments import cbor
 from commitments.errors import CommitmentError
+from commitments.files import atomic_write_bytes
 from commitments.leaves import StepLeaf, parse_step_leaf
+from oracle.state import StateError, TrainState
+from oracle.step import step as oracle_step
 
 LEAVES_MAGIC = b"POTL1\n"
 META_VERSION = "pot/run-dir/v1"
@@ -27,27 +32,6 @@ _STATE_RE = re.compile(r"^(\d{8})\.safetensors$")
 
 class CheckpointError(CommitmentError):
     """A run directory that cannot be used or a state that cannot be regenerated, with the reason."""
-
-
-def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write `data` to `path` via a temp file in the same folder, fsync, rename, fsync the folder."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dfd = os.open(p.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
 
 
 def _read_leaves(path: Path) -> tuple[list[bytes], list[StepLeaf], int]:
@@ -129,7 +113,7 @@ class CheckpointStore:
         return read_run_meta(self.dir)
 
     def write_meta(self, meta: dict[str, Any]) -> None:
-        atomic_write(self.meta_path, cbor.encode({**meta, "version": META_VERSION}))
+        atomic_write_bytes(self.meta_path, cbor.encode({**meta, "version": META_VERSION}))
 
     # --- leaves ---------------------------------------------------------------------------
     @property
@@ -139,7 +123,7 @@ class CheckpointStore:
     def _load_leaves(self) -> None:
         p = self.leaves_path
         if not p.exists():
-            atomic_write(p, LEAVES_MAGIC)
+            atomic_write_bytes(p, LEAVES_MAGIC)
             return
         self._leaves, self._parsed, valid = _read_leaves(p)
         if valid < p.stat().st_size:
@@ -211,8 +195,6 @@ class CheckpointStore:
         return gone
 
     def _load(self, t: int) -> Any:
-        from oracle.state import StateError, TrainState
-
         try:
             return TrainState.from_safetensors(self.state_path(t), self.spec)
         except StateError as exc:
@@ -235,8 +217,6 @@ class CheckpointStore:
         return self._regenerate(t, progress=progress)
 
     def _regenerate(self, t: int, *, progress: bool) -> Any:
-        from oracle.step import step
-
         if self.batch_fn is None:
             raise CheckpointError(f"state {t} is not kept and this store has no batch source to regenerate it")
         base = max((k for k in self.kept_steps() if k < t), default=None)
@@ -250,13 +230,9 @@ class CheckpointStore:
             raise CheckpointError(f"no kept state before step {t} to regenerate it from")
         steps: Iterator[int] = iter(range(start + 1, t + 1))
         if progress:
-            import sys
-
-            from tqdm import tqdm
-
             steps = iter(tqdm(list(steps), desc=f"regenerate state {t}", unit="step", file=sys.stderr))
         for k in steps:
-            st, _ = step(st, self.batch_fn(k), self.spec, k)
+            st, _ = oracle_step(st, self.batch_fn(k), self.spec, k)
             self._check(k, st, "regenerated")
             self._cache = (k, st)
         return st
@@ -267,9 +243,8 @@ class CheckpointStore:
 
     def put_opening(self, digest: bytes, data: bytes) -> Path:
         path = self.opening_path(digest)
-        atomic_write(path, data)
+        atomic_write_bytes(path, data)
         return path
 
 
-__all__ = ["CheckpointError", "CheckpointStore", "LEAVES_MAGIC", "META_VERSION", "atomic_write", "read_leaves",
-           "read_run_meta"]
+__all__ = ["CheckpointError", "CheckpointStore", "LEAVES_MAGIC", "META_VERSION", "read_leaves", "read_run_meta"]

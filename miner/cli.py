@@ -1,7 +1,9 @@
 """`pot miner` (train with commitments, serve openings) and `pot recipe` (write/verify run documents).
 
-torch, the chain and the server load inside the commands so `pot --help` stays fast. Exit codes:
-0 success, 1 a check came out negative (a DIFFERENT promise, a fraud verdict), 2 refused input.
+`pot` imports this module to mount it, so it imports only typer at module level: the rest of
+miner/ loads torch, the chain and the server, and comes in inside the commands, keeping
+`pot --help` fast. Exit codes: 0 success, 1 a check came out negative (a DIFFERENT promise, a
+fraud verdict), 2 refused input.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ def _fail(msg: str, code: int = 2) -> None:
 
 
 def _domain_errors() -> tuple[type[BaseException], ...]:
+    # Lazy (start-up speed of `pot`, see the module docstring), like every import in the commands.
     from chain.transport import TransportError
     from challenges.opening import OpeningRefused
     from commitments.errors import CommitmentError
@@ -154,7 +157,7 @@ def recipe_write(
 ) -> None:
     """Walk N steps and write the signed document promising the state digests at chosen steps."""
     try:
-        from miner.checkpoints import atomic_write
+        from commitments.files import atomic_write_bytes
         from miner.recipe import load_recipe, write_recipe
 
         key = None
@@ -170,7 +173,7 @@ def recipe_write(
                 save_session_key(key_file, key)
         spec, ds = _open(spec_path, data)
         doc = write_recipe(spec, ds, steps, signing_key=key, progress=not as_json)
-        atomic_write(out, doc)
+        atomic_write_bytes(out, doc)
         recipe = load_recipe(doc)
         summary = {"out": str(out), "bytes": len(doc), "digest": recipe.digest.hex(),
                    "public_key": recipe.public_key.hex(), "promised_steps": [t for t, _ in recipe.promises]}

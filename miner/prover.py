@@ -11,13 +11,16 @@ import hmac
 import os
 import re
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from challenges.opening import encode_leaves
 from miner.checkpoints import CheckpointError, read_leaves, read_run_meta
 
 CHUNK = 1 << 20
@@ -123,8 +126,6 @@ def create_app(run_dir: str | os.PathLike[str], *, token: str | None = None,
 
     @app.get("/runs/{rid}/leaves")
     def leaves(rid: str) -> Response:
-        from challenges.opening import encode_leaves
-
         ours = run_id()
         if ours is None or rid.lower() != ours:
             return _error(404, f"this prover serves run {ours[:16] if ours else '(none)'}, not {rid[:16]}")
@@ -140,8 +141,6 @@ def create_app(run_dir: str | os.PathLike[str], *, token: str | None = None,
 def serve(run_dir: str | os.PathLike[str], host: str = "127.0.0.1", port: int = 8760, token: str | None = None,
           *, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
     """Serve a run directory until interrupted."""
-    import uvicorn
-
     uvicorn.run(create_app(run_dir, token=token, max_bytes=max_bytes), host=host, port=port, log_level="warning")
 
 
@@ -149,15 +148,11 @@ class BackgroundServer:
     """The prover in a thread of this process (the trainer serves its openings while it follows)."""
 
     def __init__(self, run_dir: str | os.PathLike[str], host: str, port: int, token: str | None = None) -> None:
-        import uvicorn
-
         config = uvicorn.Config(create_app(run_dir, token=token), host=host, port=port, log_level="warning")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="pot-prover", daemon=True)
 
     def start(self, timeout: float = 10.0) -> BackgroundServer:
-        import time
-
         self.thread.start()
         deadline = time.monotonic() + timeout
         while not self.server.started:

@@ -17,10 +17,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from nacl.exceptions import BadSignatureError
+from nacl.signing import SigningKey, VerifyKey
+from tqdm import tqdm
+
 from commitments import cbor
 from commitments.errors import CommitmentError
 from commitments.hashing import DIGEST_SIZE, digest
 from commitments.spec import Spec
+from miner.trainer import run_schedule
+from oracle.step import init_state
+from oracle.step import step as oracle_step
 
 RECIPE_VERSION = "pot/recipe/v1"
 MAX_RECIPE_BYTES = 1024 * 1024
@@ -95,38 +102,26 @@ class RecipeReport:
                 "promises": [r.as_json() for r in self.results]}
 
 
-def _schedule(spec: Spec, dataset: Any) -> Any:
-    from miner.trainer import run_schedule
-
-    return run_schedule(spec, dataset)
-
-
 def _walk(spec: Spec, dataset: Any, schedule: Any, steps: int, wanted: set[int], progress: bool,
           on_step: Callable[[int, Any, Any], None]) -> None:
-    from oracle.step import init_state, step
-
     state = init_state(spec)
     rng: Any = range(1, steps + 1)
     if progress:
-        from tqdm import tqdm
-
         rng = tqdm(rng, desc="walk", unit="step", file=sys.stderr)
     for t in rng:
-        state, loss = step(state, dataset.batch(schedule.batch(t)), spec, t)
+        state, loss = oracle_step(state, dataset.batch(schedule.batch(t)), spec, t)
         if t in wanted:
             on_step(t, state, loss)
 
 
 def write_recipe(spec: Spec, dataset: Any, steps: int, *, signing_key: Any = None, progress: bool = False) -> bytes:
     """Walk `steps` steps from the seed and return the signed run document."""
-    from nacl.signing import SigningKey
-
     if not isinstance(steps, int) or isinstance(steps, bool) or not 1 <= steps <= spec.steps:
         raise RecipeRefused(f"steps must be in 1..{spec.steps} (the spec's declared steps), got {steps!r}")
     if dataset.sample_len != spec.sample_len:
         raise RecipeRefused(f"the corpus was opened with {dataset.sample_len}-token samples, the spec needs "
                             f"{spec.sample_len}")
-    schedule = _schedule(spec, dataset)
+    schedule = run_schedule(spec, dataset)
     wanted = promise_steps(steps)
     promised: dict[int, bytes] = {}
     _walk(spec, dataset, schedule, steps, set(wanted), progress,
@@ -153,9 +148,6 @@ def _uint(v: Any) -> bool:
 
 def load_recipe(data: bytes, *, expect_key: bytes | None = None) -> Recipe:
     """Check a document's form, digest and signature (no compute); refuse anything else."""
-    from nacl.exceptions import BadSignatureError
-    from nacl.signing import VerifyKey
-
     if not isinstance(data, (bytes, bytearray)):
         raise RecipeRefused(f"a recipe is bytes, got {type(data).__name__}")
     if len(data) > MAX_RECIPE_BYTES:
@@ -229,7 +221,7 @@ def verify_recipe(data: bytes, dataset: Any, *, expect_key: bytes | None = None,
         raise RecipeRefused(f"the corpus is not the document's: dataset hash {dataset.dataset_hash.hex()[:16]} "
                             f"({dataset.num_samples} samples) != {body['dataset_hash'].hex()[:16]} "
                             f"({body['num_samples']} samples)")
-    schedule = _schedule(spec, dataset)
+    schedule = run_schedule(spec, dataset)
     if schedule.commitment != body["schedule_commitment"]:
         raise RecipeRefused("the schedule derived from the spec's seed differs from the document's commitment")
     promised = dict(recipe.promises)

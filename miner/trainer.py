@@ -8,25 +8,37 @@ consistency proofs) and at the end, then follows the chain and opens every chall
 from __future__ import annotations
 
 import os
-import random
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from challenges.opening import OpeningRefused
+from nacl.signing import SigningKey
+from tqdm import tqdm
+
+from chain.calls import DeclareWitnessNormBucket, StartTrainingCommitment, SubmitCheckpointRoot, SubmitOpening
+from chain.protocol import CallRefused, ChallengeIssued, ChallengeResolved, ProtocolParams
+from chain.transport import TransportError
+from chain.view import ChainView
+from challenges.opening import OpeningRefused, build_opening, opening_digest
 from commitments import merkle
 from commitments.dataset import Dataset, train_validation_split
 from commitments.hashing import digest
 from commitments.leaves import initial_leaf, loss_bits, step_leaf
+from commitments.retry import Backoff
 from commitments.schedule import Schedule, derive_schedule
 from commitments.spec import Spec
+from commitments.transcript import TranscriptWriter, load_session_key, save_session_key
 from miner.checkpoints import CheckpointError, CheckpointStore
+from oracle.norm_bucket import norm_bucket
+from oracle.step import init_state
+from oracle.step import step as oracle_step
 
 RUN_ID_DOMAIN = "pot/run-id/v1"
 DEFAULT_ENDPOINT = "http://127.0.0.1:8760"
 SUBMIT_TRIES = 5
+SUBMIT_BACKOFF = Backoff(base_s=0.5, cap_s=30.0)
 
 
 class TrainerError(RuntimeError):
@@ -105,11 +117,6 @@ class Trainer:
 
     def prepare(self) -> None:
         """Create the run (initial state, leaf 0, run id, transcript) or resume it from run_dir."""
-        from nacl.signing import SigningKey
-
-        from commitments.transcript import TranscriptWriter, load_session_key, save_session_key
-        from oracle.step import init_state
-
         meta = self.store.read_meta()
         key_path = self.store.dir / "session.key"
         transcript_path = self.store.dir / "transcript.cbor"
@@ -176,12 +183,9 @@ class Trainer:
 
     # --- chain ----------------------------------------------------------------------------
     def _submit(self, calls: list[Any], what: str) -> Any:
-        """Submit with retries: exponential backoff with jitter on transport failures."""
-        from chain.transport import TransportError
-
+        """Submit with retries on transport failures (capped exponential backoff, full jitter)."""
         if self.transport is None:
             raise TrainerError(f"cannot {what}: no chain transport")
-        delay = 0.5
         for attempt in range(1, SUBMIT_TRIES + 1):
             try:
                 return self.transport.submit(calls, timeout=self.submit_timeout)
@@ -189,15 +193,11 @@ class Trainer:
                 if attempt == SUBMIT_TRIES:
                     raise TrainerError(f"cannot {what} after {attempt} tries: {exc}") from None
                 self._log(f"{what}: {exc}; retrying")
-                time.sleep(delay * (0.5 + random.random()))
-                delay = min(delay * 2, 30.0)
+                time.sleep(SUBMIT_BACKOFF.delay(attempt - 1))
         raise AssertionError("unreachable")
 
     def _chain_view(self) -> Any:
         if self.view is None:
-            from chain.protocol import ProtocolParams
-            from chain.view import ChainView
-
             params = self._params
             if params is None:
                 recorded = getattr(self.transport, "protocol_params", None)
@@ -210,8 +210,6 @@ class Trainer:
 
     def register(self) -> None:
         """Submit start_training_commitment (idempotent: an identical repeat is a no-op on chain)."""
-        from chain.calls import StartTrainingCommitment
-
         self._submit([StartTrainingCommitment(
             run_id=self.run_id, initial_hash=self.initial_hash, schedule_commitment=self.schedule.commitment,
             dataset_hash=self.dataset.dataset_hash, spec=self.spec.to_cbor(), declared_steps=self.spec.steps,
@@ -227,7 +225,7 @@ class Trainer:
             run = self.view.state.runs.get(self.run_id)
             if run is not None and run.miner == self.account:
                 return run
-            refusals = [e for e in self.view.events if type(e).__name__ == "CallRefused"
+            refusals = [e for e in self.view.events if isinstance(e, CallRefused)
                         and e.origin == self.account and e.call == "start_training_commitment"]
             if refusals or run is not None:
                 why = refusals[-1].reason if refusals else "the run id belongs to another account"
@@ -238,8 +236,6 @@ class Trainer:
 
     def submit_root(self) -> None:
         """Move the run's root on chain to the current tree (append-only, with a consistency proof)."""
-        from chain.calls import SubmitCheckpointRoot
-
         size = self.tree.size
         if size <= self.submitted_size:
             return
@@ -252,17 +248,13 @@ class Trainer:
     # --- training -------------------------------------------------------------------------
     def train(self, steps: int | None = None) -> None:
         """Train up to step `steps` (default: the spec's), committing as it goes."""
-        from oracle.step import step
-
         last = self.spec.steps if steps is None else min(steps, self.spec.steps)
         first = self.state.step + 1
         rng = range(first, last + 1)
         if self.progress:
-            from tqdm import tqdm
-
             rng = tqdm(rng, desc="train", unit="step", file=sys.stderr, initial=first - 1, total=last)
         for t in rng:
-            self.state, loss = step(self.state, self.batch(t), self.spec, t)
+            self.state, loss = oracle_step(self.state, self.batch(t), self.spec, t)
             leaf = step_leaf(t, self.state.digest(), loss_bits(loss))
             if self.store.should_keep(t, self.spec.steps):
                 self.store.save_state(self.state)
@@ -278,10 +270,9 @@ class Trainer:
     def poll(self) -> bool:
         """Apply new finalized blocks; open each new challenge of this run. True once all resolved."""
         for ev in self._sync():
-            name = type(ev).__name__
             if getattr(ev, "run_id", None) != self.run_id:
                 continue
-            if name == "ChallengeIssued":
+            if isinstance(ev, ChallengeIssued):
                 self.issued[ev.challenge_id] = ev.step
                 if ev.challenge_id not in self.answered and ev.challenge_id not in self.failed:
                     try:
@@ -290,7 +281,7 @@ class Trainer:
                         # Without an opening the challenge resolves as fraud; keep following the rest.
                         self.failed[ev.challenge_id] = str(exc)
                         self._log(f"challenge {ev.challenge_id.hex()[:16]}: cannot open step {ev.step}: {exc}")
-            elif name == "ChallengeResolved":
+            elif isinstance(ev, ChallengeResolved):
                 self.resolved[ev.challenge_id] = ev.verdict
                 self._log(f"challenge {ev.challenge_id.hex()[:16]} (step {ev.step}) resolved: {ev.verdict} "
                           f"({ev.reason})")
@@ -300,8 +291,6 @@ class Trainer:
 
     def opening_for(self, step: int, size: int, root: bytes | None = None) -> tuple[bytes, bytes]:
         """(digest, file bytes) of the opening of `step` for the tree of `size` leaves."""
-        from challenges.opening import build_opening, opening_digest
-
         pre = self.store.state(step - 1, progress=self.progress)
         data = build_opening(spec=self.spec, run_id=self.run_id, step=step, pre_state=pre, dataset=self.dataset,
                              schedule=self.schedule, leaves=self.store.leaves, size=size, root=root)
@@ -309,8 +298,6 @@ class Trainer:
 
     def answer(self, ev: Any) -> bytes:
         """Build and store the opening of a ChallengeIssued event, then submit_opening (and the bucket)."""
-        from chain.calls import DeclareWitnessNormBucket, SubmitOpening
-
         t, size = ev.step, ev.size
         d, data = self.opening_for(t, size, ev.root)
         self.store.put_opening(d, data)
@@ -320,8 +307,6 @@ class Trainer:
                                           uri=f"{self.endpoint}/openings/{d.hex()}", leaf=leaves[t],
                                           leaf_proof=proof)]
         if ev.mode == "bucket":
-            from oracle.norm_bucket import norm_bucket
-
             bucket = norm_bucket(self.store.state(t - 1), self.store.state(t))
             calls.append(DeclareWitnessNormBucket(challenge_id=ev.challenge_id, bucket=bucket))
         self._submit(calls, f"open step {t}")
