@@ -30,12 +30,12 @@ from node import queries as Q
 from node.config import NodeConfig
 from node.db import challenges, current_revision, head_revision, open_database, stage_log
 from node.logs import log_event
+from node.stages import STAGES, WORK_STAGES, Stage
 
 log = logging.getLogger("node.api")
 
 API_VERSION = "1"
 ID_PATTERN = r"^(0x)?[0-9a-fA-F]{64}$"
-WORK_STAGES = ("fetch", "validate", "losschecks", "replay", "witness")
 
 EXAMPLE_ID = "5f3c" + "0" * 56 + "a1b2"
 EXAMPLE_RUN = "42" * 32
@@ -459,7 +459,7 @@ def create_app(db: str | Engine, config: NodeConfig | None = None, *, node: Any 
                           Query(description="The chain's verdict, or pending.", examples=["fraud"])] = None,
         run: Annotated[str | None, Query(pattern=ID_PATTERN, description="Only this run's challenges.",
                                          examples=[EXAMPLE_RUN])] = None,
-        stage: Annotated[Literal[Q.STAGES] | None,  # type: ignore[valid-type]
+        stage: Annotated[Literal[STAGES] | None,  # type: ignore[valid-type]
                          Query(description="Only jobs at this stage of this node.", examples=["done"])] = None,
         limit: Annotated[int, Query(ge=1, le=500, description="Page size.", examples=[50])] = 50,
         cursor: Annotated[str | None, Query(pattern=Q.CURSOR_PATTERN, description="next_cursor of the previous page.",
@@ -588,10 +588,10 @@ def requeue(ctx: ApiContext, cid: bytes) -> dict[str, Any]:
             raise _not_found("challenge", cid.hex())
         head = Q.cursor_state(conn, now=now)["block"]
         if job.stage in WORK_STAGES:
-            if job.stage == "replay" and job.status == "replaying":
+            if job.stage == Stage.REPLAY and job.status == "replaying":
                 raise HTTPException(409, "a replay of this challenge is running; it cannot be re-queued now")
             target = job.stage
-        elif job.stage == "missed":
+        elif job.stage == Stage.MISSED:
             last = conn.execute(select(stage_log.c.stage).where(stage_log.c.challenge_id == cid)
                                 .order_by(stage_log.c.id.desc()).limit(1)).scalar()
             if last not in WORK_STAGES:

@@ -26,29 +26,25 @@ from chain.protocol import ProtocolState, SnapshotError
 from chain.transport import Block, Transport, TransportError
 from chain.view import ChainView
 from challenges.losschecks import LossCheckConfig
+from challenges.refused import REFUSED_BUCKET, refused_value_hash
 from challenges.witness import new_salt
+from commitments.retry import Backoff
 from node import journal
 from node.config import NodeConfig, Secrets
 from node.db import chain_cursor, chain_events, challenges, runs, stage_log, txs
 from node.fetch import FetchPolicy
 from node.logs import log_event
-from node.pipeline import (
-    REFUSED_BUCKET,
-    ChainFacts,
-    ReplayPool,
-    StageOutcome,
-    refused_value_hash,
-    stage_fetch,
-    stage_losschecks,
-    stage_validate,
-)
+from node.pipeline import ChainFacts, ReplayPool, StageOutcome, stage_fetch, stage_losschecks, stage_validate
+from node.stages import NEXT_STAGE, RESOLUTION, WORK_STAGES, Stage
 
 log = logging.getLogger("node.daemon")
 
-ACTIVE = ("awaiting_opening", "fetch", "validate", "losschecks", "replay", "witness", "commit", "reveal",
-          "revealed")
-WORK_STAGES = ("fetch", "validate", "losschecks", "replay", "witness")
 MAX_REPLAY_ATTEMPTS = 3
+# Retry delays, full jitter (commitments.retry): the main loop after an error, a stage thread or
+# replay that failed, a tx the chain connection did not take.
+LOOP_BACKOFF = Backoff(0.5, 30.0)
+STAGE_BACKOFF = Backoff(1.0, 5.0)
+SEND_BACKOFF = Backoff(0.5, 3.0)
 
 
 class StartupError(RuntimeError):
@@ -95,6 +91,7 @@ class VerifierNode:
         self.last_block_at = time.monotonic()
         self.failures = 0
         self._confirmed_commit = False
+        self.stage_failures: dict[bytes, int] = {}  # stage thread errors in a row, per job (retry backoff)
 
     # --- start-up -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -161,7 +158,7 @@ class VerifierNode:
                     self.failures = 0
                 except Exception as exc:  # the daemon never dies on bad input or a flaky chain
                     self.failures += 1
-                    delay = random.uniform(0, min(30.0, 0.5 * 2 ** min(self.failures, 6)))
+                    delay = LOOP_BACKOFF.delay(self.failures)
                     log_event(log, "loop_error", level=logging.ERROR, error=f"{type(exc).__name__}: {exc}",
                               retry_in_s=round(delay, 2), exc_info=True)
                     if isinstance(exc, TransportError):
@@ -254,7 +251,7 @@ class VerifierNode:
                     challenge_id=ev.challenge_id, run_id=ev.run_id, idx=ev.index, step=ev.step, root=ev.root,
                     size=ev.size, mode=ev.mode, endpoint=ev.endpoint, issued_block=ev.block,
                     opening_deadline=ev.opening_deadline, commit_deadline=ev.commit_deadline,
-                    reveal_deadline=ev.reveal_deadline, stage="skipped" if own else "awaiting_opening",
+                    reveal_deadline=ev.reveal_deadline, stage=Stage.SKIPPED if own else Stage.AWAITING_OPENING,
                     status="our own run: a miner cannot witness its challenge" if own else None,
                     attempts=0, next_attempt_at=0.0, created_at=now, updated_at=now))
                 relevant = True
@@ -262,20 +259,20 @@ class VerifierNode:
                           commit_deadline=ev.commit_deadline, reveal_deadline=ev.reveal_deadline)
             elif isinstance(ev, P.OpeningSubmitted):
                 job = self._job(conn, ev.challenge_id)
-                if job is not None and job.stage == "awaiting_opening":
+                if job is not None and job.stage == Stage.AWAITING_OPENING:
                     conn.execute(update(challenges).where(challenges.c.challenge_id == ev.challenge_id).values(
                         opening_digest=ev.opening_digest, opening_uri=ev.uri, leaf=ev.leaf, leaf_hash=ev.leaf_hash,
-                        opening_block=ev.block, stage="fetch", updated_at=now))
-                    self._log_stage(conn, ev.challenge_id, "awaiting_opening", job.created_at, now,
+                        opening_block=ev.block, stage=Stage.FETCH, updated_at=now))
+                    self._log_stage(conn, ev.challenge_id, Stage.AWAITING_OPENING, job.created_at, now,
                                     f"opening on chain at block {ev.block}")
                     relevant = True
             elif isinstance(ev, P.WitnessCommitted) and ev.verifier == self.account:
                 journal.confirm_tx(conn, ev.challenge_id, self.account, "commit", ev.block)
-                self._advance(conn, ev.challenge_id, "commit", "reveal", now, f"commit in block {ev.block}")
+                self._advance(conn, ev.challenge_id, Stage.COMMIT, Stage.REVEAL, now, f"commit in block {ev.block}")
                 relevant = self._confirmed_commit = True
             elif isinstance(ev, P.WitnessRevealed) and ev.verifier == self.account:
                 journal.confirm_tx(conn, ev.challenge_id, self.account, "reveal", ev.block)
-                self._advance(conn, ev.challenge_id, "reveal", "revealed", now, f"reveal in block {ev.block}")
+                self._advance(conn, ev.challenge_id, Stage.REVEAL, Stage.REVEALED, now, f"reveal in block {ev.block}")
                 relevant = True
             elif isinstance(ev, P.RevealRejected) and ev.verifier == self.account:
                 journal.fail_tx(conn, ev.challenge_id, self.account, "reveal", ev.reason)
@@ -310,15 +307,15 @@ class VerifierNode:
             in_winning = (value_hash if ev.mode == "value" else bucket) == ev.winning_value
         winning = ev.winning_value.hex() if isinstance(ev.winning_value, bytes) else (
             None if ev.winning_value is None else str(ev.winning_value))
-        stage = job.stage if job.stage in ("skipped", "missed") else "done"
+        stage = job.stage if job.stage in (Stage.SKIPPED, Stage.MISSED) else Stage.DONE
         conn.execute(update(challenges).where(challenges.c.challenge_id == ev.challenge_id).values(
             verdict=ev.verdict, verdict_reason=ev.reason, resolved_block=ev.block, winning_value=winning,
             in_winning_cluster=in_winning, outlier=self.account in ev.outliers, stage=stage, updated_at=now))
         conn.execute(update(txs).where(and_(txs.c.challenge_id == ev.challenge_id, txs.c.verifier == self.account,
                                             txs.c.state.in_(("unstarted", "in_progress", "unconfirmed"))))
                      .values(state="failed", last_error="the challenge resolved first", updated_at=now))
-        if job.stage not in ("skipped", "missed"):
-            self._log_stage(conn, ev.challenge_id, "resolution", job.updated_at, now, f"{ev.verdict}: {ev.reason}")
+        if job.stage not in (Stage.SKIPPED, Stage.MISSED):
+            self._log_stage(conn, ev.challenge_id, RESOLUTION, job.updated_at, now, f"{ev.verdict}: {ev.reason}")
         log_event(log, "challenge_resolved", challenge_id=_hex(ev.challenge_id), verdict=ev.verdict,
                   reason=ev.reason, in_winning_cluster=in_winning, outlier=self.account in ev.outliers)
         for suffix, folder in ((".opening", "openings"), (".cbor", "leaves")):
@@ -349,7 +346,7 @@ class VerifierNode:
             conn.execute(update(challenges).where(challenges.c.challenge_id == cid)
                          .values(updated_at=time.time(), **values))
 
-    def _jobs(self, stages: tuple[str, ...]) -> list[Any]:
+    def _jobs(self, stages: tuple[Stage, ...]) -> list[Any]:
         with self.engine.connect() as conn:
             return list(conn.execute(select(challenges).where(challenges.c.stage.in_(stages))
                                      .order_by(challenges.c.commit_deadline, challenges.c.challenge_id)))
@@ -376,27 +373,27 @@ class VerifierNode:
                 self._miss(job, "the commit window closed before a witness value was ready")
                 continue
             opening_path, leaves_path = self._paths(cid)
-            if job.stage == "fetch":
-                self._submit(cid, "fetch", stage_fetch, uri=job.opening_uri, endpoint=job.endpoint,
+            if job.stage == Stage.FETCH:
+                self._submit(cid, Stage.FETCH, stage_fetch, uri=job.opening_uri, endpoint=job.endpoint,
                              run_id=bytes(job.run_id), dest=opening_path, leaves_dest=leaves_path,
                              max_opening_bytes=self.cfg.fetch.max_opening_bytes,
                              max_leaves_bytes=self.cfg.fetch.max_leaves_bytes, policy=self.policy,
                              stop=self.stop.is_set)
-            elif job.stage == "validate":
-                self._submit(cid, "validate", stage_validate, opening_path, self._facts(job),
+            elif job.stage == Stage.VALIDATE:
+                self._submit(cid, Stage.VALIDATE, stage_validate, opening_path, self._facts(job),
                              max_bytes=self.cfg.fetch.max_opening_bytes)
-            elif job.stage == "losschecks":
-                self._submit(cid, "losschecks", stage_losschecks, leaves_path, root=bytes(job.root), size=job.size,
+            elif job.stage == Stage.LOSSCHECKS:
+                self._submit(cid, Stage.LOSSCHECKS, stage_losschecks, leaves_path, root=bytes(job.root), size=job.size,
                              config=self.loss_config)
-            elif job.stage == "replay":
+            elif job.stage == Stage.REPLAY:
                 if self.replays.free() > 0:
                     self.replays.start(cid, opening_path, self._facts(job), max_bytes=self.cfg.fetch.max_opening_bytes)
                     self._set(cid, status="replaying", attempts=job.attempts + 1)
                     log_event(log, "replay_started", challenge_id=cid.hex(), step=job.step)
-            elif job.stage == "witness":
+            elif job.stage == Stage.WITNESS:
                 self._witness(job)
 
-    def _submit(self, cid: bytes, stage: str, fn, *args: Any, **kw: Any) -> None:
+    def _submit(self, cid: bytes, stage: Stage, fn, *args: Any, **kw: Any) -> None:
         self.tasks[cid] = (stage, self.threads.submit(fn, *args, **kw))
 
     def _miss(self, job, why: str) -> None:
@@ -404,7 +401,7 @@ class VerifierNode:
         now = time.time()
         with self.engine.begin() as conn:
             conn.execute(update(challenges).where(challenges.c.challenge_id == cid)
-                         .values(stage="missed", status=why, updated_at=now))
+                         .values(stage=Stage.MISSED, status=why, updated_at=now))
             self._log_stage(conn, cid, job.stage, job.updated_at, now, why)
         log_event(log, "challenge_missed", level=logging.WARNING, challenge_id=cid.hex(), stage=job.stage, reason=why)
 
@@ -419,26 +416,28 @@ class VerifierNode:
             except Exception as exc:  # a bug or an odd file: retry the stage later, with backoff
                 log_event(log, "stage_error", level=logging.ERROR, challenge_id=cid.hex(), stage=stage,
                           error=f"{type(exc).__name__}: {exc}")
-                self._set(cid, next_attempt_at=time.time() + random.uniform(1, 5),
+                failures = self.stage_failures[cid] = self.stage_failures.get(cid, 0) + 1
+                self._set(cid, next_attempt_at=time.time() + STAGE_BACKOFF.delay(failures),
                           status=f"{stage} failed: {type(exc).__name__}: {exc}"[:2000])
                 continue
+            self.stage_failures.pop(cid, None)
             self._persist(cid, outcome)
         for cid, msg in self.replays.poll():
             self._persist_replay(cid, msg)
 
     def _persist(self, cid: bytes, o: StageOutcome) -> None:
-        nxt = {"fetch": "validate", "validate": "losschecks", "losschecks": "replay"}[o.stage]
+        nxt = NEXT_STAGE[o.stage]
         values: dict[str, Any] = {}
         detail = o.reason
-        if o.stage == "fetch" and o.ok:
+        if o.stage == Stage.FETCH and o.ok:
             values.update(opening_path=str(self._paths(cid)[0]), opening_bytes=o.data.get("bytes"))
             detail = f"{o.data.get('bytes')} bytes from {o.data.get('url')}" + (
                 f"; leaves: {o.data['leaves_error']}" if "leaves_error" in o.data else "")
-        if o.stage == "losschecks":
+        if o.stage == Stage.LOSSCHECKS:
             values["loss_checks"] = json.dumps(o.data, sort_keys=True)
             detail = "ok" if o.data.get("ok") else json.dumps(o.data.get("findings") or o.data.get("error"))
         if not o.ok:
-            nxt = "witness"
+            nxt = Stage.WITNESS
             values.update(refusal_class=o.refusal_class, refusal_reason=o.reason)
         with self.engine.begin() as conn:
             conn.execute(update(challenges).where(and_(challenges.c.challenge_id == cid, challenges.c.stage == o.stage))
@@ -446,14 +445,14 @@ class VerifierNode:
             self._log_stage(conn, cid, o.stage, o.started_at, o.finished_at, detail)
         log_event(log, f"stage_{o.stage}", challenge_id=cid.hex(), ok=o.ok, refusal_class=o.refusal_class,
                   reason=o.reason, seconds=round(o.finished_at - o.started_at, 3))
-        if o.stage in ("fetch", "validate"):
-            self._maybe_kill({"fetch": "fetched", "validate": "validated"}[o.stage])
+        if o.stage in (Stage.FETCH, Stage.VALIDATE):
+            self._maybe_kill({Stage.FETCH: "fetched", Stage.VALIDATE: "validated"}[o.stage])
 
     def _persist_replay(self, cid: bytes, msg: dict[str, Any]) -> None:
         now = time.time()
         with self.engine.connect() as conn:
             job = self._job(conn, cid)
-        if job is None or job.stage != "replay":
+        if job is None or job.stage != Stage.REPLAY:
             return
         if not msg.get("ok"):
             # The process died or hung: not the opening's fault as far as we know. Retry, then give up.
@@ -461,11 +460,11 @@ class VerifierNode:
                 self._miss(job, msg.get("reason", "replay failed"))
             else:
                 self._set(cid, status=f"replay attempt {job.attempts} failed: {msg.get('reason')}"[:2000],
-                          next_attempt_at=now + random.uniform(1, 5))
+                          next_attempt_at=now + STAGE_BACKOFF.delay(job.attempts))
             log_event(log, "replay_failed", level=logging.ERROR, challenge_id=cid.hex(), reason=msg.get("reason"))
             return
         r = msg.get("result")
-        values: dict[str, Any] = {"stage": "witness", "updated_at": now, "status": None}
+        values: dict[str, Any] = {"stage": Stage.WITNESS, "updated_at": now, "status": None}
         if r is None:
             values.update(refusal_class="replay_failed", refusal_reason=msg.get("reason"))
             detail = msg.get("reason")
@@ -474,9 +473,9 @@ class VerifierNode:
                           norm_bucket=r["norm_bucket"], matches_leaf=bool(msg.get("matches")))
             detail = "matches leaf t" if msg.get("matches") else msg.get("reason")
         with self.engine.begin() as conn:
-            conn.execute(update(challenges).where(and_(challenges.c.challenge_id == cid, challenges.c.stage == "replay"))
+            conn.execute(update(challenges).where(and_(challenges.c.challenge_id == cid, challenges.c.stage == Stage.REPLAY))
                          .values(**values))
-            self._log_stage(conn, cid, "replay", msg.get("started_at", job.updated_at), msg.get("finished_at", now),
+            self._log_stage(conn, cid, Stage.REPLAY, msg.get("started_at", job.updated_at), msg.get("finished_at", now),
                             detail)
         log_event(log, "stage_replay", challenge_id=cid.hex(), matches_leaf=msg.get("matches"),
                   reason=msg.get("reason") or None)
@@ -501,10 +500,10 @@ class VerifierNode:
             salt=new_salt(), origin=self.account)
         now = time.time()
         with self.engine.begin() as conn:
-            conn.execute(update(challenges).where(and_(challenges.c.challenge_id == cid, challenges.c.stage == "witness"))
-                         .values(stage="commit", value_hash=entry.value_hash, norm_bucket=entry.norm_bucket,
+            conn.execute(update(challenges).where(and_(challenges.c.challenge_id == cid, challenges.c.stage == Stage.WITNESS))
+                         .values(stage=Stage.COMMIT, value_hash=entry.value_hash, norm_bucket=entry.norm_bucket,
                                  fault=None if fault == "none" else fault, updated_at=now))
-            self._log_stage(conn, cid, "witness", started, now,
+            self._log_stage(conn, cid, Stage.WITNESS, started, now,
                             f"value {entry.value_hash.hex()[:16]} bucket {entry.norm_bucket}"
                             + ("" if inserted else " (already journaled)"))
         log_event(log, "witness_journaled", challenge_id=cid.hex(), value_hash=entry.value_hash.hex(),
@@ -513,7 +512,7 @@ class VerifierNode:
 
     # --- transactions ---------------------------------------------------------------------------
     def send_txs(self) -> None:
-        for job in self._jobs(("commit", "reveal")):
+        for job in self._jobs((Stage.COMMIT, Stage.REVEAL)):
             cid = bytes(job.challenge_id)
             kind = job.stage
             tx = journal.get_tx(self.engine, cid, self.account, kind)
@@ -563,7 +562,7 @@ class VerifierNode:
             receipt = self.transport.submit_payloads([tx.payload], wait=False, timeout=self.cfg.chain.submit_timeout_s)
         except TransportError as exc:
             journal.mark_send_error(self.engine, tx.id, str(exc))
-            self._set(cid, next_attempt_at=time.time() + random.uniform(0.5, 3.0))
+            self._set(cid, next_attempt_at=time.time() + SEND_BACKOFF.delay(tx.sends + 1))
             log_event(log, "tx_send_failed", level=logging.WARNING, challenge_id=cid.hex(), kind=tx.kind,
                       error=str(exc))
             return

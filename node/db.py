@@ -30,6 +30,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Engine
 
+from node.stages import STAGE_WIDTH
+
 SCHEMA_NAME = "pot-verifier-node"
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 
@@ -94,9 +96,9 @@ challenges = Table(
     Column("opening_deadline", Integer, nullable=False),
     Column("commit_deadline", Integer, nullable=False),
     Column("reveal_deadline", Integer, nullable=False),
-    # awaiting_opening -> fetch -> validate -> replay -> witness -> commit -> reveal -> done,
-    # or skipped (own run) / missed (a window closed first). `status` says why a job stopped.
-    Column("stage", String(32), nullable=False),
+    # A node.stages.Stage value (the stages and their order are documented there). `status` says
+    # why a job stopped or waits.
+    Column("stage", String(STAGE_WIDTH), nullable=False),
     Column("opening_digest", LargeBinary, nullable=True),
     Column("opening_uri", Text, nullable=True),
     Column("leaf", LargeBinary, nullable=True),
@@ -134,7 +136,7 @@ stage_log = Table(
     "stage_log", metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("challenge_id", LargeBinary, ForeignKey("challenges.challenge_id"), nullable=False),
-    Column("stage", String(32), nullable=False),
+    Column("stage", String(STAGE_WIDTH), nullable=False),  # a Stage value, or RESOLUTION
     Column("started_at", Float, nullable=False),
     Column("finished_at", Float, nullable=True),
     Column("detail", Text, nullable=True),

@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 
 from node import queries as Q
+from node.stages import STAGES
 
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
@@ -47,8 +48,8 @@ class NodeCollector:
         yield up
 
         g = GaugeMetricFamily("pot_challenges", "Challenge jobs by the stage they are at.", labels=["stage"])
-        for stage, n in stages.items():
-            g.add_metric([stage], n)
+        for stage in STAGES:
+            g.add_metric([stage], stages.get(stage, 0))
         yield g
 
         c = CounterMetricFamily("pot_challenges_resolved", "Challenges resolved on chain, by verdict.",

@@ -1,39 +1,22 @@
 """The work of one challenge, stage by stage, without the database: fetch, validate, loss checks,
 replay (in a separate process), witness value. The daemon persists each stage's result.
 
-Refusal rule: an opening the node cannot use still gets a witness, so the node takes part. Its
-value is refused_value_hash(challenge_id, reason_class) = digest("pot/witness-refused/v1",
-challenge_id, reason_class) with norm bucket REFUSED_BUCKET; every honest node that refuses for
-the same class reveals the same value, and it can never equal H(leaf t) of a real leaf.
+A stage that refuses the opening names a refusal class; the witness value of a refusal is the
+consensus rule in challenges.refused.
 """
 
 from __future__ import annotations
 
 import multiprocessing
-import os
 import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from commitments.hashing import digest
-
-REFUSED_DOMAIN = "pot/witness-refused/v1"
-REFUSED_BUCKET = -(2**31)
-# Reason classes, coarse on purpose: nodes that refuse for the same cause must cluster.
-REFUSAL_CLASSES = ("unavailable", "too_large", "malformed", "invalid", "replay_failed")
-
-
-def refused_value_hash(challenge_id: bytes, reason_class: str) -> bytes:
-    if reason_class not in REFUSAL_CLASSES:
-        raise ValueError(f"unknown refusal class {reason_class!r}; known: {', '.join(REFUSAL_CLASSES)}")
-    return digest(REFUSED_DOMAIN, bytes(challenge_id), reason_class)
-
-
-def fetch_refusal_class(kind: str) -> str:
-    """FetchError kinds to refusal classes: a too-large file is the miner's fault, like no file."""
-    return "too_large" if kind == "too_large" else "unavailable"
+from challenges.refused import fetch_refusal_class
+from commitments.files import atomic_write_bytes
+from node.stages import Stage
 
 
 @dataclass(frozen=True)
@@ -58,7 +41,7 @@ class ChainFacts:
 class StageOutcome:
     """One stage's result: ok, or a refusal (class + reason); with its start and end times."""
 
-    stage: str
+    stage: Stage
     started_at: float
     finished_at: float = 0.0
     ok: bool = True
@@ -72,7 +55,7 @@ def stage_fetch(*, uri: str, endpoint: str, run_id: bytes, dest: Path, leaves_de
     """Download the opening to `dest` and the run's leaf list to `leaves_dest` (best effort)."""
     from node.fetch import FetchError, fetch_bytes, fetch_to_file, resolve_uri
 
-    out = StageOutcome("fetch", time.time())
+    out = StageOutcome(Stage.FETCH, time.time())
     try:
         url = resolve_uri(uri, endpoint)
         out.data["url"] = url
@@ -85,9 +68,7 @@ def stage_fetch(*, uri: str, endpoint: str, run_id: bytes, dest: Path, leaves_de
     try:
         leaves_url = resolve_uri(f"runs/{run_id.hex()}/leaves", endpoint)
         data = fetch_bytes(leaves_url, max_bytes=max_leaves_bytes, policy=policy)
-        tmp = leaves_dest.with_name(leaves_dest.name + ".tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, leaves_dest)
+        atomic_write_bytes(leaves_dest, data)
         out.data["leaves_bytes"] = len(data)
     except FetchError as exc:
         out.data["leaves_error"] = exc.reason
@@ -99,7 +80,7 @@ def stage_validate(path: Path, facts: ChainFacts, *, max_bytes: int) -> StageOut
     """load_opening + validate_opening: every cheap check before any compute."""
     from challenges.opening import OpeningRefused, load_opening, validate_opening
 
-    out = StageOutcome("validate", time.time())
+    out = StageOutcome(Stage.VALIDATE, time.time())
     try:
         opening = load_opening(path, max_bytes=max_bytes)
     except OpeningRefused as exc:
@@ -118,7 +99,7 @@ def stage_losschecks(leaves_path: Path, *, root: bytes, size: int, config) -> St
     from challenges.losschecks import run_loss_checks
     from challenges.opening import LeavesRefused, committed_losses, verify_leaves
 
-    out = StageOutcome("losschecks", time.time())
+    out = StageOutcome(Stage.LOSSCHECKS, time.time())
     if not leaves_path.exists():
         out.data = {"ok": False, "error": "the prover did not serve the run's leaves", "findings": []}
     else:
@@ -259,7 +240,4 @@ class ReplayPool:
         self._workers = []
 
 
-__all__ = [
-    "REFUSAL_CLASSES", "REFUSED_BUCKET", "ChainFacts", "ReplayPool", "StageOutcome", "fetch_refusal_class",
-    "refused_value_hash", "stage_fetch", "stage_losschecks", "stage_validate",
-]
+__all__ = ["ChainFacts", "ReplayPool", "StageOutcome", "stage_fetch", "stage_losschecks", "stage_validate"]

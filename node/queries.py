@@ -17,26 +17,25 @@ from sqlalchemy import and_, func, or_, select, true
 from sqlalchemy.engine import Connection
 
 from node.db import chain_cursor, chain_events, challenges, runs, stage_log, txs, witnesses
+from node.stages import RESOLUTION, STAGES, STOPPED, Stage
 
 VERDICTS = ("honest", "fraud", "inconclusive")
 STATUSES = (*VERDICTS, "pending")  # the outcome filter: a chain verdict, or none yet
-STAGES = ("awaiting_opening", "fetch", "validate", "losschecks", "replay", "witness", "commit", "reveal",
-          "revealed", "done", "missed", "skipped")
 # Shares of faked steps the detection table is shown for.
 FAKE_SHARES = (0.01, 0.05, 0.1, 0.25, 0.5)
 
 # The timeline, in order: (stage_log stage, label). The seven milestones of a challenge plus the
 # two node-internal stages (loss checks, witness journaling) that sit between them.
 TIMELINE = (
-    ("awaiting_opening", "issued"),
-    ("fetch", "opening fetched"),
-    ("validate", "validated"),
-    ("losschecks", "loss checks"),
-    ("replay", "replayed"),
-    ("witness", "witness journaled"),
-    ("commit", "committed"),
-    ("reveal", "revealed"),
-    ("resolution", "resolved"),
+    (Stage.AWAITING_OPENING, "issued"),
+    (Stage.FETCH, "opening fetched"),
+    (Stage.VALIDATE, "validated"),
+    (Stage.LOSSCHECKS, "loss checks"),
+    (Stage.REPLAY, "replayed"),
+    (Stage.WITNESS, "witness journaled"),
+    (Stage.COMMIT, "committed"),
+    (Stage.REVEAL, "revealed"),
+    (RESOLUTION, "resolved"),
 )
 
 
@@ -95,18 +94,18 @@ def build_timeline(stage_rows: Sequence[dict[str, Any]], *, current_stage: str, 
     """
     logged = {r["stage"]: r for r in stage_rows}
     # A job that stopped, or that the chain resolved first, never reaches its remaining stages.
-    stopped = current_stage in ("missed", "skipped", "done")
+    stopped = current_stage in STOPPED
     out = []
     for stage, label in TIMELINE:
         r = logged.get(stage)
-        entry: dict[str, Any] = {"stage": stage, "label": label, "state": "pending", "started_at": None,
+        entry: dict[str, Any] = {"stage": str(stage), "label": label, "state": "pending", "started_at": None,
                                  "finished_at": None, "duration_s": None, "detail": None}
         if r is not None:
             end = r["finished_at"]
             entry.update(started_at=r["started_at"], finished_at=end, detail=r["detail"],
                          state="done" if end is not None else "running",
                          duration_s=max(0.0, (end if end is not None else now) - r["started_at"]))
-        elif stage == current_stage or (stage == "resolution" and current_stage == "revealed"):
+        elif stage == current_stage or (stage == RESOLUTION and current_stage == Stage.REVEALED):
             entry.update(state="running", started_at=current_since, duration_s=max(0.0, now - current_since))
         elif stopped:
             entry["state"] = "not reached"
@@ -381,12 +380,12 @@ def stuck_replays(conn: Connection, *, timeout_s: float, now: float | None = Non
     """Jobs in the replay stage for longer than a replay may take (a wedged pool)."""
     now = time.time() if now is None else now
     return conn.execute(select(func.count()).select_from(challenges).where(
-        challenges.c.stage == "replay", challenges.c.status == "replaying",
+        challenges.c.stage == Stage.REPLAY, challenges.c.status == "replaying",
         challenges.c.updated_at < now - timeout_s)).scalar_one()
 
 
 __all__ = [
-    "CURSOR_PATTERN", "FAKE_SHARES", "STAGES", "STATUSES", "TIMELINE", "VERDICTS", "BadQuery", "agreement", "build_timeline",
+    "CURSOR_PATTERN", "FAKE_SHARES", "STATUSES", "TIMELINE", "VERDICTS", "BadQuery", "agreement", "build_timeline",
     "challenge_summary", "cursor_state", "decode_cursor", "detection_probability", "encode_cursor",
     "fingerprint", "get_challenge", "get_run", "list_challenges", "list_runs", "parse_id", "reveal_clusters",
     "run_count", "stage_counts", "stage_durations", "stuck_replays", "tx_counts", "verdict_counts",

@@ -18,8 +18,8 @@ import sqlalchemy as sa
 from chain import protocol as P
 from chain.calls import CommitWitness, RevealWitnessValue, encode_call
 from chain.protocol import ProtocolParams
+from challenges.refused import REFUSED_BUCKET, refused_value_hash
 from node.db import challenges, open_database, txs
-from node.pipeline import REFUSED_BUCKET, refused_value_hash
 from tests.faults.harness import FaultNetwork, alive, kill9, pg_restart, wait_for
 from tests.node.conftest import PG_ADMIN_URL
 from tests.node.harness import chain_calls

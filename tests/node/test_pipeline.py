@@ -1,5 +1,5 @@
 """Pipeline stages on real openings: validation refusals, loss checks on served leaves, warm replay
-workers (match, mismatch, timeout), and the refusal witness rule."""
+workers (match, mismatch, timeout)."""
 
 from __future__ import annotations
 
@@ -11,15 +11,7 @@ from challenges.losschecks import LossCheckConfig
 from challenges.opening import build_opening, encode_leaves, load_opening
 from commitments import merkle
 from commitments.leaves import witness_value_hash
-from node.pipeline import (
-    REFUSAL_CLASSES,
-    ChainFacts,
-    ReplayPool,
-    fetch_refusal_class,
-    refused_value_hash,
-    stage_losschecks,
-    stage_validate,
-)
+from node.pipeline import ChainFacts, ReplayPool, stage_losschecks, stage_validate
 from tests.miner.helpers import RUN_ID, corpus, tiny_spec, walk
 
 STEP = 3
@@ -45,18 +37,6 @@ def facts(w, digest: bytes) -> ChainFacts:
     return ChainFacts(expected_digest=digest, run_id=RUN_ID, step=STEP, spec_digest=w.spec.digest(),
                       dataset_hash=w.dataset.dataset_hash, schedule_commitment=w.schedule.commitment,
                       initial_hash=w.states[0].digest(), root=merkle.root(w.leaves), size=len(w.leaves))
-
-
-def test_refused_value_rule():
-    cid = b"\x01" * 32
-    values = {refused_value_hash(cid, c) for c in REFUSAL_CLASSES}
-    assert len(values) == len(REFUSAL_CLASSES)
-    assert refused_value_hash(cid, "invalid") == refused_value_hash(cid, "invalid")
-    assert refused_value_hash(cid, "invalid") != refused_value_hash(b"\x02" * 32, "invalid")
-    with pytest.raises(ValueError, match="unknown refusal class"):
-        refused_value_hash(cid, "bored")
-    assert fetch_refusal_class("too_large") == "too_large"
-    assert fetch_refusal_class("unreachable") == fetch_refusal_class("http_status") == "unavailable"
 
 
 def test_validate_accepts_honest_and_names_each_refusal(runs):
