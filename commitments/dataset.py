@@ -16,7 +16,6 @@ import math
 import os
 import sys
 import sysconfig
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ import numpy as np
 
 from commitments import merkle
 from commitments.errors import CommitmentError
+from commitments.files import atomic_write_text, atomic_write_with
 from commitments.hashing import digest, h
 
 SAMPLE_DOMAIN = "pot/sample/v1"
@@ -267,28 +267,6 @@ def default_corpus_files() -> list[Path]:
     return files
 
 
-def _atomic_write(path: Path, write) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
 def sidecar_path(out_path: str | os.PathLike[str]) -> Path:
     p = Path(out_path)
     return p.with_name(p.name + ".json")
@@ -335,7 +313,7 @@ def prepare_default_corpus(out_path: str | os.PathLike[str], *, max_bytes: int =
     python_version = ".".join(str(x) for x in sys.version_info[:3])
     file_list_digest = digest("pot/corpus-files/v1", listing)
     content_digest = h(raw)
-    _atomic_write(out, lambda f: np.save(f, tokens, allow_pickle=False))
+    atomic_write_with(out, lambda f: np.save(f, tokens, allow_pickle=False))
     meta = {
         "format": CORPUS_FORMAT,
         "tokenizer": "bytes",
@@ -353,7 +331,7 @@ def prepare_default_corpus(out_path: str | os.PathLike[str], *, max_bytes: int =
         "split": "the last ceil(validation_fraction * num_samples) samples are validation",
     }
     side = sidecar_path(out)
-    _atomic_write(side, lambda f: f.write((json.dumps(meta, indent=2, sort_keys=True) + "\n").encode()))
+    atomic_write_text(side, json.dumps(meta, indent=2, sort_keys=True) + "\n")
     return CorpusInfo(str(out), str(side), int(tokens.size), len(listing), python_version,
                       file_list_digest, content_digest)
 

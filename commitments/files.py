@@ -71,6 +71,18 @@ def atomic_write_with(path: str | os.PathLike[str], write: Callable[[BinaryIO], 
         write(f)
 
 
+def publish(tmp: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
+    """Make `tmp`, a finished file its writer filled itself (a resumable download), the file
+    `path`: fsync it, rename it over `path`, fsync the folder. Both must be in one folder."""
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(Path(path).parent)
+
+
 def create_private(path: str | os.PathLike[str]) -> None:
     """Create `path` empty with mode 0600 if it does not exist, and narrow it to 0600 if it does:
     for files that another library opens (SQLite databases, journals) and that hold secrets."""

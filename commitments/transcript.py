@@ -17,7 +17,6 @@ import fcntl
 import importlib.metadata
 import os
 import platform
-import tempfile
 import time as _time
 import tomllib
 from collections.abc import Iterator
@@ -30,6 +29,7 @@ from nacl.signing import SigningKey, VerifyKey
 
 from commitments import cbor
 from commitments.errors import CommitmentError, NonCanonicalCBOR
+from commitments.files import atomic_write_bytes
 from commitments.hashing import DIGEST_SIZE, digest, structure_bytes
 
 TRANSCRIPT_VERSION = "pot/transcript/v1"
@@ -373,34 +373,12 @@ def _sign(signing_key: SigningKey, unsigned: dict[str, Any]) -> bytes:
 # --- session keys and the writer (I/O) ----------------------------------------------------------
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _write_new(path: Path, data: bytes, mode: int) -> None:
     """Write a new file atomically; refuse to replace an existing one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        # link() fails if the target exists, so a concurrent creator cannot be overwritten.
-        os.link(tmp, path)
+        atomic_write_bytes(path, data, mode=mode, replace=False)
     except FileExistsError:
         raise TranscriptError(f"{path}: already exists; resume it or choose another path") from None
-    finally:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-    _fsync_dir(path.parent)
 
 
 def save_session_key(path: str | os.PathLike[str], key: SigningKey) -> None:

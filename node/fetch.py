@@ -2,19 +2,22 @@
 
 Every request has connect/read/total timeouts and a size cap; transient failures are retried with
 exponential backoff and full jitter, and a partial download resumes with an HTTP Range request.
-Files appear atomically (temp file, fsync, rename).
+Files appear atomically (commitments.files.publish: fsync, rename, fsync the folder).
 """
 
 from __future__ import annotations
 
 import os
-import random
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
 import httpx
+
+from commitments.files import publish
+from commitments.retry import Backoff
 
 CHUNK = 1 << 20
 
@@ -38,9 +41,13 @@ class FetchPolicy:
     backoff_base_s: float = 0.5
     backoff_max_s: float = 15.0
 
+    @cached_property
+    def _backoff(self) -> Backoff:
+        return Backoff(self.backoff_base_s, self.backoff_max_s)
+
     def backoff(self, attempt: int) -> float:
-        """Full jitter: uniform in [0, min(cap, base * 2^attempt)]."""
-        return random.uniform(0, min(self.backoff_max_s, self.backoff_base_s * 2 ** attempt))
+        """The delay before retry `attempt` (0-based): full jitter, see commitments.retry."""
+        return self._backoff.delay(attempt)
 
     def timeout(self) -> httpx.Timeout:
         return httpx.Timeout(connect=self.connect_timeout_s, read=self.read_timeout_s,
@@ -104,8 +111,6 @@ def _one_attempt(client: httpx.Client, url: str, part: Path, max_bytes: int, pol
                 if stop is not None and stop():
                     raise FetchStopped(f"GET {url}: stopped at {total} bytes")
                 f.write(chunk)
-            f.flush()
-            os.fsync(f.fileno())
     return total
 
 
@@ -123,8 +128,7 @@ def fetch_to_file(url: str, dest: str | os.PathLike[str], *, max_bytes: int,
                 raise FetchStopped(f"GET {url}: stopped before attempt {attempt + 1}")
             try:
                 size = _one_attempt(client, url, part, max_bytes, policy, stop)
-                os.replace(part, dest)
-                _fsync_dir(dest.parent)
+                publish(part, dest)
                 return size
             except FetchError as exc:
                 last = exc
@@ -166,14 +170,6 @@ def fetch_bytes(url: str, *, max_bytes: int, policy: FetchPolicy | None = None) 
             if attempt + 1 < policy.attempts:
                 time.sleep(policy.backoff(attempt))
     raise last  # type: ignore[misc]
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 __all__ = ["FetchError", "FetchPolicy", "FetchStopped", "fetch_bytes", "fetch_to_file", "resolve_uri"]

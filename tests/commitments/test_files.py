@@ -4,7 +4,14 @@ import stat
 
 import pytest
 
-from commitments.files import PRIVATE, atomic_write_bytes, atomic_write_text, atomic_writer, create_private
+from commitments.files import (
+    PRIVATE,
+    atomic_write_bytes,
+    atomic_write_text,
+    atomic_writer,
+    create_private,
+    publish,
+)
 
 
 def _mode(p):
@@ -48,3 +55,14 @@ def test_create_private_narrows(tmp_path):
     q = tmp_path / "new" / "j.db"
     create_private(q)
     assert _mode(q) == 0o600 and q.read_bytes() == b""
+
+
+def test_publish_moves_a_finished_file_over_the_target(tmp_path):
+    part, dest = tmp_path / "o.part", tmp_path / "o"
+    dest.write_bytes(b"old")
+    part.write_bytes(b"downloaded")
+    publish(part, dest)
+    assert dest.read_bytes() == b"downloaded" and not part.exists()
+    with pytest.raises(FileNotFoundError):
+        publish(part, dest)  # nothing to publish: the target stays
+    assert dest.read_bytes() == b"downloaded"
