@@ -66,6 +66,11 @@ class DatabaseSection(_Section):
     def _url(cls, v: str) -> str:
         if v and not v.startswith(("sqlite:", "postgresql:", "postgresql+psycopg2:")):
             raise ValueError("must be an sqlite:///... or postgresql://... URL")
+        if v.startswith("postgresql"):
+            try:
+                import psycopg2  # noqa: F401  (only a PostgreSQL URL needs the driver)
+            except ImportError:
+                raise ValueError("PostgreSQL needs the psycopg2 driver: pip install 'pot-verifier[postgres]'") from None
         return v
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,15 @@ def test_bad_config_names_the_key(tmp_path, toml, needle):
     with pytest.raises(ConfigError) as exc:
         load_config(p, env={})
     assert needle in str(exc.value)
+
+
+def test_postgres_url_without_its_driver_names_the_extra(tmp_path, monkeypatch):
+    p = tmp_path / "node.toml"
+    p.write_text('[database]\nurl = "postgresql+psycopg2://pot@127.0.0.1:5432/potnode"\n')
+    monkeypatch.setitem(sys.modules, "psycopg2", None)  # what `import psycopg2` meets without the extra
+    with pytest.raises(ConfigError) as exc:
+        load_config(p, env={})
+    assert "database.url" in str(exc.value) and "pot-verifier[postgres]" in str(exc.value)
 
 
 def test_missing_config_file(tmp_path):
