@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from oracle.exact import kernels, ops  # noqa: E402
 from oracle.exact import transcendental as tx  # noqa: E402
-from oracle.exact.quant import exact_matmul  # noqa: E402
+from oracle.exact.gemm import exact_matmul  # noqa: E402
 
 GEMM_SHAPES = {  # [M, K] @ [K, N] with M = 256 tokens (batch 1 x 256): (M, K, N)
     "768x768": (256, 768, 768),

@@ -75,18 +75,15 @@ def split_rows(batch: int, micro_batches: int) -> list[tuple[int, int]]:
 
 
 def _exact_grads(model, params, inputs, targets, drop_for, micro_batches):
+    # imported here, as in get(): oracle.exact loads the numba kernels, which torch-native never needs
     from oracle.exact import ops
-    from oracle.exact.accumulate import ExactGradAccumulator
+    from oracle.exact.grads import micro_batch_grads
 
-    names = list(params)
-    leaves = {n: p.detach().clone().requires_grad_(True) for n, p in params.items()}
-    acc = ExactGradAccumulator([leaves[n] for n in names])
-    total = inputs.numel()
-    for lo, hi in split_rows(inputs.shape[0], micro_batches):
-        with acc.micro_batch():
-            logits = model.forward(ops, leaves, inputs[lo:hi], drop_for(lo))
-            ops.cross_entropy(logits, targets[lo:hi], total_count=total).backward()
-    return acc.loss(), acc.grads()
+    def forward(leaves, lo, hi):
+        return model.forward(ops, leaves, inputs[lo:hi], drop_for(lo))
+
+    return micro_batch_grads(forward, params, targets, split_rows(inputs.shape[0], micro_batches),
+                             total_count=inputs.numel())
 
 
 def get(name: str) -> Profile:

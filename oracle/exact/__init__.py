@@ -23,8 +23,8 @@ How to use it (the model and step code):
   input has a token axis too ([B, T, C] activations, [B, T] ids, [B, T, V] logits); a tensor
   without one is a single sequence. Position embeddings: ``embedding(pos.expand(B, T), wpe)``.
 
-* Gradients and micro-batches (``oracle.exact.accumulate``): for bytes that do not depend on the
-  split, run every micro-batch inside one ``ExactGradAccumulator``::
+* Gradients and micro-batches (``oracle.exact.accumulate``, ``oracle.exact.grads``): for bytes
+  that do not depend on the split, run every micro-batch inside one ``ExactGradAccumulator``::
 
       acc = ExactGradAccumulator(leaves)            # float32 leaf tensors, canonical order
       for lo, hi in slices:                         # whole sequences, in order
@@ -33,9 +33,9 @@ How to use it (the model and step code):
               ops.cross_entropy(logits, targets[lo:hi], total_count=all_tokens).backward()
       grads, loss = acc.grads(), acc.loss()         # float32, each rounded once
 
-  ``micro_batch_grads(forward, params, targets, slices, total_count=None)`` does exactly this
-  loop: ``forward(leaves, lo, hi)`` returns the logits of sequences lo..hi-1; it returns
-  ``(loss, [grads in params order])``.
+  ``micro_batch_grads(forward, params, targets, slices, total_count=None)`` (the step code runs
+  it) does exactly this loop: ``forward(leaves, lo, hi)`` returns the logits of sequences
+  lo..hi-1; it returns ``(loss, [grads in params order])``.
 
   Inside a micro-batch the parameter gradients go to the accumulator (``p.grad`` stays None);
   outside one they are returned to autograd, already rounded (equal to ``acc.grads()`` for every
@@ -44,8 +44,9 @@ How to use it (the model and step code):
 * Float64 building blocks for other exact-v1 code (the RNG's Box-Muller, the optimizers):
   ``oracle.exact.transcendental`` has ``exp_f64``, ``log_f64``, ``sin_f64``, ``cos_f64``,
   ``tanh_f64``, ``erf_f64``, ``expm1_f64`` (float64 in and out, not rounded) and float32
-  versions ``exp32`` etc. ``oracle.exact.quant`` has ``exact_sum64``, ``exact_matmul``,
-  ``to_f32_once`` and the bit budgets ``sum_bits``/``dot_bits``.
+  versions ``exp32`` etc. ``oracle.exact.quant`` has ``quantise``/``quantise_hilo``,
+  ``exact_sum64``, ``to_f32_once`` and the bit budgets ``sum_bits``/``dot_bits``;
+  ``oracle.exact.gemm`` has ``exact_matmul`` and ``matmul_parts``.
 
 CPU tensors use the numba kernels of ``oracle.exact.kernels`` (transcendental chain, softmax
 rows, layer norm, GEMM operand quantisation, the accumulation fold); they equal the eager
@@ -53,7 +54,8 @@ definitions bit for bit (POT_EXACT_KERNELS=0 forces the eager path everywhere). 
 normative text is docs/exact-v1.md.
 """
 
-from oracle.exact.accumulate import ExactGradAccumulator, micro_batch_grads
+from oracle.exact.accumulate import ExactGradAccumulator
+from oracle.exact.grads import micro_batch_grads
 from oracle.exact.quant import ExactError
 
 __all__ = ["ExactGradAccumulator", "ExactError", "micro_batch_grads"]

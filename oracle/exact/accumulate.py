@@ -229,29 +229,3 @@ class ExactGradAccumulator:
         total = torch.full((), float(self._loss_total), dtype=F64, device=s.device)
         return canon_nan((s / total).to(F32))
 
-
-def micro_batch_grads(forward, params, targets: torch.Tensor, slices, *, total_count: int | None = None):
-    """Loss and gradients of one step, accumulated over micro-batches.
-
-    `forward(leaves, lo, hi)` returns the logits [hi - lo, T, V] of sequences lo..hi-1 computed
-    with oracle.exact.ops from `leaves` (a dict like `params`, of fresh leaf tensors);
-    `targets` is [B, T] int64; `slices` are the micro-batches' (lo, hi) in order, covering the
-    batch. Returns (float32 loss, float32 gradients in the order of `params`), the same bytes
-    for every split."""
-    names = list(params)
-    leaves = {n: params[n].detach().requires_grad_(True) for n in names}
-    total = targets.numel() if total_count is None else total_count
-    acc = ExactGradAccumulator([leaves[n] for n in names])
-    from oracle.exact import ops  # here: ops imports this module
-
-    expected = 0
-    for lo, hi in slices:
-        if lo != expected or hi <= lo:
-            raise ExactError(f"micro-batches must be consecutive, non-empty slices from 0; got {list(slices)}")
-        expected = hi
-        with acc.micro_batch():
-            logits = forward(leaves, lo, hi)
-            ops.cross_entropy(logits, targets[lo:hi], total_count=total).backward()
-    if expected != targets.shape[0]:
-        raise ExactError(f"micro-batches cover {expected} of {targets.shape[0]} sequences")
-    return acc.loss(), acc.grads()

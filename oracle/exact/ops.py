@@ -15,16 +15,15 @@ import torch
 from oracle.exact import kernels
 from oracle.exact import transcendental as tx
 from oracle.exact.accumulate import Fold, active
+from oracle.exact.gemm import exact_matmul, matmul_parts
 from oracle.exact.quant import (
     F32,
     F64,
     ExactError,
-    block_exponent,
     canon_nan,
-    exact_matmul,
     exact_sum64,
-    matmul_parts,
     pow2,
+    quantise,
     round_scaled_int_to_f32,
     sum_bits,
 )
@@ -615,9 +614,7 @@ class _Embedding(torch.autograd.Function):
         g64 = g3.to(F64)
         fin = bool(torch.isfinite(g64).all())
         clean = g64 if fin else torch.where(torch.isfinite(g64), g64, torch.zeros_like(g64))
-        maxabs = torch.amax(torch.abs(clean), dim=1, keepdim=True)
-        e = block_exponent(maxabs)
-        q = torch.round(clean * pow2(s - e))
+        q, e = quantise(clean, 1, s)
         scale = pow2(e - s)
 
         def fill(fold):
@@ -771,8 +768,8 @@ def sum_of_squares(tensors) -> torch.Tensor:
             sq = torch.cat([sq, torch.zeros(pad, dtype=F64, device=sq.device)])
         rows = sq.reshape(-1, SOS_CHUNK)
         s = sum_bits(SOS_CHUNK)
-        e = block_exponent(torch.amax(rows, dim=1, keepdim=True))
-        n = torch.sum(torch.round(rows * pow2(s - e)), dim=1)
+        q, e = quantise(rows, 1, s)
+        n = torch.sum(q, dim=1)
         for ni, ei in zip(n.tolist(), (e.squeeze(1) - s).tolist(), strict=True):
             if ni:
                 terms.append((int(ni), int(ei)))

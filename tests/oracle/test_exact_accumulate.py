@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from oracle.exact import ExactError, ExactGradAccumulator, ops
-from oracle.exact.accumulate import Fold, micro_batch_grads
+from oracle.exact.accumulate import Fold
+from oracle.exact.grads import micro_batch_grads
 from tests.oracle.vectors.edge import bits
 
 B, T, C, V, H = 8, 6, 16, 20, 2

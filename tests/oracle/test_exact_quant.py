@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from oracle.exact import gemm as G
 from oracle.exact import quant as Q
 from tests.oracle.vectors.edge import bits
 
@@ -32,7 +33,7 @@ def _ref_matmul(a, b, variant):
     A, B = a.double().tolist(), b.double().tolist()
     out = torch.empty(m, n, dtype=torch.float32)
     if variant == "single":
-        s = Q.dot_bits(Q.k_chunks(k)[1])
+        s = Q.dot_bits(G.k_chunks(k)[1])
         qa = [_frac_quantised_row(r, s) for r in A]
         qb = [_frac_quantised_row([B[i][j] for i in range(k)], s) for j in range(n)]
         for i in range(m):
@@ -82,21 +83,21 @@ def test_bit_budgets():
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_matmul_equals_integer_reference(variant, seed):
     a, b = _rand((5, 7), seed), _rand((7, 4), seed + 100)
-    assert torch.equal(bits(Q.exact_matmul(a, b, variant)), bits(_ref_matmul(a, b, variant)))
+    assert torch.equal(bits(G.exact_matmul(a, b, variant)), bits(_ref_matmul(a, b, variant)))
 
 
 @pytest.mark.parametrize("k", [512, 513, 1100, 2048])
 def test_chunked_single_slice_equals_integer_reference(k):
     # beyond one chunk the integer sum passes 2^53 and is carried exactly as hi + lo
     a, b = _rand((3, k), k, 2.0), _rand((k, 2), k + 1, 2.0)
-    nc, kc = Q.k_chunks(k)
-    assert nc * kc >= k and kc <= Q.K_CHUNK and (nc > 1) == (k > Q.K_CHUNK)
-    assert torch.equal(bits(Q.exact_matmul(a, b, "single")), bits(_ref_matmul(a, b, "single")))
+    nc, kc = G.k_chunks(k)
+    assert nc * kc >= k and kc <= G.K_CHUNK and (nc > 1) == (k > G.K_CHUNK)
+    assert torch.equal(bits(G.exact_matmul(a, b, "single")), bits(_ref_matmul(a, b, "single")))
     # batched form: same bytes per batch entry
     ab = torch.stack([a, a * 2])
     bb = torch.stack([b, b])
-    got = Q.exact_matmul(ab, bb, "single")
-    assert torch.equal(bits(got[0]), bits(Q.exact_matmul(a, b, "single")))
+    got = G.exact_matmul(ab, bb, "single")
+    assert torch.equal(bits(got[0]), bits(G.exact_matmul(a, b, "single")))
 
 
 @pytest.mark.parametrize("kern", [True, False])
@@ -106,9 +107,9 @@ def test_one_gemm_shortcut_equals_chunked_sum(monkeypatch, kern):
 
     a, b = _rand((6, 1500), 41, 1.0), _rand((1500, 5), 42, 1.0)
     with (kernels.disabled() if not kern else _nullctx()):
-        fast = Q.exact_matmul(a, b, "single")
-        monkeypatch.setattr(Q, "ONE_GEMM_BOUND", 0.0)
-        chunked = Q.exact_matmul(a, b, "single")
+        fast = G.exact_matmul(a, b, "single")
+        monkeypatch.setattr(G, "ONE_GEMM_BOUND", 0.0)
+        chunked = G.exact_matmul(a, b, "single")
     assert torch.equal(bits(fast), bits(chunked))
     assert torch.equal(bits(fast), bits(_ref_matmul(a, b, "single")))
 
@@ -130,9 +131,9 @@ def test_chunked_sum_beyond_two_to_the_53_stays_exact():
     a[1] *= -1
     a[0, 7] = 0.7
     b = torch.full((k, 3), v)
-    s = Q.dot_bits(Q.k_chunks(k)[1])
+    s = Q.dot_bits(G.k_chunks(k)[1])
     assert k * (2**s - 1) ** 2 > 2**53
-    assert torch.equal(bits(Q.exact_matmul(a, b, "single")), bits(_ref_matmul(a, b, "single")))
+    assert torch.equal(bits(G.exact_matmul(a, b, "single")), bits(_ref_matmul(a, b, "single")))
 
 
 @pytest.mark.parametrize("variant", ["single", "hilo"])
@@ -142,7 +143,7 @@ def test_matmul_subnormal_results_round_once(variant):
     a = (torch.rand(6, 9, generator=g) + 0.5) * 2.0**-70
     b = (torch.rand(9, 5, generator=g) - 0.5) * 2.0**-70
     a, b = a.float(), b.float()
-    got = Q.exact_matmul(a, b, variant)
+    got = G.exact_matmul(a, b, variant)
     assert (got.abs() < 2.0**-126).any() and (got != 0).any()
     assert torch.equal(bits(got), bits(_ref_matmul(a, b, variant)))
 
@@ -153,22 +154,22 @@ def test_matmul_ties_round_to_even():
     a = torch.tensor([[1.0, 1.0]], dtype=torch.float32)
     for extra, want in ((2.0**-24, 1.0), (3 * 2.0**-24, 1.0 + 2.0**-22)):
         b = torch.tensor([[1.0], [extra]], dtype=torch.float32)
-        assert Q.exact_matmul(a, b, "hilo").item() == want
+        assert G.exact_matmul(a, b, "hilo").item() == want
         assert _ref_matmul(a, b, "hilo").item() == want
 
 
 def test_matmul_overflow_is_ieee_infinity():
     a = torch.full((1, 4), 3e38, dtype=torch.float32)
     b = torch.full((4, 1), 2.0, dtype=torch.float32)
-    assert Q.exact_matmul(a, b).item() == math.inf
-    assert Q.exact_matmul(a, -b).item() == -math.inf
+    assert G.exact_matmul(a, b).item() == math.inf
+    assert G.exact_matmul(a, -b).item() == -math.inf
 
 
 def test_matmul_non_finite_classes():
     inf, nan = math.inf, math.nan
     a = torch.tensor([[inf, 1.0], [inf, 0.0], [inf, 1.0], [nan, 1.0], [1.0, 2.0], [-inf, 1.0]])
     b = torch.tensor([[2.0, 0.0, -1.0], [1.0, 1.0, 1.0]])
-    got = Q.exact_matmul(a, b)
+    got = G.exact_matmul(a, b)
     # reference: IEEE float64 products summed term by term (no zero-skipping)
     want = torch.empty(6, 3, dtype=torch.float32)
     for i in range(6):
@@ -186,14 +187,14 @@ def test_matmul_independent_of_threads_and_batch_split():
     old = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        one = Q.exact_matmul(a, b)
+        one = G.exact_matmul(a, b)
         torch.set_num_threads(max(2, old))
-        two = Q.exact_matmul(a, b)
+        two = G.exact_matmul(a, b)
     finally:
         torch.set_num_threads(old)
     assert torch.equal(bits(one), bits(two))
     # rows computed separately (a different GEMM blocking) give the same bytes
-    rows = torch.cat([Q.exact_matmul(a[i:i + 1], b) for i in range(a.shape[0])])
+    rows = torch.cat([G.exact_matmul(a[i:i + 1], b) for i in range(a.shape[0])])
     assert torch.equal(bits(one), bits(rows))
 
 
@@ -252,9 +253,9 @@ def test_canonical_nan_bits():
 
 def test_quantise_rejects_bad_variant_and_shapes():
     with pytest.raises(Q.ExactError, match="variant"):
-        Q.exact_matmul(torch.ones(2, 2), torch.ones(2, 2), "triple")
+        G.exact_matmul(torch.ones(2, 2), torch.ones(2, 2), "triple")
     with pytest.raises(Q.ExactError, match="inner sizes"):
-        Q.exact_matmul(torch.ones(2, 3), torch.ones(2, 2))
+        G.exact_matmul(torch.ones(2, 3), torch.ones(2, 2))
 
 
 GPT2_SHAPES = [((256, 768), (768, 768)), ((256, 768), (768, 3072)), ((256, 3072), (3072, 768))]
@@ -271,8 +272,8 @@ def test_gemm_accuracy_against_float64_on_gpt2_shapes(sa, sb):
         return (c.double() - ref).abs().mean().item()
 
     e_torch = err(a @ b)
-    e_single = err(Q.exact_matmul(a, b, "single"))
-    e_hilo = err(Q.exact_matmul(a, b, "hilo"))
+    e_single = err(G.exact_matmul(a, b, "single"))
+    e_hilo = err(G.exact_matmul(a, b, "hilo"))
     assert e_single <= 4 * e_torch, (e_single, e_torch)
     assert e_hilo < e_torch, (e_hilo, e_torch)
     # hi/lo is (nearly) the correctly rounded result: its error is float32's own rounding

@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 
+from oracle.exact import gemm as G
 from oracle.exact import kernels, ops
 from oracle.exact import quant as Q
 from oracle.exact import transcendental as tx
@@ -70,9 +71,9 @@ def test_matmul_and_sum():
     for case in DOC["matmul"]:
         a, b = unhx(case["a"], case["a_shape"]), unhx(case["b"], case["b_shape"])
         for v in ("single", "hilo"):
-            _eq(Q.exact_matmul(a, b, v), case[v], f"matmul {v} {case['a_shape']}")
+            _eq(G.exact_matmul(a, b, v), case[v], f"matmul {v} {case['a_shape']}")
             # and transposed operands (the linear layout) give the same bytes
-            _eq(Q.exact_matmul(a, b.t().contiguous().t(), v), case[v], f"matmul {v} strided")
+            _eq(G.exact_matmul(a, b.t().contiguous().t(), v), case[v], f"matmul {v} strided")
     for case in DOC["sum"]:
         x = unhx(case["x"], case["shape"])
         _eq(Q.exact_sum64(x, 1).float(), case["sum_dim1"], "sum dim 1")

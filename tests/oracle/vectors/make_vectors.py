@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from oracle.exact import gemm as G
 from oracle.exact import kernels, ops
 from oracle.exact import quant as Q
 from oracle.exact import transcendental as tx
@@ -106,8 +107,8 @@ def build() -> dict:
             })
         for a, b in matmul_cases():
             doc["matmul"].append({"a_shape": list(a.shape), "b_shape": list(b.shape), "a": hx(a), "b": hx(b),
-                                  "single": hx(Q.exact_matmul(a, b, "single")),
-                                  "hilo": hx(Q.exact_matmul(a, b, "hilo"))})
+                                  "single": hx(G.exact_matmul(a, b, "single")),
+                                  "hilo": hx(G.exact_matmul(a, b, "hilo"))})
         for s in sum_cases():
             doc["sum"].append({"shape": list(s.shape), "x": hx(s), "sum_dim1": hx(Q.exact_sum64(s, 1).float()),
                                "sum_all": hx(Q.exact_sum64(s, None).float())})
