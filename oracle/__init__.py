@@ -1,7 +1,8 @@
 """The exact-v1 oracle: exact arithmetic, models, optimizers, RNG, the step function.
 
-`step`, `init_state`, `TrainState` and `norm_bucket` load on first use, so importing the package
-(as `pot --help` does through oracle.cli) does not import torch.
+`init_state`, `TrainState` and the modules `step` and `norm_bucket` load on first use, so importing
+the package (as `pot --help` does through oracle.cli) does not import torch. The functions are
+`oracle.step.step(...)` and `oracle.norm_bucket.norm_bucket(...)`.
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ _LAZY = {
 
 def __getattr__(name: str):
     if name in ("step", "norm_bucket"):
-        # These submodules are callable as their function (see their ends), so `oracle.step(...)`
-        # works whether the package attribute holds the module or the function.
         return importlib.import_module("oracle." + name)
     if name in _LAZY:
         module, attr = _LAZY[name]

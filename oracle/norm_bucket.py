@@ -44,8 +44,6 @@ undetected substitution among many challenges.
 from __future__ import annotations
 
 import math
-import sys
-import types
 
 import torch
 
@@ -97,12 +95,3 @@ def norm_bucket(before, after, *, resolution: int = RESOLUTION) -> int:
     s = update_sq_norm(before.params(), after.params())
     return bucket_of(s.item(), resolution)
 
-
-class _CallableModule(types.ModuleType):
-    """`oracle.norm_bucket` names both this module and its function; calling the module buckets."""
-
-    def __call__(self, before, after, *, resolution: int = RESOLUTION) -> int:
-        return norm_bucket(before, after, resolution=resolution)
-
-
-sys.modules[__name__].__class__ = _CallableModule

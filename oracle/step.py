@@ -7,9 +7,6 @@ thread count and micro-batch split. The batch holds seq_len + 1 tokens per seque
 
 from __future__ import annotations
 
-import sys
-import types
-
 import numpy as np
 import torch
 
@@ -94,12 +91,3 @@ def step(state: TrainState, batch, spec: Spec, step_index: int, *,
         step=step_index, seed=seed)
     return new_state, loss.detach().to(torch.float32).reshape(())
 
-
-class _CallableModule(types.ModuleType):
-    """`oracle.step` names both this module and the step function; calling the module steps."""
-
-    def __call__(self, state, batch, spec, step_index, *, micro_batches=1):
-        return step(state, batch, spec, step_index, micro_batches=micro_batches)
-
-
-sys.modules[__name__].__class__ = _CallableModule
