@@ -8,13 +8,13 @@ scalar: the Philox base seed). The state digest is commitments.tensors.state_dig
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from commitments.files import PRIVATE, atomic_write_bytes
 from commitments.spec import Spec
 from commitments.tensors import state_digest
 from oracle import models, optim
@@ -116,30 +116,13 @@ class TrainState:
 
     # --- files ----------------------------------------------------------------------------
     def to_safetensors(self, path: str | os.PathLike[str]) -> None:
-        """Write atomically (temp file in the same folder, fsync, rename)."""
+        """Write atomically and durably (commitments.files), readable by the owner only: a
+        miner's states are its own until it opens them."""
         from safetensors.torch import save
 
         data = save({k: v.detach().cpu().contiguous() for k, v in self.tensors.items()},
                     metadata={"format": STATE_FORMAT, "order": ",".join(self.tensors)})
-        p = Path(path)
-        fd, tmp = tempfile.mkstemp(dir=p.parent if str(p.parent) else ".", prefix=f".{p.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, p)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
-        dfd = os.open(p.parent if str(p.parent) else ".", os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        atomic_write_bytes(path, data, mode=PRIVATE)
 
     @classmethod
     def from_safetensors(cls, path: str | os.PathLike[str], spec: Spec, *, device=None) -> TrainState:
