@@ -55,7 +55,7 @@ def _free_port() -> int:
 def export_genesis(dest: Path) -> Path:
     """Write the Rococo Asset Hub chain spec (export `chainSpec`, a JSON string) to `dest`."""
     if not SPEC_FILE.is_file():
-        raise ChopsticksError(f"{SPEC_FILE} is missing: run `npm install` (scripts/setup does) at {REPO}")
+        raise ChopsticksError(f"{SPEC_FILE} is missing: run `npm install` (scripts/setup --test does) at {REPO}")
     script = f"process.stdout.write(require({json.dumps(str(SPEC_FILE))}).chainSpec)"
     try:
         out = subprocess.run(["node", "-e", script], capture_output=True, timeout=60, check=True)
@@ -100,7 +100,7 @@ class Chopsticks:
         """Export the genesis, start chopsticks, and wait until its RPC answers."""
         if not CHOPSTICKS_BIN.exists():
             raise ChopsticksError(
-                f"{CHOPSTICKS_BIN} is missing: run `npm install` (scripts/setup does) at {REPO}"
+                f"{CHOPSTICKS_BIN} is missing: run `npm install` (scripts/setup --test does) at {REPO}"
             )
         if not self.genesis_path.exists():
             export_genesis(self.genesis_path)

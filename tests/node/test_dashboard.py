@@ -29,7 +29,7 @@ HONEST, FAKED = b"\x42" * 32, b"\x43" * 32
 @pytest.fixture
 def browser(tmp_path):
     if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
-        pytest.skip("needs Debian's chromium and chromium-driver (scripts/setup installs them)")
+        pytest.skip("needs Debian's chromium and chromium-driver (scripts/setup --test installs them)")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
