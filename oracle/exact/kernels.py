@@ -609,9 +609,9 @@ def fold_into(hi: torch.Tensor, lo: torch.Tensor, values: torch.Tensor) -> int:
 
 @_serial
 def quant_rows(x: torch.Tensor, s: int):
-    """Block quantisation of each row of a contiguous float32 [R, K] tensor, as
-    quant.block_exponent + round_half_even(x * 2^(s - e)): (q float64, e int64 [R, 1], the largest
-    row sum of q^2 as a float), or None if a row holds inf or NaN (the general path then runs)."""
+    """quant.quantise(x, -1, s) of a contiguous float32 [R, K] tensor, bit for bit: (q float64,
+    e int64 [R, 1], the largest row sum of q^2 as a float), or None if a row holds inf or NaN (the
+    general path then runs)."""
     R, K = x.shape
     q = torch.empty(R, K, dtype=F64)
     e = torch.empty(R, 1, dtype=torch.int64)
