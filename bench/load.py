@@ -191,7 +191,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     from chain.view import ChainView
     from challenges.opening import build_opening, encode_leaves, load_opening
     from commitments import merkle
-    from node.demo import atomic_write_text, free_port, to_toml
+    from devnet.demo import atomic_write_text, free_port, to_toml
 
     n_runs = -(-args.challenges // args.per_run)
     total = n_runs * args.per_run

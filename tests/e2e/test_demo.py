@@ -98,7 +98,7 @@ def test_demo_spec_is_the_example_spec():
     """The README's miner quick start trains examples/specs/gpt-demo.toml: the demo's own model."""
     import tomllib
 
-    from node.demo import SPEC
+    from devnet.demo import SPEC
 
     example = tomllib.loads((REPO / "examples/specs/gpt-demo.toml").read_text())
     assert example == SPEC
@@ -109,7 +109,7 @@ def _pacing_demo(tmp_path, head: int, **challenge: object):
     from types import SimpleNamespace
 
     from chain.protocol import ChallengeState, ProtocolState, RunState
-    from node.demo import Demo, demo_params
+    from devnet.demo import Demo, demo_params
 
     d = Demo(tmp_path, chain=None, port=0, steps=10, substitute_at=7, timeout=60, say=lambda m: None)
     d.verifier_accounts = {"v1": "v1", "v2": "v2", "v3": "v3"}
@@ -148,7 +148,7 @@ def test_demo_toml_round_trips():
     import tomllib
 
     from chain.protocol import ProtocolParams
-    from node.demo import demo_params, to_toml
+    from devnet.demo import demo_params, to_toml
 
     params = demo_params(10, 7)
     back = tomllib.loads(to_toml({"protocol": params.to_dict()}))["protocol"]

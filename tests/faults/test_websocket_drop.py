@@ -23,7 +23,7 @@ from chain.view import ChainView
 from commitments import merkle
 from commitments.spec import Spec
 from node.db import chain_cursor, chain_events, challenges, open_database, runs
-from node.demo import atomic_write_text, free_port, to_toml
+from devnet.demo import atomic_write_text, free_port, to_toml
 from tests.chain.chopsticks_env import Chopsticks, chopsticks, fresh_chain, unique_key  # noqa: F401
 from tests.chain.test_substrate_reconnect import CuttableProxy
 from tests.faults.harness import wait_for

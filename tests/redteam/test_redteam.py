@@ -10,7 +10,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from node import redteam
+from devnet import redteam
 from tests.node.harness import REPO
 
 pytestmark = pytest.mark.slow
