@@ -191,7 +191,9 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     from chain.view import ChainView
     from challenges.opening import build_opening, encode_leaves, load_opening
     from commitments import merkle
-    from devnet.demo import atomic_write_text, free_port, to_toml
+    from commitments.files import atomic_write_text
+    from devnet.procs import free_port
+    from devnet.toml import to_toml
 
     n_runs = -(-args.challenges // args.per_run)
     total = n_runs * args.per_run

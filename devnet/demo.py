@@ -5,26 +5,33 @@ the demo prints progress, serves one node's dashboard and ends with a summary of
 
 from __future__ import annotations
 
-import json
-import os
-import random
-import shutil
-import signal
-import socket
 import subprocess
-import sys
-import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import typer
+import sqlalchemy as sa
+from scalecodec.utils.ss58 import ss58_encode
+from substrateinterface import Keypair
 
-REPO = Path(__file__).resolve().parents[1]
-
-demo_app = typer.Typer(add_completion=False, help="Run the whole protocol on one machine.")
+from chain import protocol as P
+from chain.connect import connect
+from chain.dev import DevTransport
+from chain.protocol import ProtocolParams
+from chain.transport import TransportError
+from chain.view import ChainView
+from commitments.dataset import prepare_default_corpus
+from commitments.files import PRIVATE, atomic_write_text
+from commitments.retry import Backoff
+from commitments.spec import Spec
+from devnet.blocks import FAST_S, SLOW_S, BlockMaker
+from devnet.procs import Child, Children, free_port
+from devnet.render import short
+from devnet.toml import to_toml
+from node.api import ApiServer, bind, create_app
+from node.config import load_config
+from node.db import DatabaseError, chain_cursor, make_engine, open_database
 
 # The model: a one-layer GPT small enough that ten exact-v1 steps, two runs and a dozen replays
 # fit in a few minutes on two shared cores, yet a real transformer on the real corpus.
@@ -43,176 +50,20 @@ VERIFIERS = (("v1", "none"), ("v2", "none"), ("v3", "noise"))
 DEV_MINERS = ("miner-a", "miner-b")
 # Substrate dev keys: the two runs' miners, then the three verifiers.
 SUBSTRATE_KEYS = ("//Alice", "//Bob", "//Charlie", "//Dave", "//Eve")
-# Blocks come every SLOW_S while someone still has to act in a window, every FAST_S otherwise:
-# generous windows keep a loaded machine from missing one, and nobody waits for idle blocks.
-SLOW_S = 1.0
-FAST_S = 0.1
+# The chain view's retries when the chain does not answer: jittered, growing to 5 s, 20 at most.
+CHAIN_RETRY = Backoff(base_s=0.4, cap_s=5.0)
+CHAIN_ATTEMPTS = 20
 
 
 class DemoError(RuntimeError):
     """The demo cannot go on (a child died, a port is taken, a chain refused), with the reason."""
 
 
-def demo_params(steps: int, substitute_at: int) -> Any:
+def demo_params(steps: int, substitute_at: int) -> ProtocolParams:
     """Protocol parameters of the demo: the substituted step is challenged first, one step is drawn."""
-    from chain.protocol import ProtocolParams
-
     return ProtocolParams(commit_window=120, reveal_window=60, opening_deadline=60,
                           challenges_per_run=2, challenge_delay=2, quorum_min_reveals=3,
                           forced_challenge_steps=(substitute_at,))
-
-
-# --- small helpers ------------------------------------------------------------------------------
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    return json.dumps(str(v))  # a JSON string is a valid TOML basic string
-
-
-def to_toml(doc: dict[str, Any]) -> str:
-    """A flat TOML writer for the demo's own files: top-level keys, then one level of tables."""
-    lines = [f"{k} = {_toml_value(v)}" for k, v in doc.items() if not isinstance(v, dict)]
-    for name, table in doc.items():
-        if isinstance(table, dict):
-            lines += ["", f"[{name}]", *(f"{k} = {_toml_value(v)}" for k, v in table.items())]
-    return "\n".join(lines) + "\n"
-
-
-def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
-
-
-def short(b: bytes | str) -> str:
-    return (b.hex() if isinstance(b, bytes) else b)[:12]
-
-
-# --- child processes ----------------------------------------------------------------------------
-
-
-@dataclass
-class Child:
-    name: str
-    proc: subprocess.Popen
-    log: Path
-
-    def tail(self, n: int = 2500) -> str:
-        try:
-            return self.log.read_text(errors="replace")[-n:]
-        except OSError:
-            return ""
-
-
-class Children:
-    """Processes the demo started, each in its own session so a terminal's Ctrl-C reaches only the
-    demo, which then stops them in order: SIGTERM, a grace period, then SIGKILL of the whole group
-    (a node's replay workers included)."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.workdir = workdir
-        self.items: list[Child] = []
-        self._lock = threading.Lock()
-
-    def start(self, name: str, args: list[str], env: dict[str, str] | None = None) -> Child:
-        log = self.workdir / "logs" / f"{name}.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        # The children's settings are the files the demo wrote: a POT_* variable left in the shell
-        # (an operator's POT_CHAIN_URL, say) would otherwise override them.
-        base = {k: v for k, v in os.environ.items() if not k.startswith("POT_")}
-        with open(log, "ab") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "pot", *args], cwd=self.workdir, stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True,
-                env={**base, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get(
-                    "PYTHONPATH")])), "PYTHONUNBUFFERED": "1", **(env or {})})
-        child = Child(name, proc, log)
-        with self._lock:
-            self.items.append(child)
-        return child
-
-    def stop(self, children: list[Child] | None = None, grace: float = 20.0) -> None:
-        with self._lock:
-            targets = list(self.items if children is None else children)
-        for c in targets:
-            if c.proc.poll() is None:
-                try:
-                    c.proc.send_signal(signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        deadline = time.monotonic() + grace
-        for c in targets:
-            try:
-                c.proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-            # The leader may be gone while its workers linger: clear the group it led.
-            try:
-                os.killpg(c.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            try:
-                c.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                pass
-
-
-# --- block production ---------------------------------------------------------------------------
-
-
-class BlockMaker:
-    """Makes blocks in a thread: every SLOW_S, or every FAST_S while `fast` is set.
-
-    On the dev chain it seals blocks; on a chopsticks chain it asks for them (`dev_newBlock`);
-    on any other Substrate chain the chain makes its own and this does nothing."""
-
-    def __init__(self, make: Any, label: str) -> None:
-        self._make = make
-        self.label = label
-        self.fast = threading.Event()
-        self._stop = threading.Event()
-        self.errors = 0
-        self.thread = threading.Thread(target=self._run, name="pot-demo-blocks", daemon=True)
-
-    def start(self) -> BlockMaker:
-        if self._make is not None:
-            self.thread.start()
-        return self
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self._make(self.fast.is_set())
-                self.errors = 0
-            except Exception:  # a busy chain file or a slow RPC: try again after a pause
-                self.errors += 1
-            # After a failure wait longer each time, with jitter, so retries do not hammer the chain.
-            pause = FAST_S if self.fast.is_set() else SLOW_S
-            if self.errors:
-                pause = SLOW_S * 2 ** min(self.errors, 5) * random.uniform(0.5, 1.5)
-            self._stop.wait(pause)
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self.thread.is_alive():
-            self.thread.join(10)
 
 
 # --- the network ----------------------------------------------------------------------------------
@@ -286,9 +137,6 @@ class Demo:
 
     # --- setup -----------------------------------------------------------------------------------
     def prepare_files(self) -> tuple[Path, Path]:
-        from commitments.dataset import prepare_default_corpus
-        from commitments.spec import Spec
-
         t = time.monotonic()
         corpus = self.workdir / "corpus.npy"
         if not corpus.exists():
@@ -306,11 +154,7 @@ class Demo:
         return corpus, spec_path
 
     def open_chain(self) -> None:
-        from chain.connect import connect
-
         if self.chain_arg is None:
-            from chain.dev import DevTransport
-
             path = self.workdir / "chain.db"
             self.chain_url = f"dev://{path}"
             sealer = DevTransport(path, "demo", sealing="interval")
@@ -321,8 +165,6 @@ class Demo:
             self.say(f"dev chain {self.chain_url}: a block every {SLOW_S:g} s ({FAST_S:g} s while nobody "
                      f"has to act)")
         else:
-            from chain.transport import TransportError
-
             self.chain_url = self.chain_arg
             try:
                 t = connect(self.chain_arg, key=SUBSTRATE_KEYS[0], kind="remark", rpc_timeout=30.0)
@@ -330,17 +172,12 @@ class Demo:
                 raise DemoError(f"cannot connect to {self.chain_arg}: {exc}") from None
             self.view_transport = t
             self._substrate_setup(t)
-        from chain.view import ChainView
-
         start = self.view_transport.finalized_head()
         self.start_block = start if self.chain_arg is not None else 0
         self.view = ChainView(self.view_transport, self.params, cursor=self.start_block, keep_events=False)
 
     def _substrate_setup(self, t: Any) -> None:
         """On chopsticks: fund the demo's accounts and make blocks on demand; elsewhere: use the chain."""
-        from scalecodec.utils.ss58 import ss58_encode
-        from substrateinterface import Keypair
-
         fmt = t.client.ss58_format
         self.addresses = {k: ss58_encode(Keypair.create_from_uri(k).public_key, fmt) for k in SUBSTRATE_KEYS}
         try:
@@ -355,8 +192,6 @@ class Demo:
             return
         self.say(f"{self.chain_arg}: chopsticks; accounts funded, blocks made every {SLOW_S:g} s "
                  f"({FAST_S:g} s while nobody has to act)")
-        from chain.connect import connect
-
         maker = connect(self.chain_arg, key=SUBSTRATE_KEYS[0], kind="remark", rpc_timeout=30.0)
         self._transports.append(maker)
         # A chopsticks block costs a runtime execution: fast-forward in batches rather than by rate.
@@ -374,7 +209,7 @@ class Demo:
         else:
             key = SUBSTRATE_KEYS[2 + [v for v, _ in VERIFIERS].index(name)]
             secrets = data / "secrets.toml"
-            atomic_write_text(secrets, to_toml({"key": {"uri": key}}), mode=0o600)
+            atomic_write_text(secrets, to_toml({"key": {"uri": key}}), mode=PRIVATE)
             node["secrets_file"] = str(secrets)
             chain["start_block"] = self.start_block
             self.verifier_accounts[self.addresses[key]] = name
@@ -387,9 +222,6 @@ class Demo:
         return path
 
     def start_nodes(self) -> None:
-        from node.config import load_config
-        from node.db import DatabaseError, open_database
-
         for name, fault in VERIFIERS:
             path = self.node_config(name, fault)
             cfg = load_config(path, env={})
@@ -406,18 +238,11 @@ class Demo:
 
     def serve_dashboard(self) -> None:
         """The API and dashboard of node v1, served from this process."""
+        cfg = load_config(self.workdir / "nodes" / "v1.toml", env={})
         try:
-            from node.api import ApiServer, bind, create_app
-            from node.config import load_config
-
-            cfg = load_config(self.workdir / "nodes" / "v1.toml", env={})
             sock = bind(f"127.0.0.1:{self.port}")
         except OSError as exc:
             raise DemoError(f"{exc} (choose another with --port)") from None
-        except (ImportError, AttributeError) as exc:
-            self.say(f"the dashboard is not available in this build ({type(exc).__name__}: {exc}); "
-                     f"the demo goes on without it")
-            return
         try:
             app = create_app(self.node_db_urls["v1"], cfg)
         except Exception as exc:  # the API is optional to the protocol run; say why it is missing
@@ -464,8 +289,6 @@ class Demo:
         return "honest" if run.honest else f"substituted@{run.substituted_step}"
 
     def on_event(self, ev: Any) -> None:
-        from chain import protocol as P
-
         now = time.monotonic()
         if isinstance(ev, P.RunRegistered):
             run = next((r for r in self.runs if r.miner == ev.miner and r.run_id is None), None)
@@ -547,8 +370,6 @@ class Demo:
         return len(mine) >= expected and all(c.verdict is not None for c in mine)
 
     def watch(self) -> None:
-        from chain.transport import TransportError
-
         failures = 0
         while True:
             if self.elapsed() > self.timeout:
@@ -560,9 +381,9 @@ class Demo:
                 failures = 0
             except TransportError as exc:
                 failures += 1
-                if failures > 20:
+                if failures > CHAIN_ATTEMPTS:
                     raise DemoError(f"the chain stopped answering: {exc}") from None
-                time.sleep(min(5.0, 0.2 * 2 ** failures) * random.uniform(0.5, 1.5))
+                time.sleep(CHAIN_RETRY.delay(failures - 1))
                 continue
             if self.blocks is not None:
                 if self.someone_must_act():
@@ -582,10 +403,6 @@ class Demo:
 
     def wait_nodes_caught_up(self, timeout: float = 60.0) -> None:
         """Let every node record the last resolution before it is stopped (the dashboard shows it)."""
-        import sqlalchemy as sa
-
-        from node.db import chain_cursor, make_engine
-
         target = max((c.resolved_block or 0) for c in self.challenges.values())
         deadline = time.monotonic() + timeout
         engines = {n: make_engine(u) for n, u in self.node_db_urls.items()}
@@ -687,99 +504,3 @@ class Demo:
         self._transports.clear()
         self.view_transport = None
 
-
-def render(summary: dict[str, Any]) -> str:
-    """The summary as a person reads it."""
-    out = [f"\nSummary ({summary['seconds']:.0f} s on {summary['chain']})", "  runs:"]
-    for r in summary["runs"]:
-        label = "honest" if r["honest"] else f"substituted batch at step {r['substituted_step']}"
-        verdicts = ", ".join(f"step {v['step']}: {v['verdict']}" for v in r["verdicts"])
-        trained = f"trained in {r['training_seconds']:.0f} s" if r["training_seconds"] is not None else ""
-        out.append(f"    {(r['run_id'] or '?')[:16]}  {label:<30} {verdicts}  {trained}"
-                   + (f"  slashed {r['slashed']}" if r["slashed"] else ""))
-    out.append("  challenges:")
-    out.append(f"    {'id':<16}  {'run':<16}  {'step':>4}  {'verdict':<12} {'cluster':>7}  {'took':>6}  outliers")
-    for c in summary["challenges"]:
-        took = f"{c['seconds']:.0f} s" if c["seconds"] is not None else "-"
-        out.append(f"    {c['id'][:16]}  {c['run_id'][:16]}  {c['step']:>4}  {str(c['verdict']):<12} "
-                   f"{c['cluster_size']}/{c['reveals']:<5}  {took:>6}  {', '.join(c['outliers']) or '-'}")
-    out.append("  verifiers:")
-    for v in summary["verifiers"]:
-        out.append(f"    {v['name']}  {'faulty (reveals noise)' if v['faulty'] else 'honest':<24} "
-                   f"outlier in {v['outlier_count']} of {len(summary['challenges'])} challenge(s)")
-    out.append("  checks: " + ", ".join(f"{k} {'yes' if ok else 'NO'}" for k, ok in summary["checks"].items()))
-    where = summary["workdir"] if summary.get("workdir_kept") else \
-        f"{summary['workdir']} (removed at exit; --workdir keeps them)"
-    out.append(f"  timings: {summary['timings']}; logs and files in {where}")
-    return "\n".join(out)
-
-
-@demo_app.callback(invoke_without_command=True)
-def demo(
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object on the last line."),
-    port: int = typer.Option(8000, "--port", min=0, max=65535, help="Dashboard/API port on 127.0.0.1 (0: any)."),
-    no_serve: bool = typer.Option(False, "--no-serve", help="Exit after the summary instead of serving on."),
-    chain: str | None = typer.Option(None, "--chain", help="ws://host:port of a Substrate chain (remark "
-                                                             "transport) instead of the embedded dev chain."),
-    workdir: Path | None = typer.Option(None, "--workdir", help="Keep the demo's files here (default: a "
-                                                                 "temporary folder, removed at exit)."),
-    steps: int = typer.Option(10, "--steps", min=2, max=200, help="Training steps per run."),
-    substitute_at: int = typer.Option(7, "--substitute-at", min=1, help="The step trained on a substituted batch."),
-    timeout: float = typer.Option(600.0, "--timeout", min=30, help="Give up after this many seconds."),
-) -> None:
-    """Run a miner (an honest and a substituted run) and three verifier nodes (one faulty) on one chain."""
-    if substitute_at > steps:
-        typer.echo(f"error: --substitute-at {substitute_at} is outside steps 1..{steps}", err=True)
-        raise typer.Exit(2)
-    if chain is not None and not chain.startswith(("ws://", "wss://")):
-        typer.echo(f"error: --chain takes ws://host:port or wss://host:port, got {chain!r}", err=True)
-        raise typer.Exit(2)
-    stream = sys.stderr if as_json else sys.stdout
-
-    def say(msg: str) -> None:
-        print(f"[{time.monotonic() - started:6.1f}s] {msg}", file=stream, flush=True)
-
-    started = time.monotonic()
-    temp = workdir is None
-    wd = Path(tempfile.mkdtemp(prefix="pot-demo-")) if workdir is None else workdir.resolve()
-    wd.mkdir(parents=True, exist_ok=True)
-
-    def on_term(signum: int, _frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = signal.signal(signal.SIGTERM, on_term)
-    d = Demo(wd, chain=chain, port=port, steps=steps, substitute_at=substitute_at, timeout=timeout, say=say,
-             keep_workdir=not temp)
-    code = 0
-    summary = None
-    try:
-        say(f"work folder {wd}")
-        summary = d.run()
-        print(render(summary), file=stream, flush=True)
-        if as_json:
-            print(json.dumps(summary, sort_keys=True), flush=True)
-        code = 0 if summary["ok"] else 1
-        if not no_serve and d.api is not None:
-            say(f"serving the dashboard at {d.dashboard_url} until Ctrl-C")
-            while True:
-                time.sleep(3600)
-    except KeyboardInterrupt:
-        if summary is None:  # interrupted mid-run; after the summary Ctrl-C is how serving ends
-            say("interrupted: stopping every process the demo started")
-            code = 130
-        else:
-            say("stopped serving")
-    except DemoError as exc:
-        say(f"error: {exc}")
-        code = 1
-    finally:
-        d.close()
-        signal.signal(signal.SIGTERM, previous)
-        if temp and code in (0, 130):
-            shutil.rmtree(wd, ignore_errors=True)
-        elif temp:
-            say(f"kept {wd} (logs in {wd / 'logs'})")
-    raise typer.Exit(code)
-
-
-__all__ = ["Demo", "DemoError", "demo_app", "demo_params", "render", "to_toml"]

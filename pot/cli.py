@@ -28,8 +28,8 @@ SUBAPPS = [
     ("recipe", "miner.cli", "recipe_app", "Run documents: write and verify promised digests."),
     ("node", "node.commands", "node_app", "The verifier node: init its database, run the daemon."),
     ("verify", "node.commands", "verify_app", "Offline checks: verify one opening."),
-    ("demo", "devnet.demo", "demo_app", "The whole protocol on one machine: a miner, three verifiers, a dashboard."),
-    ("redteam", "devnet.redteam", "app", "Forge a fresh run every way the protocol must stop; check each is caught."),
+    ("demo", "devnet.cli", "demo_app", "The whole protocol on one machine: a miner, three verifiers, a dashboard."),
+    ("redteam", "devnet.cli", "redteam_app", "Forge a fresh run every way the protocol must stop; check each is caught."),
 ]
 
 for noun, module, attr, help_text in SUBAPPS:

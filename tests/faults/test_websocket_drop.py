@@ -21,9 +21,11 @@ from chain.protocol import ProtocolParams
 from chain.substrate import connect_substrate
 from chain.view import ChainView
 from commitments import merkle
+from commitments.files import atomic_write_text
 from commitments.spec import Spec
+from devnet.procs import free_port
+from devnet.toml import to_toml
 from node.db import chain_cursor, chain_events, challenges, open_database, runs
-from devnet.demo import atomic_write_text, free_port, to_toml
 from tests.chain.chopsticks_env import Chopsticks, chopsticks, fresh_chain, unique_key  # noqa: F401
 from tests.chain.test_substrate_reconnect import CuttableProxy
 from tests.faults.harness import wait_for

@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from devnet import redteam
+from devnet.cli import redteam_app
 from tests.node.harness import REPO
 
 pytestmark = pytest.mark.slow
@@ -73,7 +74,7 @@ def test_a_byte_changing_edit_that_passes_fails_the_command(tmp_path, monkeypatc
         return redteam.Attempt(data, run_id, changed=data != lab.opening())
 
     monkeypatch.setattr(redteam, "EDITS", [*redteam.EDITS, ("reregistered-run", "a changed spec field", reregistered)])
-    res = CliRunner().invoke(redteam.app, ["--json", "--workdir", str(tmp_path), "--only", "reregistered-run",
+    res = CliRunner().invoke(redteam_app, ["--json", "--workdir", str(tmp_path), "--only", "reregistered-run",
                                            "--only", "manifest-reencoded"])
     assert res.exit_code == 1, res.output
     result = json.loads(res.stdout.strip().splitlines()[-1])
@@ -83,7 +84,7 @@ def test_a_byte_changing_edit_that_passes_fails_the_command(tmp_path, monkeypatc
 
 
 def test_unknown_edit_is_refused_by_name(tmp_path):
-    res = CliRunner().invoke(redteam.app, ["--only", "no-such-edit", "--workdir", str(tmp_path)])
+    res = CliRunner().invoke(redteam_app, ["--only", "no-such-edit", "--workdir", str(tmp_path)])
     assert res.exit_code == 2
     assert "unknown edit(s) no-such-edit" in res.output
 

@@ -1,0 +1,206 @@
+"""The red team's lab: one honest run and one substituted run trained by the real Trainer on a
+dev chain, a local prover that serves whatever the red team hands it, and the helpers a forger
+uses (rebuild an opening, commit a forged trajectory, train on from a forged state)."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from chain import protocol as P
+from chain.calls import StartTrainingCommitment, SubmitCheckpointRoot
+from chain.dev import DevTransport
+from chain.protocol import ProtocolParams
+from chain.view import ChainView
+from challenges.opening import build_opening, encode_opening, load_opening
+from commitments import merkle
+from commitments.dataset import Dataset, prepare_default_corpus
+from commitments.hashing import digest, h
+from commitments.leaves import loss_bits, parse_step_leaf, step_leaf
+from commitments.spec import Spec
+from miner.trainer import Trainer
+from node.pipeline import ChainFacts
+from oracle.step import StepError, step
+
+CHALLENGED = 3  # the step every edit attacks (its pre-state is neither leaf 0 nor the last)
+STEPS = 6
+SPEC = {"steps": STEPS, "model": {"kind": "mlp", "block_size": 16, "hidden": [32]},
+        "batch": {"batch_size": 4, "seq_len": 16}, "rng": {"seed": 7, "schedule_seed": 11}}
+CORPUS_BYTES = 200_000
+
+
+class RedTeamError(RuntimeError):
+    """The red team could not set up its run (corpus, chain, training), with the reason."""
+
+
+# --- the prover the forgeries are served from -------------------------------------------------
+
+
+class _Served(http.server.BaseHTTPRequestHandler):
+    files: dict[str, tuple[bytes, bool]]
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        item = self.files.get(self.path)
+        if item is None:
+            self.send_error(404)
+            return
+        body, gz = item
+        self.send_response(200)
+        if gz:
+            self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        try:
+            self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the verifier hung up on an oversized body: that is the refusal under test
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+class Prover:
+    """A local HTTP server on 127.0.0.1 serving what the red team hands it."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, tuple[bytes, bool]] = {}
+        handler = type("Handler", (_Served,), {"files": self.files})
+        self.http = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.thread = threading.Thread(target=self.http.serve_forever, daemon=True)
+        self.thread.start()
+        self.endpoint = f"http://127.0.0.1:{self.http.server_address[1]}"
+
+    def put(self, path: str, data: bytes, *, gz: bool = False) -> str:
+        self.files[path] = (data, gz)
+        return f"{self.endpoint}{path}"
+
+    def close(self) -> None:
+        self.http.shutdown()
+        self.http.server_close()
+        self.thread.join(5)
+
+
+# --- the lab: a trained run on a dev chain, and forged runs beside it ---------------------------
+
+
+class Lab:
+    """One honest run trained by the real Trainer on a dev chain, plus helpers to forge from it."""
+
+    def __init__(self, workdir: Path, *, log: Callable[[str], None]) -> None:
+        self.dir = workdir
+        self.log = log
+        self.spec = Spec.from_dict(SPEC)
+        corpus = workdir / "corpus.npy"
+        log(f"preparing the default corpus ({CORPUS_BYTES} bytes) in {corpus}")
+        prepare_default_corpus(corpus, max_bytes=CORPUS_BYTES)
+        self.dataset = Dataset.open(corpus, self.spec.sample_len, vocab_size=self.spec.model.vocab_size)
+        # Every step of every run is challenged, the attacked one first.
+        self.params = ProtocolParams(challenges_per_run=STEPS, challenge_delay=1, opening_deadline=50,
+                                     commit_window=50, reveal_window=50, quorum_min_reveals=1,
+                                     forced_challenge_steps=(CHALLENGED,))
+        chain_path = workdir / "chain.db"
+        self.chain = DevTransport(chain_path, "miner", sealing="instant")
+        self.chain.record_params(self.params)
+        self.prover = Prover()
+        self.served = 0
+        log(f"training the honest run ({STEPS} steps, tiny MLP) with the real trainer")
+        self.honest = Trainer(self.spec, self.dataset, workdir / "honest", self.chain, endpoint=self.prover.endpoint,
+                              keep_every=2, progress=False, log=log, params=self.params)
+        self.honest.run(follow=False)
+        log("training a second run whose step "
+            f"{CHALLENGED} trains on a substituted batch (the trainer's fault injection)")
+        self.substituted = Trainer(self.spec, self.dataset, workdir / "substituted", self.chain,
+                                   endpoint=self.prover.endpoint, keep_every=2, progress=False, log=log,
+                                   substitute_batch_at=CHALLENGED, params=self.params)
+        self.substituted.run(follow=False)
+        self.leaves = list(self.honest.store.leaves)
+        self.states = [self.honest.store.state(t) for t in range(STEPS + 1)]
+        self._opening_cache: dict[tuple[bytes, int], bytes] = {}
+        self.forged = 0
+
+    def close(self) -> None:
+        self.prover.close()
+        for tr in (self.honest, self.substituted):
+            tr.close()
+        self.chain.close()
+
+    # --- chain facts --------------------------------------------------------------------------
+    def view(self) -> Any:
+        # Seal until every run's challenges are issued (instant chains only move on submit).
+        view = ChainView(self.chain, self.params)
+        view.sync()
+        for _ in range(5):
+            pending = [r for r in view.state.runs.values() if r.challenges_at is not None and not r.challenges]
+            if not pending:
+                break
+            self.chain.seal()
+            view.sync()
+        return view
+
+    def facts(self, view: Any, run_id: bytes, step: int, expected_digest: bytes) -> Any:
+        """What the verifier reads from the chain for the challenge of `step` in `run_id`."""
+        reg = next(e for e in view.of(P.RunRegistered) if e.run_id == run_id)
+        ch = next(e for e in view.of(P.ChallengeIssued) if e.run_id == run_id and e.step == step)
+        return ChainFacts(expected_digest=expected_digest, run_id=run_id, step=step, spec_digest=reg.spec_digest,
+                          dataset_hash=reg.dataset_hash, schedule_commitment=reg.schedule_commitment,
+                          initial_hash=reg.initial_hash, root=ch.root, size=ch.size)
+
+    # --- openings -----------------------------------------------------------------------------
+    def opening(self, t: int = CHALLENGED, *, run: Any = None) -> bytes:
+        """The honest opening of step t of a trained run (the trainer's own opening code)."""
+        tr = run or self.honest
+        key = (tr.run_id, t)
+        if key not in self._opening_cache:
+            self._opening_cache[key] = tr.opening_for(t, STEPS + 1)[1]
+        return self._opening_cache[key]
+
+    def rebuild(self, data: bytes, edit: Callable[[dict[str, Any]], None] | None = None,
+                pre_state: bytes | None = None) -> bytes:
+        """The opening with its manifest edited and/or pre-state replaced, blob digest kept consistent."""
+        op = load_opening(data)
+        m = dict(op.manifest)
+        blob = op.pre_state if pre_state is None else pre_state
+        m["pre_state_blob"], m["pre_state_len"] = h(blob), len(blob)
+        if edit is not None:
+            edit(m)
+        return encode_opening(m, blob)
+
+    def commit_trajectory(self, states_or_leaves: list[Any], *, initial_hash: bytes | None = None) -> bytes:
+        """Register a forged run on chain with these leaves (a miner committing its own trajectory)."""
+        leaves = list(states_or_leaves)
+        if leaves == self.leaves:
+            return self.honest.run_id  # identical bytes: the honest commitment itself
+        self.forged += 1
+        run_id = digest("pot/redteam/forged-run/v1", self.forged, merkle.root(leaves))
+        init = initial_hash if initial_hash is not None else parse_step_leaf(leaves[0]).state_digest
+        self.chain.submit([StartTrainingCommitment(
+            run_id, init, self.honest.schedule.commitment, self.dataset.dataset_hash, self.spec.to_cbor(),
+            self.spec.steps, self.prover.endpoint)])
+        self.chain.submit([SubmitCheckpointRoot(run_id, merkle.root(leaves), len(leaves), ())])
+        return run_id
+
+    def forged_opening(self, run_id: bytes, leaves: list[bytes], pre_state: Any, t: int = CHALLENGED) -> bytes:
+        return build_opening(spec=self.spec, run_id=run_id, step=t, pre_state=pre_state, dataset=self.dataset,
+                             schedule=self.honest.schedule, leaves=leaves)
+
+    def continue_from(self, state: Any, t: int, loss_bits_t: int | None = None) -> list[bytes]:
+        """Leaves 0..T of a trajectory that takes `state` as its state after step t and trains on.
+
+        A forger commits whatever it likes; when the oracle cannot step from the forged state
+        (a step counter out of place), the honest later leaves stand in.
+        """
+        honest_t = parse_step_leaf(self.leaves[t])
+        bits = honest_t.loss_bits if loss_bits_t is None else loss_bits_t
+        leaves = self.leaves[:t] + [step_leaf(t, state.digest(), bits)]
+        cur = state
+        for u in range(t + 1, STEPS + 1):
+            try:
+                cur, loss = step(cur, self.dataset.batch(self.honest.schedule.batch(u)), self.spec, u)
+                leaves.append(step_leaf(u, cur.digest(), loss_bits(loss)))
+            except StepError:
+                leaves += self.leaves[len(leaves):]
+                break
+        return leaves
