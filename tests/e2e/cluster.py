@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -18,6 +17,7 @@ import sqlalchemy as sa
 from chain.dev import DevTransport
 from chain.protocol import ProtocolParams
 from chain.view import ChainView
+from devnet.procs import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -44,12 +44,6 @@ seq_len = 16
 seed = 7
 schedule_seed = 11
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def protocol_toml(p: ProtocolParams) -> str:
