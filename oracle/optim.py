@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from commitments.spec import OptimizerSpec
+from oracle.exact import kernels
 
 CLIP_EPS = 1e-6  # added to the norm before dividing, as torch.nn.utils.clip_grad_norm_ does
 MOMENTS = {"adamw": ("exp_avg", "exp_avg_sq"), "sgd": ("momentum",)}
@@ -86,7 +87,7 @@ def adamw(p, g, m, v, hp: Hyper, decay: bool):
         p = p * hp.decay
     m = hp.b1 * m + hp.c1 * g
     v = hp.b2 * v + hp.c2 * (g * g)
-    denom = torch.sqrt(v) / hp.sqrt_bc2 + hp.eps
+    denom = kernels.sqrt(v) / hp.sqrt_bc2 + hp.eps  # correctly rounded (stock torch.sqrt is not)
     u = (m / denom) * hp.step_size
     return p - u, m, v
 
@@ -105,7 +106,7 @@ def clip(ops, grads: list[torch.Tensor], max_norm: float) -> tuple[list[torch.Te
     norm = sqrt(sum_of_squares(grads)) with the sum exact; coef = min(max_norm / (norm + 1e-6), 1);
     every gradient is multiplied by coef (a no-op when coef is 1). A non-finite norm sets coef to NaN,
     so every gradient and then every parameter becomes NaN: a broken step is visible in the state."""
-    norm = torch.sqrt(ops.sum_of_squares(grads).to(torch.float32))
+    norm = kernels.sqrt(ops.sum_of_squares(grads).to(torch.float32))
     if max_norm <= 0.0:
         return grads, norm
     dev = norm.device

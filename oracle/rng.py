@@ -11,7 +11,8 @@ Keying (normative; also in docs/exact-v1.md, "RNG keying"):
 Words: element e takes output word e mod 4 of block e // 4. Uniform float32 = (word >> 8) * 2^-24.
 Normal: element e takes words (2(e mod 2), 2(e mod 2)+1) of block e // 2 and uses Box-Muller
 z = sqrt(-2 ln u1) * cos(2 pi u2), u1 = (w_a + 1) * 2^-32, u2 = w_b * 2^-32, in binary64 with the
-basic-operation log and cos defined below, rounded once to float32 after scaling by std.
+basic-operation log and cos defined below and the correctly rounded sqrt of oracle.exact.sqrt,
+rounded once to float32 after scaling by std.
 Dropout keeps element e iff (word >> 8) >= round(p * 2^24).
 """
 
@@ -23,6 +24,7 @@ from collections.abc import Sequence
 import torch
 
 from commitments.hashing import digest
+from oracle.exact import kernels
 
 MASK32 = 0xFFFFFFFF
 PHILOX_M0, PHILOX_M1 = 0xD2511F53, 0xCD9E8D57
@@ -215,6 +217,6 @@ def normal(seed: int, step: int, site: str | int, shape: Sequence[int], *, std: 
     pairs = pairs[offset - 2 * first : offset - 2 * first + n]
     u1 = (pairs[:, 0] + 1).to(torch.float64) * 2.0**-32  # (0, 1]: the log is finite
     u2 = pairs[:, 1].to(torch.float64) * 2.0**-32  # [0, 1)
-    radius = torch.sqrt(log64(u1) * -2.0)
+    radius = kernels.sqrt(log64(u1) * -2.0)  # correctly rounded (stock torch.sqrt is not)
     z = radius * cos_2pi(u2)
     return (z * float(std)).to(torch.float32).reshape(tuple(shape))

@@ -13,6 +13,7 @@ import math
 import torch
 
 from oracle.exact import kernels
+from oracle.exact import sqrt as xsqrt
 from oracle.exact import transcendental as tx
 from oracle.exact.accumulate import Fold, active
 from oracle.exact.gemm import exact_matmul, matmul_parts
@@ -386,7 +387,7 @@ def _ln_stats(x64: torch.Tensor, eps: float):
     mu = exact_sum64(x64, -1, True) / n
     d = x64 - mu
     var = exact_sum64(d * d, -1, True) / n
-    rstd = torch.div(_const(1.0, x64), torch.sqrt(var + _const(eps, x64)))
+    rstd = torch.div(_const(1.0, x64), xsqrt.sqrt64(var + _const(eps, x64)))
     return mu, rstd
 
 
@@ -716,7 +717,7 @@ class _DivConst(torch.autograd.Function):
 
 def causal_attention(q, k, v, *, variant="single", dropout_p=0.0, dropout_mask=None):
     """Math-form causal attention over [B, H, T, D]: softmax(mask(q k^T / sqrt(D))) v, each step an
-    exact op; sqrt(D) is float32 sqrt of D, applied as a float32 division. Dropout on the
+    exact op; sqrt(D) is the correctly rounded float32 sqrt of D, applied as a float32 division. Dropout on the
     attention weights uses the caller's keep mask [B, H, T, T]."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         _f32(f"causal_attention {name}", t)
@@ -725,7 +726,7 @@ def causal_attention(q, k, v, *, variant="single", dropout_p=0.0, dropout_mask=N
                          f"{list(q.shape)}, {list(k.shape)}, {list(v.shape)}")
     T, D = q.shape[-2], q.shape[-1]
     att = matmul(q, k.transpose(-2, -1), variant=variant)
-    att = _DivConst.apply(att, torch.sqrt(_const(float(D), q, F32)))
+    att = _DivConst.apply(att, xsqrt.sqrt32(_const(float(D), q, F32)))
     causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
     att = torch.where(causal, att, _const(-math.inf, q, F32))
     att = softmax(att, dim=-1)

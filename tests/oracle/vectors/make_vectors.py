@@ -18,6 +18,7 @@ import torch
 from oracle.exact import gemm as G
 from oracle.exact import kernels, ops
 from oracle.exact import quant as Q
+from oracle.exact import sqrt as xsqrt
 from oracle.exact import transcendental as tx
 from tests.oracle.vectors.edge import edge_rows, edge_values
 
@@ -87,6 +88,49 @@ def sum_cases():
             torch.tensor([[1.0, float("inf"), 2.0], [float("inf"), float("-inf"), 0.0], [1e-45, 3e38, -3e38]])]
 
 
+def _with_neighbours(a: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return np.concatenate([a, np.nextafter(a, a.dtype.type(np.inf)), np.nextafter(a, a.dtype.type(-np.inf))])
+
+
+def sqrt_inputs32() -> torch.Tensor:
+    """Edge values, exact squares (of integers and of 12-bit significands at many scales) and their
+    neighbours, the ends of the binades [1, 2) and [2, 4) at several scales, random magnitudes."""
+    g = np.random.default_rng(20261201)
+    ints = np.arange(1, 4097, 37, dtype=np.float64) ** 2
+    sig = (g.integers(2048, 4096, 40) * 2.0**-11) ** 2 * 4.0 ** g.integers(-70, 60, 40)
+    ends = np.array([1.0, 2.0, 4.0, 2.0**-126, 2.0**-148, 2.0**-149, 2.0**126, 2.0**127])
+    rnd = np.exp(g.uniform(-100, 88, 200)) * np.sign(g.standard_normal(200))
+    vals = np.concatenate([_with_neighbours(np.concatenate([ints, sig, ends]).astype(np.float32)),
+                           rnd.astype(np.float32)])
+    return torch.cat([edge_values(), torch.from_numpy(vals)])
+
+
+def sqrt_inputs64() -> torch.Tensor:
+    """The same kinds of cases in binary64: zeros, subnormals, the normal/subnormal boundary,
+    exact squares and their neighbours, binade ends, the largest finite values, non-finite."""
+    g = np.random.default_rng(20261202)
+    ints = g.integers(1, 2**26, 60).astype(np.float64) ** 2
+    sig = (g.integers(2**25, 2**26, 40) * 2.0**-25) ** 2 * 4.0 ** g.integers(-530, 500, 40)
+    ends = np.array([1.0, 2.0, 4.0, 0.25, 2.0**-1022, 2.0**-1074, 2.0**-1073, 2.0**-1050, 2.0**1022,
+                     2.0**1023, float.fromhex("0x1.fffffffffffffp+1023"), float.fromhex("0x0.fffffffffffffp-1022")])
+    bits = g.integers(0, 0x7FF0000000000000, 200, dtype=np.int64).view(np.float64)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -1.0, -2.0**-1074])
+    payload = np.array([0xFFF8000000001234], dtype=np.uint64).view(np.float64)
+    return torch.from_numpy(np.concatenate([_with_neighbours(np.concatenate([ints, sig, ends])), bits,
+                                            special, payload]))
+
+
+def layer_norm_cases():
+    """(x, w, b) rows: the edge rows that hold no NaN or inf, and random rows at several scales."""
+    g = torch.Generator().manual_seed(19)
+    out = [(r.unsqueeze(0), None, None) for r in edge_rows() if bool(torch.isfinite(r).all())]
+    for n, c, scale in ((4, 37, 6.0), (3, 64, 1e-3), (2, 768, 30.0)):
+        x = (torch.randn(n, c, generator=g) * scale).float()
+        out.append((x, (1.0 + 0.1 * torch.randn(c, generator=g)).float(), (0.1 * torch.randn(c, generator=g)).float()))
+    return out
+
+
 def build() -> dict:
     with kernels.disabled():
         x = elementwise_inputs()
@@ -109,6 +153,15 @@ def build() -> dict:
             doc["matmul"].append({"a_shape": list(a.shape), "b_shape": list(b.shape), "a": hx(a), "b": hx(b),
                                   "single": hx(G.exact_matmul(a, b, "single")),
                                   "hilo": hx(G.exact_matmul(a, b, "hilo"))})
+        x32, x64 = sqrt_inputs32(), sqrt_inputs64()
+        doc["sqrt"] = {"x32": hx(x32), "sqrt32": hx(xsqrt.sqrt32(x32)),
+                       "x64": hx(x64), "sqrt64": hx(xsqrt.sqrt64(x64))}
+        doc["layer_norm"] = []
+        for x, w, b in layer_norm_cases():
+            case = {"shape": list(x.shape), "eps": 1e-5, "x": hx(x), "y": hx(ops.layer_norm(x, w, b, 1e-5))}
+            if w is not None:
+                case |= {"w": hx(w), "b": hx(b)}
+            doc["layer_norm"].append(case)
         for s in sum_cases():
             doc["sum"].append({"shape": list(s.shape), "x": hx(s), "sum_dim1": hx(Q.exact_sum64(s, 1).float()),
                                "sum_all": hx(Q.exact_sum64(s, None).float())})
