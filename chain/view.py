@@ -8,24 +8,18 @@ snapshot file (written atomically) so a restarted follower resumes where it stop
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from chain.protocol import (
-    CallRefused,
-    Event,
-    ProtocolParams,
-    ProtocolState,
-    SnapshotError,
-    apply_recorded,
-    new_state,
-    on_block,
-)
+from chain.protocol.events import CallRefused, Event
+from chain.protocol.params import ProtocolParams
+from chain.protocol.refusals import ProtocolError
+from chain.protocol.rules import apply_recorded, on_block
+from chain.protocol.state import ProtocolState, SnapshotError, new_state
 from chain.transport import Block, Transport
 from commitments import cbor
 from commitments.errors import CommitmentError
+from commitments.files import PRIVATE, atomic_write_bytes
 
 SNAPSHOT_DOMAIN = "pot/chain-view/v1"
 log = logging.getLogger(__name__)
@@ -61,7 +55,7 @@ class ChainView:
             except Exception as exc:  # a protocol bug must not stop the node at this block forever
                 log.exception("block %d: call from %s failed inside the protocol", block.number, origin)
                 name = getattr(call, "NAME", type(call).__name__)
-                events.append(CallRefused(block.number, origin, name, "ProtocolError",
+                events.append(CallRefused(block.number, origin, name, ProtocolError.code,
                                           f"internal protocol error: {type(exc).__name__}: {exc}"))
         self.cursor, self.cursor_hash = block.number, block.hash
         if self.keep_events:
@@ -89,25 +83,13 @@ class ChainView:
 
     # --- snapshots ------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
-        """Write (cursor, state) to `path` atomically: temp file, fsync, rename."""
-        path = Path(path)
+        """Write (cursor, state) to `path` atomically and durably (commitments.files).
+
+        Mode 0600: only the follower that wrote a snapshot reads it back, and the state it holds
+        (verifier accounts, reveals) is nobody else's business on a shared host.
+        """
         data = cbor.encode([SNAPSHOT_DOMAIN, self.cursor, self.cursor_hash, self.state.to_cbor()])
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        atomic_write_bytes(path, data, mode=PRIVATE)
 
     @classmethod
     def load(cls, transport: Transport, path: str | Path, params: ProtocolParams | None = None,

@@ -235,7 +235,7 @@ class VerifierNode:
         for pos, ev in enumerate(events):
             cid = getattr(ev, "challenge_id", None)
             conn.execute(chain_events.insert().values(
-                block=block.number, position=pos, name=ev.NAME, challenge_id=cid,
+                block=block.number, position=pos, name=ev.code, challenge_id=cid,
                 run_id=getattr(ev, "run_id", None), body=ev.to_json()))
             if isinstance(ev, P.RunRegistered):
                 if conn.execute(select(runs.c.run_id).where(runs.c.run_id == ev.run_id)).first() is None:

@@ -1,0 +1,189 @@
+"""Protocol events: what applying a block records. Each event type carries a stable `code`, the
+name under which it is emitted (`to_dict()["event"]`) and stored; codes never follow class names,
+so renaming a class changes no record."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, (bytes, bytearray)):
+        return bytes(v).hex()
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    return v
+
+
+
+@dataclass(frozen=True)
+class Event:
+    """A protocol event at a block. `to_dict()` is JSON-ready (bytes as hex).
+
+    `code` is the event's stable name; every subclass declares its own. `NAME` is the same code
+    under its older spelling.
+    """
+
+    code: ClassVar[str] = "Event"
+    NAME: ClassVar[str] = "Event"
+    block: int
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        if "code" not in cls.__dict__:
+            raise TypeError(f"event {cls.__qualname__} must declare its own stable `code`")
+        cls.NAME = cls.code
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {"event": self.code}
+        d.update({f.name: _jsonable(getattr(self, f.name)) for f in fields(self)})
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class RunRegistered(Event):
+    code: ClassVar[str] = "RunRegistered"
+    run_id: bytes
+    miner: str
+    spec_digest: bytes
+    mode: str  # "value" (exact profile) or "bucket" (cross-architecture)
+    declared_steps: int
+    endpoint: str
+    initial_hash: bytes
+    schedule_commitment: bytes
+    dataset_hash: bytes
+    stake: int
+
+
+@dataclass(frozen=True)
+class CheckpointRootUpdated(Event):
+    code: ClassVar[str] = "CheckpointRootUpdated"
+    run_id: bytes
+    root: bytes
+    size: int
+    complete: bool
+    challenges_at: int | None  # block at which challenges will be issued, once complete
+
+
+@dataclass(frozen=True)
+class ChallengeIssued(Event):
+    code: ClassVar[str] = "ChallengeIssued"
+    challenge_id: bytes
+    run_id: bytes
+    index: int
+    step: int
+    root: bytes
+    size: int
+    mode: str
+    endpoint: str
+    opening_deadline: int
+    commit_deadline: int
+    reveal_deadline: int
+
+
+@dataclass(frozen=True)
+class OpeningSubmitted(Event):
+    code: ClassVar[str] = "OpeningSubmitted"
+    challenge_id: bytes
+    run_id: bytes
+    step: int
+    opening_digest: bytes
+    uri: str
+    leaf: bytes
+    leaf_hash: bytes  # H(leaf t): the value an honest exact-profile replay reveals
+
+
+@dataclass(frozen=True)
+class NormBucketDeclared(Event):
+    code: ClassVar[str] = "NormBucketDeclared"
+    challenge_id: bytes
+    bucket: int
+
+
+@dataclass(frozen=True)
+class WitnessCommitted(Event):
+    code: ClassVar[str] = "WitnessCommitted"
+    challenge_id: bytes
+    verifier: str
+    commitment: bytes
+    bonded: int  # stake bonded by this commit (verifier_stake on an account's first commit)
+
+
+@dataclass(frozen=True)
+class WitnessRevealed(Event):
+    code: ClassVar[str] = "WitnessRevealed"
+    challenge_id: bytes
+    verifier: str
+    value_hash: bytes
+    norm_bucket: int
+
+
+@dataclass(frozen=True)
+class RevealRejected(Event):
+    code: ClassVar[str] = "RevealRejected"
+    challenge_id: bytes
+    verifier: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class ChallengeResolved(Event):
+    code: ClassVar[str] = "ChallengeResolved"
+    challenge_id: bytes
+    run_id: bytes
+    step: int
+    verdict: str
+    reason: str
+    mode: str
+    winning_value: bytes | int | None
+    cluster_size: int
+    reveals: int
+    clusters: tuple[tuple[bytes | int, int], ...]
+    outliers: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class MinerSlashed(Event):
+    code: ClassVar[str] = "MinerSlashed"
+    run_id: bytes
+    challenge_id: bytes
+    miner: str
+    amount: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class VerifierOutlier(Event):
+    code: ClassVar[str] = "VerifierOutlier"
+    challenge_id: bytes
+    verifier: str
+    value_hash: bytes
+    norm_bucket: int
+
+
+@dataclass(frozen=True)
+class CallRefused(Event):
+    code: ClassVar[str] = "CallRefused"
+    origin: str
+    call: str
+    refusal: str  # the refusal's code (Refused.code), never its class name
+    reason: str
+
+
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    c.code: c
+    for c in (
+        RunRegistered, CheckpointRootUpdated, ChallengeIssued, OpeningSubmitted, NormBucketDeclared,
+        WitnessCommitted, WitnessRevealed, RevealRejected, ChallengeResolved, MinerSlashed,
+        VerifierOutlier, CallRefused,
+    )
+}

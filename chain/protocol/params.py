@@ -1,0 +1,73 @@
+"""The protocol's parameters: every constant of the protocol in one frozen record, with the
+checks that keep it usable and its mapping form (snapshots, operator config files)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from fractions import Fraction
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ProtocolParams:
+    """Every constant of the protocol. Windows and deadlines are counted in blocks."""
+
+    commit_window: int = 4
+    reveal_window: int = 4
+    opening_deadline: int = 4  # blocks after issuance by which the opening must be on chain
+    challenges_per_run: int = 1
+    challenge_delay: int = 2  # blocks after the complete root before challenges are issued
+    quorum_min_reveals: int = 3
+    quorum_share: Fraction = Fraction(1, 2)  # share of all reveals the largest cluster needs
+    miner_stake: int = 1000
+    verifier_stake: int = 100
+    slash_amount: int = 500
+    # Demo/test knob: steps challenged first whatever the randomness says (e.g. (7,)).
+    forced_challenge_steps: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "quorum_share", Fraction(self.quorum_share))
+        object.__setattr__(self, "forced_challenge_steps", tuple(self.forced_challenge_steps))
+        for name in ("commit_window", "reveal_window", "opening_deadline", "challenge_delay",
+                     "challenges_per_run", "quorum_min_reveals"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"protocol parameter {name} must be a positive integer, got {v!r}")
+        for name in ("miner_stake", "verifier_stake", "slash_amount"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"protocol parameter {name} must be a non-negative integer, got {v!r}")
+        if not 0 < self.quorum_share <= 1:
+            raise ValueError(f"protocol parameter quorum_share must be in (0, 1], got {self.quorum_share}")
+        if any(isinstance(t, bool) or not isinstance(t, int) or t < 1 for t in self.forced_challenge_steps):
+            raise ValueError("forced_challenge_steps must be steps >= 1")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["quorum_share"] = [self.quorum_share.numerator, self.quorum_share.denominator]
+        d["forced_challenge_steps"] = list(self.forced_challenge_steps)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ProtocolParams:
+        """Parameters from a mapping (a snapshot, or an operator's config file).
+
+        Missing keys keep their defaults; unknown keys are refused. quorum_share may be
+        [numerator, denominator], "2/3", or a number.
+        """
+        if not isinstance(d, dict):
+            raise ValueError(f"protocol parameters must be a mapping, got {type(d).__name__}")
+        d = dict(d)
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(
+                f"unknown protocol parameter(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}"
+            )
+        if "quorum_share" in d:
+            q = d["quorum_share"]
+            try:
+                d["quorum_share"] = Fraction(*q) if isinstance(q, (list, tuple)) else Fraction(str(q))
+            except (TypeError, ValueError, ZeroDivisionError):
+                raise ValueError(f"quorum_share must be a fraction such as \"2/3\", got {q!r}") from None
+        return cls(**d)

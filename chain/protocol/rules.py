@@ -1,0 +1,331 @@
+"""The protocol's rules: `on_block` (issue due challenges, resolve closed ones) and `apply` (one
+call), deterministic, the same code behind every transport. Every check runs before any change, so
+a refused call leaves the state as it was."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chain.calls import (
+    Call,
+    CommitWitness,
+    DeclareWitnessNormBucket,
+    RevealWitnessValue,
+    StartTrainingCommitment,
+    SubmitCheckpointRoot,
+    SubmitOpening,
+)
+from chain.protocol.events import (
+    CallRefused,
+    ChallengeIssued,
+    ChallengeResolved,
+    CheckpointRootUpdated,
+    Event,
+    MinerSlashed,
+    NormBucketDeclared,
+    OpeningSubmitted,
+    RevealRejected,
+    RunRegistered,
+    VerifierOutlier,
+    WitnessCommitted,
+    WitnessRevealed,
+)
+from chain.protocol.refusals import (
+    AlreadyCommitted,
+    AlreadyDeclared,
+    AlreadyOpened,
+    BadConsistencyProof,
+    BadLeaf,
+    BadLeafProof,
+    BadRootSize,
+    ChallengeClosed,
+    CommitmentMismatch,
+    CommitWindowClosed,
+    DeclarationTooLate,
+    InvalidCall,
+    NoCommitment,
+    NotCrossArchitecture,
+    NotRunOwner,
+    OpeningTooLate,
+    OwnChallenge,
+    Refused,
+    RevealTooEarly,
+    RevealTooLate,
+    RootNotAppendOnly,
+    RunExists,
+    UnknownCall,
+    UnknownChallenge,
+    UnknownRun,
+)
+from chain.protocol.state import ChallengeState, ProtocolState, RunState
+from challenges.derive import challenge_id as derive_challenge_id
+from challenges.derive import challenge_steps
+from challenges.verdict import FRAUD, Reveal, decide
+from challenges.witness import verify_witness
+from commitments import cbor
+from commitments.errors import CommitmentError
+from commitments.leaves import parse_step_leaf, witness_value_hash
+from commitments.merkle import verify_consistency, verify_inclusion
+from commitments.spec import Spec
+
+
+def _number(block: Any) -> int:
+    return block if isinstance(block, int) else block.number
+
+
+def apply(state: ProtocolState, call: Call, origin: str, block: Any) -> list[Event]:
+    """Apply one call by `origin` included in `block` (a Block or its number).
+
+    Every check runs before any change, so a refused call leaves the state untouched — except
+    `CommitmentMismatch`, whose rejection is recorded in the challenge (the refusal carries the
+    `RevealRejected` event).
+    """
+    n = _number(block)
+    handler = _HANDLERS.get(type(call))
+    if handler is None:
+        raise UnknownCall(f"{type(call).__name__} is not a protocol call")
+    return handler(state, call, origin, n)
+
+
+def apply_recorded(state: ProtocolState, call: Call, origin: str, block: Any) -> list[Event]:
+    """`apply`, with a refusal turned into events (what a chain follower records; never raises)."""
+    try:
+        return apply(state, call, origin, block)
+    except Refused as exc:
+        name = getattr(call, "NAME", type(call).__name__)
+        return [*exc.events, CallRefused(_number(block), origin, name, exc.code, exc.reason)]
+
+
+def _start(state: ProtocolState, c: StartTrainingCommitment, origin: str, n: int) -> list[Event]:
+    registration = cbor.encode(c.to_wire())
+    existing = state.runs.get(c.run_id)
+    if existing is not None:
+        if existing.miner == origin and existing.registration == registration:
+            return []
+        how = f"by {existing.miner!r}" if existing.miner != origin else "with different commitments"
+        raise RunExists(f"run {c.run_id.hex()[:16]} is already registered {how}")
+    try:
+        spec = Spec.from_cbor(c.spec)
+    except CommitmentError as exc:
+        raise InvalidCall(f"run {c.run_id.hex()[:16]}: the spec is not usable: {exc}") from None
+    if c.spec != spec.to_cbor():
+        raise InvalidCall("the spec must be given in its canonical CBOR form (Spec.to_cbor())")
+    if c.declared_steps != spec.steps:
+        raise InvalidCall(f"declared_steps ({c.declared_steps}) differs from the spec's steps ({spec.steps})")
+    mode = "value" if spec.profile == "exact-v1" else "bucket"
+    stake = state.params.miner_stake
+    state.runs[c.run_id] = RunState(
+        run_id=c.run_id, miner=origin, registration=registration, spec_digest=spec.digest(), mode=mode,
+        declared_steps=c.declared_steps, endpoint=c.endpoint, stake=stake,
+    )
+    state.bonds[origin] = state.bonds.get(origin, 0) + stake
+    return [RunRegistered(n, c.run_id, origin, spec.digest(), mode, c.declared_steps, c.endpoint,
+                          c.initial_hash, c.schedule_commitment, c.dataset_hash, stake)]
+
+
+def _run_of(state: ProtocolState, run_id: bytes, origin: str) -> RunState:
+    run = state.runs.get(run_id)
+    if run is None:
+        raise UnknownRun(f"no run {run_id.hex()[:16]} is registered")
+    if run.miner != origin:
+        raise NotRunOwner(f"run {run_id.hex()[:16]} belongs to {run.miner!r}, not {origin!r}")
+    return run
+
+
+def _root(state: ProtocolState, c: SubmitCheckpointRoot, origin: str, n: int) -> list[Event]:
+    run = _run_of(state, c.run_id, origin)
+    full = run.declared_steps + 1  # leaves 0..T
+    if not 1 <= c.size <= full:
+        raise BadRootSize(f"root size {c.size} is outside 1..{full} (leaves 0..{run.declared_steps})")
+    if run.root is None:
+        if c.consistency_proof:
+            raise BadConsistencyProof("the first root of a run extends the empty tree: its proof must be empty")
+    elif c.size < run.size:
+        raise RootNotAppendOnly(f"root size {c.size} is smaller than the current size {run.size}")
+    elif c.size == run.size:
+        if c.root == run.root:
+            return []
+        raise RootNotAppendOnly(f"a different root for the same size {c.size} rewrites the history")
+    elif not verify_consistency(run.size, c.size, run.root, c.root, list(c.consistency_proof)):
+        raise BadConsistencyProof(
+            f"the proof does not show the tree of size {run.size} is a prefix of the new tree of size {c.size}"
+        )
+    run.root, run.size = c.root, c.size
+    complete = c.size == full
+    if complete:
+        run.challenges_at = n + state.params.challenge_delay
+    return [CheckpointRootUpdated(n, c.run_id, c.root, c.size, complete, run.challenges_at)]
+
+
+def _challenge(state: ProtocolState, challenge_id: bytes) -> ChallengeState:
+    ch = state.challenges.get(challenge_id)
+    if ch is None:
+        raise UnknownChallenge(f"no challenge {challenge_id.hex()[:16]}")
+    return ch
+
+
+def _open_challenge(state: ProtocolState, challenge_id: bytes) -> ChallengeState:
+    ch = _challenge(state, challenge_id)
+    if ch.verdict is not None:
+        raise ChallengeClosed(f"challenge {challenge_id.hex()[:16]} is already resolved ({ch.verdict})")
+    return ch
+
+
+def _opening(state: ProtocolState, c: SubmitOpening, origin: str, n: int) -> list[Event]:
+    ch = _challenge(state, c.challenge_id)
+    run = _run_of(state, ch.run_id, origin)
+    if n > ch.opening_deadline:
+        raise OpeningTooLate(f"the opening was due by block {ch.opening_deadline}; this is block {n}")
+    _open_challenge(state, c.challenge_id)
+    fields_ = {"opening_digest": c.opening_digest, "uri": c.uri, "leaf": c.leaf}
+    if ch.opening is not None:
+        if all(ch.opening[k] == v for k, v in fields_.items()):
+            return []
+        raise AlreadyOpened(f"challenge {c.challenge_id.hex()[:16]} already has an opening")
+    if not verify_inclusion(c.leaf, ch.step, ch.size, list(c.leaf_proof), ch.root):
+        raise BadLeafProof(f"the leaf proof does not show the leaf at index {ch.step} of the challenged root")
+    try:
+        leaf = parse_step_leaf(c.leaf)
+    except CommitmentError as exc:
+        raise BadLeaf(f"leaf {ch.step} is not a step leaf: {exc}") from None
+    if leaf.t != ch.step:
+        raise BadLeaf(f"the leaf says step {leaf.t}, the challenge is step {ch.step}")
+    leaf_hash = witness_value_hash(c.leaf)
+    ch.opening = {**fields_, "leaf_hash": leaf_hash, "block": n}
+    return [OpeningSubmitted(n, ch.challenge_id, run.run_id, ch.step, c.opening_digest, c.uri, c.leaf, leaf_hash)]
+
+
+def _declare(state: ProtocolState, c: DeclareWitnessNormBucket, origin: str, n: int) -> list[Event]:
+    ch = _challenge(state, c.challenge_id)
+    _run_of(state, ch.run_id, origin)
+    if ch.mode != "bucket":
+        raise NotCrossArchitecture("the run's spec is exact: its verdict compares value hashes, not norm buckets")
+    if n > ch.commit_deadline:
+        raise DeclarationTooLate(f"the norm bucket was due by block {ch.commit_deadline}; this is block {n}")
+    _open_challenge(state, c.challenge_id)
+    if ch.declared_bucket is not None:
+        if ch.declared_bucket == c.bucket:
+            return []
+        raise AlreadyDeclared(f"bucket {ch.declared_bucket} is already declared for this challenge")
+    ch.declared_bucket = c.bucket
+    return [NormBucketDeclared(n, c.challenge_id, c.bucket)]
+
+
+def _commit(state: ProtocolState, c: CommitWitness, origin: str, n: int) -> list[Event]:
+    ch = _challenge(state, c.challenge_id)
+    if state.runs[ch.run_id].miner == origin:
+        raise OwnChallenge("the run's miner cannot witness its own challenge")
+    if n > ch.commit_deadline:
+        raise CommitWindowClosed(f"the commit window closed at block {ch.commit_deadline}; this is block {n}")
+    _open_challenge(state, c.challenge_id)
+    prior = ch.commitments.get(origin)
+    if prior is not None:
+        if prior == c.commitment:
+            return []
+        raise AlreadyCommitted(f"{origin!r} has already committed to this challenge")
+    bonded = 0
+    if origin not in state.verifiers:
+        bonded = state.params.verifier_stake
+        state.verifiers.append(origin)
+        state.bonds[origin] = state.bonds.get(origin, 0) + bonded
+    ch.commitments[origin] = c.commitment
+    return [WitnessCommitted(n, c.challenge_id, origin, c.commitment, bonded)]
+
+
+def _reveal(state: ProtocolState, c: RevealWitnessValue, origin: str, n: int) -> list[Event]:
+    ch = _challenge(state, c.challenge_id)
+    commitment = ch.commitments.get(origin)
+    if commitment is None:
+        raise NoCommitment(f"{origin!r} has no commitment to reveal for this challenge")
+    if n <= ch.commit_deadline:
+        raise RevealTooEarly(f"reveals open after the commit window closes at block {ch.commit_deadline}")
+    if n > ch.reveal_deadline:
+        raise RevealTooLate(f"the reveal window closed at block {ch.reveal_deadline}; this is block {n}")
+    _open_challenge(state, c.challenge_id)
+    if not verify_witness(commitment, c.challenge_id, c.value_hash, c.norm_bucket, c.salt, origin):
+        reason = "the revealed value, bucket and salt do not open the commitment"
+        ch.rejected.append([n, origin, reason])
+        raise CommitmentMismatch(reason, [RevealRejected(n, c.challenge_id, origin, reason)])
+    if origin in ch.reveals:
+        return []
+    ch.reveals[origin] = [c.value_hash, c.norm_bucket]
+    return [WitnessRevealed(n, c.challenge_id, origin, c.value_hash, c.norm_bucket)]
+
+
+_HANDLERS = {
+    StartTrainingCommitment: _start,
+    SubmitCheckpointRoot: _root,
+    SubmitOpening: _opening,
+    DeclareWitnessNormBucket: _declare,
+    CommitWitness: _commit,
+    RevealWitnessValue: _reveal,
+}
+
+
+def on_block(state: ProtocolState, block: Any) -> list[Event]:
+    """Protocol work due at a new finalized block, before its calls: issue, then resolve."""
+    n, block_hash = block.number, block.hash
+    if n <= state.head:
+        raise ValueError(f"block {n} is not after the last processed block {state.head}")
+    state.head = n
+    events: list[Event] = []
+    for run in sorted(state.runs.values(), key=lambda r: r.run_id):
+        if run.challenges_at is not None and run.challenges_at <= n and not run.challenges:
+            events += _issue(state, run, n, block_hash)
+    due = [
+        ch for ch in state.challenges.values()
+        if ch.verdict is None and (n > ch.reveal_deadline or (ch.opening is None and n > ch.opening_deadline))
+    ]
+    for ch in sorted(due, key=lambda c: (c.issued, c.run_id, c.index)):
+        events += _resolve(state, ch, n)
+    return events
+
+
+def _issue(state: ProtocolState, run: RunState, n: int, block_hash: bytes) -> list[Event]:
+    p = state.params
+    assert run.root is not None
+    steps = challenge_steps(block_hash, run.run_id, run.root, run.size, p.challenges_per_run,
+                            p.forced_challenge_steps)
+    events: list[Event] = []
+    for index, step in enumerate(steps):
+        cid = derive_challenge_id(run.run_id, run.root, run.size, index, block_hash)
+        opening_deadline = n + p.opening_deadline
+        commit_deadline = opening_deadline + p.commit_window
+        ch = ChallengeState(
+            challenge_id=cid, run_id=run.run_id, index=index, step=step, root=run.root, size=run.size,
+            mode=run.mode, issued=n, opening_deadline=opening_deadline, commit_deadline=commit_deadline,
+            reveal_deadline=commit_deadline + p.reveal_window,
+        )
+        state.challenges[cid] = ch
+        run.challenges.append(cid)
+        events.append(ChallengeIssued(n, cid, run.run_id, index, step, run.root, run.size, run.mode,
+                                      run.endpoint, ch.opening_deadline, ch.commit_deadline, ch.reveal_deadline))
+    return events
+
+
+def _resolve(state: ProtocolState, ch: ChallengeState, n: int) -> list[Event]:
+    p = state.params
+    run = state.runs[ch.run_id]
+    result = decide(
+        [Reveal(v, r[0], r[1]) for v, r in ch.reveals.items()],
+        mode=ch.mode,  # type: ignore[arg-type]
+        opening_submitted=ch.opening is not None,
+        expected_value=ch.opening["leaf_hash"] if ch.opening else None,
+        declared_bucket=ch.declared_bucket,
+        quorum_min_reveals=p.quorum_min_reveals,
+        quorum_share=p.quorum_share,
+    )
+    ch.verdict = result.verdict
+    events: list[Event] = [ChallengeResolved(
+        n, ch.challenge_id, ch.run_id, ch.step, result.verdict, result.reason, result.mode,
+        result.winning_value, result.cluster_size, result.reveals, result.clusters, result.outliers,
+    )]
+    if result.verdict == FRAUD:
+        amount = min(p.slash_amount, run.stake - run.slashed)
+        run.slashed += amount
+        state.slashed[run.miner] = state.slashed.get(run.miner, 0) + amount
+        events.append(MinerSlashed(n, run.run_id, ch.challenge_id, run.miner, amount, result.reason))
+    for v in result.outliers:
+        value_hash, bucket = ch.reveals[v]
+        events.append(VerifierOutlier(n, ch.challenge_id, v, value_hash, bucket))
+    return events
