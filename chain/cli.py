@@ -7,7 +7,6 @@ Heavy modules load inside the commands so `pot --help` stays fast. Errors an ope
 from __future__ import annotations
 
 import json
-import random
 import sys
 import time
 from pathlib import Path
@@ -151,9 +150,12 @@ def events(
     from chain.connect import connect
     from chain.transport import TransportError
     from chain.view import ChainView
+    from commitments.retry import Backoff
 
     if from_block < 0:
         _fail(f"--from must be a block number >= 0, got {from_block}")
+    if not poll > 0:
+        _fail(f"--poll must be a positive number of seconds, got {poll}")
     try:
         # Reading never signs; Substrate transports still want a key, so a dev one stands in.
         transport = connect(chain, key=key or "//Alice", kind=kind)
@@ -161,6 +163,7 @@ def events(
         _fail(str(exc))
     view = ChainView(transport, load_params(params, transport), keep_events=False)
     failures = 0
+    backoff = Backoff(base_s=poll, cap_s=30.0)
     try:
         while True:
             try:
@@ -173,7 +176,7 @@ def events(
                 if not follow:
                     _fail(str(exc))
                 failures += 1
-                delay = min(30.0, poll * 2 ** min(failures, 6)) * random.uniform(0.5, 1.5)
+                delay = backoff.delay(failures)
                 typer.echo(f"warning: {exc}; retrying in {delay:.1f} s", err=True)
                 time.sleep(delay)
                 continue

@@ -4,47 +4,45 @@ and refusals of bad URLs and options."""
 from __future__ import annotations
 
 import logging
+import re
 import socket
 import time
 
 import pytest
 
 from chain.calls import CALL_TYPES
-from chain.substrate import (
-    PalletConfig,
-    SubstrateClient,
-    TransportError,
-    _compact,
-    _pubkey,
-    _read_compact,
-    _walk_pallet,
-    _walk_remarks,
-    connect_substrate,
-)
+from chain.substrate.client import SubstrateClient
+from chain.substrate.connect import connect_substrate
+from chain.substrate.pallet import PalletConfig, _walk_pallet
+from chain.substrate.remark import _walk_remarks
+from chain.substrate.scale import compact, pubkey, read_compact
+from chain.transport import TransportError
 
 
 @pytest.mark.parametrize("n", [0, 1, 63, 64, 16383, 16384, 2**30 - 1, 2**30, 2**32, 2**64 - 1, 2**128 - 1])
 def test_compact_round_trip(n):
-    data = b"\xaa" + _compact(n) + b"\xbb"
-    value, end = _read_compact(data, 1)
+    data = b"\xaa" + compact(n) + b"\xbb"
+    value, end = read_compact(data, 1)
     assert value == n and data[end:] == b"\xbb"
 
 
 def test_compact_known_vectors():
     # From the SCALE specification's examples.
-    assert _compact(1) == bytes.fromhex("04")
-    assert _compact(42) == bytes.fromhex("a8")
-    assert _compact(69) == bytes.fromhex("1501")
-    assert _compact(65535) == bytes.fromhex("feff0300")
-    assert _compact(100000000000000) == bytes.fromhex("0b00407a10f35a")
+    assert compact(1) == bytes.fromhex("04")
+    assert compact(42) == bytes.fromhex("a8")
+    assert compact(69) == bytes.fromhex("1501")
+    assert compact(65535) == bytes.fromhex("feff0300")
+    assert compact(100000000000000) == bytes.fromhex("0b00407a10f35a")
 
 
 def test_backoff_grows_is_capped_and_jittered():
     c = SubstrateClient("ws://127.0.0.1:9", backoff_base=0.5, backoff_max=4.0)
     for attempt, cap in [(1, 0.5), (2, 1.0), (3, 2.0), (4, 4.0), (9, 4.0)]:
+        assert c.backoff_window(attempt) == cap
         samples = {c.backoff(attempt) for _ in range(50)}
-        assert all(cap / 2 <= s <= cap for s in samples)
+        assert all(0 <= s <= cap for s in samples)  # full jitter: anywhere in the window
         assert len(samples) > 1  # jittered
+        assert min(samples) < cap / 2  # not the old half jitter, which never went below cap / 2
 
 
 def _dead_port() -> int:
@@ -61,7 +59,9 @@ def test_dead_node_is_retried_with_backoff_then_refused(caplog):
             TransportError, match=r"chain_getFinalizedHead: .* unreachable after 3 attempt\(s\)"
         ):
             c.rpc("chain_getFinalizedHead", [])
-    assert time.monotonic() - t0 >= 0.1 + 0.2  # two waits of at least half their caps
+    waits = [float(w) for w in re.findall(r"retry \d/\d in ([0-9.]+) s", caplog.text)]
+    assert len(waits) == 2 and waits[0] <= 0.2 and waits[1] <= 0.4  # within the doubling windows
+    assert time.monotonic() - t0 >= sum(waits) - 0.02
     assert caplog.text.count("retry ") == 2
     assert c.reconnects == 3
 
@@ -149,9 +149,9 @@ def test_pubkey_forms():
     alice = "5GrwvaEF5zXb26Fz9rcQpDWS57CtERHpNehXCPcNoHGKutQY"
     key = bytes.fromhex("d43593c715fdd31c61141abd04a99fd6822c8558854ccde39a5684e7a56da27d")
     assert (
-        _pubkey(alice) == key == _pubkey("0x" + key.hex()) == _pubkey({"Id": alice}) == _pubkey(("Id", alice))
+        pubkey(alice) == key == pubkey("0x" + key.hex()) == pubkey({"Id": alice}) == pubkey(("Id", alice))
     )
     with pytest.raises(ValueError):
-        _pubkey({"Index": 3})
+        pubkey({"Index": 3})
     with pytest.raises(ValueError):
-        _pubkey("0x1234")
+        pubkey("0x1234")

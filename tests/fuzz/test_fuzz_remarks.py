@@ -139,7 +139,7 @@ class _Client:
 def _transport():
     from substrateinterface import Keypair
 
-    from chain.substrate import RemarkTransport
+    from chain.substrate.remark import RemarkTransport
 
     client = _Client()
     return RemarkTransport(client, Keypair.create_from_uri("//Alice")), client
@@ -174,9 +174,9 @@ extrinsics = st.one_of(st.none(), st.builds(lambda a, c: {"address": a, "call": 
 
 
 def _blake(payload: bytes) -> str:
-    from chain.substrate import _blake2_256
+    from chain.substrate.scale import blake2_256
 
-    return "0x" + _blake2_256(payload).hex()
+    return "0x" + blake2_256(payload).hex()
 
 
 @st.composite
@@ -191,7 +191,7 @@ def events(draw, exts):
                         "event_id": draw(st.sampled_from(["ExtrinsicSuccess", "ExtrinsicFailed"])),
                         "attributes": draw(scale_values)})
         if isinstance(ext, dict) and isinstance(ext.get("call"), dict):
-            from chain.substrate import _walk_remarks
+            from chain.substrate.remark import _walk_remarks
 
             for payload in _walk_remarks(ext["call"], "fuzz"):
                 sender = draw(st.sampled_from([ALICE, "0x" + ALICE_PK.hex()]) | text | scale_values)
