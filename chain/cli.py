@@ -44,9 +44,8 @@ def load_params(path: Path | None, transport: Any = None) -> Any:
             return ProtocolParams.from_dict(section)
         except (TypeError, ValueError) as exc:
             _fail(f"{path}: {exc}")
-    recorded = getattr(transport, "protocol_params", None)
-    if recorded is not None:
-        params = recorded()
+    if transport is not None:
+        params = transport.protocol_params()
         if params is not None:
             return params
     return ProtocolParams()

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from chain.calls import CallDecodeError, CallError, decode_call, encode_call
+from chain.protocol.params import ProtocolParams
 from chain.transport import Block, Receipt, Transport, TransportError
 from commitments import cbor
 from commitments.errors import CommitmentError
@@ -309,19 +310,17 @@ class DevTransport(Transport):
                 log.warning("block %d tx %d from %s skipped: %s", number, i, origin, exc)
         return Block(number, bhash, tuple(calls), ts / 1000.0)
 
-    def protocol_params(self) -> Any:
+    def protocol_params(self) -> ProtocolParams | None:
         """The ProtocolParams recorded in the chain file, or None."""
         raw = self.chain.meta("params")
         if raw is None:
             return None
-        from chain.protocol import ProtocolParams
-
         try:
             return ProtocolParams.from_dict(cbor.decode(raw))
         except (CommitmentError, TypeError, ValueError, KeyError) as exc:
             raise TransportError(f"{self.chain.path}: recorded protocol params are unusable: {exc}") from None
 
-    def record_params(self, params: Any) -> None:
+    def record_params(self, params: ProtocolParams) -> None:
         self.chain.set_meta("params", cbor.encode(params.to_dict()))
 
     def close(self) -> None:

@@ -8,9 +8,15 @@ order, with `chain.protocol.apply` (the same code behind every transport).
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from chain.calls import CallDecodeError, decode_call
+
+if TYPE_CHECKING:  # annotations only: the protocol is a reader of transports, not their dependency
+    from chain.protocol.params import ProtocolParams
 
 
 @dataclass(frozen=True)
@@ -38,7 +44,12 @@ class TransportError(RuntimeError):
 
 
 class Transport(abc.ABC):
-    """Submit calls, follow finalized blocks from a cursor, name the account."""
+    """Submit calls, follow finalized blocks from a cursor, name the account.
+
+    These methods are the whole interface: callers use nothing else, and never probe a transport
+    with getattr. A new transport implements the four abstract ones and overrides the others
+    where it has something better than the default.
+    """
 
     @property
     @abc.abstractmethod
@@ -63,18 +74,15 @@ class Transport(abc.ABC):
         The same bytes give the same calls on chain, so re-sending after a crash is idempotent at
         the protocol level. Transports that carry raw payloads override this to skip the decode.
         """
-        from chain.calls import CallDecodeError, decode_call
-
         try:
             calls = [decode_call(p) for p in payloads]
         except CallDecodeError as exc:
             raise TransportError(f"cannot submit the payload: {exc}") from None
         return self.submit(calls, wait=wait, timeout=timeout)
 
-    def follow(self, cursor: int, *, poll: float = 0.5, stop=None) -> Iterator[Block]:
+    def follow(self, cursor: int, *, poll: float = 0.5,
+               stop: Callable[[], bool] | None = None) -> Iterator[Block]:
         """Yield finalized blocks after `cursor`, in order, forever (or until `stop()` is true)."""
-        import time
-
         nxt = cursor + 1
         while stop is None or not stop():
             head = self.finalized_head()
@@ -84,6 +92,15 @@ class Transport(abc.ABC):
                 if stop is not None and stop():
                     return
             time.sleep(poll)
+
+    def protocol_params(self) -> ProtocolParams | None:
+        """The protocol parameters this chain records, or None: the chain records no parameters,
+        and every participant takes them from its own configuration (or the defaults).
+
+        A dev chain file records them (`pot chain dev --params`); Substrate chains do not (their
+        parameters would belong to a pallet's storage, which the transports do not read).
+        """
+        return None
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""

@@ -200,8 +200,7 @@ class Trainer:
         if self.view is None:
             params = self._params
             if params is None:
-                recorded = getattr(self.transport, "protocol_params", None)
-                params = recorded() if callable(recorded) else None
+                params = self.transport.protocol_params()
             self.view = ChainView(self.transport, params or ProtocolParams())
         return self.view
 

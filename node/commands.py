@@ -116,7 +116,7 @@ def chain_facts(url: str, challenge_id: bytes, config: Path | None) -> dict[str,
     transport = connect(url) if url.startswith("dev://") else connect(url, key="//pot//verify-reader")
     try:
         if params is None:
-            params = getattr(transport, "protocol_params", lambda: None)()
+            params = transport.protocol_params()
         view = ChainView(transport, params)
         view.sync()
     finally:

@@ -98,7 +98,7 @@ class VerifierNode:
         """Connect and load the view; refuses a chain or parameters the database does not match."""
         self.transport = connect_transport(self.cfg, self.secrets)
         self.account = self.transport.account
-        recorded = getattr(self.transport, "protocol_params", lambda: None)()
+        recorded = self.transport.protocol_params()
         if recorded is not None and recorded != self.params:
             raise StartupError(
                 f"the chain records protocol parameters {recorded.to_dict()}, this node's [protocol] section "

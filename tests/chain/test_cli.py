@@ -100,6 +100,8 @@ def test_events_refusals(tmp_path):
     assert r.exit_code == 2 and "unsupported chain URL" in r.output
     r = pot("events", "--chain", f"dev://{tmp_path}/c.db", "--from", "-1")
     assert r.exit_code == 2
+    r = pot("events", "--chain", f"dev://{tmp_path}/c.db", "--follow", "--poll", "0")
+    assert r.exit_code == 2 and "--poll must be a positive number" in r.output
 
 
 def _spawn(*args):

@@ -14,7 +14,8 @@ import pytest
 from chain.calls import CommitWitness, decode_call, encode_call
 from chain.dev import DevChain, DevTransport, block_hash, genesis_hash
 from chain.protocol import ProtocolParams
-from chain.transport import TransportError
+from chain.substrate import PalletTransport, RemarkTransport
+from chain.transport import Transport, TransportError
 from commitments.hashing import digest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -127,6 +128,13 @@ def test_params_recorded(tmp_path):
     p = ProtocolParams(commit_window=7, forced_challenge_steps=(7,))
     t.record_params(p)
     assert DevTransport(tmp_path / "c.db").protocol_params() == p
+
+
+def test_protocol_params_is_part_of_every_transport():
+    # Declared on the base with its default (the chain records none); only the dev chain records them.
+    assert Transport.protocol_params(DevTransport.__new__(DevTransport)) is None
+    assert RemarkTransport.protocol_params is PalletTransport.protocol_params is Transport.protocol_params
+    assert DevTransport.protocol_params is not Transport.protocol_params
 
 
 WRITER = """
