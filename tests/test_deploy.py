@@ -1,5 +1,6 @@
 """The deployment files: the compose file validates (with the docker client, when there is one) and
-holds the whole network on standard images; every file it mounts exists; Prometheus scrapes every
+holds the whole network on standard images; every file it mounts exists; the Dockerfile copies
+every package pyproject.toml installs and installs the postgres extra; Prometheus scrapes every
 verifier; the Grafana dashboard asks only for pot_ metrics that the node exports."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ import json
 import re
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 COMPOSE = REPO / "docker-compose.yml"
+DOCKERFILE = REPO / "deploy/Dockerfile"
 STANDARD_IMAGES = re.compile(r"^(postgres|node|curlimages/curl|prom/prometheus|grafana/grafana):[\w.-]+$")
 
 
@@ -68,6 +71,65 @@ def test_every_mounted_file_exists():
             src = vol.split(":", 1)[0]
             if src.startswith("./"):
                 assert (REPO / src).exists(), f"{name} mounts {src}, which is missing"
+
+
+def pyproject() -> dict:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())
+
+
+def packaged_top_level() -> set[str]:
+    """Top-level package names of [tool.setuptools.packages.find] include ("chain*" -> "chain")."""
+    include = pyproject()["tool"]["setuptools"]["packages"]["find"]["include"]
+    names = set()
+    for pattern in include:
+        name = pattern.split(".", 1)[0].rstrip("*")
+        assert name.isidentifier(), f"include pattern {pattern!r} does not start with a package name"
+        names.add(name)
+    return names
+
+
+def dockerfile_copies() -> dict[str, str]:
+    """COPY source -> destination, for every COPY line of the Dockerfile (flags such as --chown skipped)."""
+    copies: dict[str, str] = {}
+    for line in DOCKERFILE.read_text().splitlines():
+        words = line.split()
+        if not words or words[0].upper() != "COPY":
+            continue
+        args = [w for w in words[1:] if not w.startswith("--")]
+        assert len(args) >= 2, f"COPY needs a source and a destination: {line!r}"
+        for src in args[:-1]:
+            copies[src.rstrip("/")] = args[-1]
+    return copies
+
+
+def test_dockerfile_copies_every_packaged_package():
+    packages = packaged_top_level()
+    assert {"commitments", "oracle", "challenges", "chain", "miner", "node", "devnet", "pot"} <= packages
+    copies = dockerfile_copies()
+    missing = sorted(p for p in packages if p not in copies)
+    assert not missing, f"deploy/Dockerfile has no COPY line for {missing}"
+    for p in packages:
+        assert copies[p].rstrip("/") in (f"./{p}", p), f"COPY {p} {copies[p]}: copy it to ./{p}"
+    # A Python package the image copies must be one pip installs, or the image runs it from the
+    # working directory only by accident.
+    copied_packages = {src for src in copies if (REPO / src / "__init__.py").is_file()}
+    stray = sorted(copied_packages - packages)
+    assert not stray, f"deploy/Dockerfile copies {stray}, which pyproject.toml does not install"
+    # The image needs what pip reads to build the package.
+    assert {"pyproject.toml", "README.md"} <= set(copies)
+
+
+def test_every_packaged_package_exists():
+    for p in sorted(packaged_top_level()):
+        assert (REPO / p / "__init__.py").is_file(), f"pyproject.toml installs {p}, which is not a package here"
+
+
+def test_dockerfile_installs_the_postgres_extra():
+    assert "postgres" in pyproject()["project"]["optional-dependencies"]
+    installs = [line for line in DOCKERFILE.read_text().splitlines()
+                if re.match(r"^RUN pip install ", line) and "torch" not in line]
+    assert installs, "deploy/Dockerfile installs no package"
+    assert any(re.search(r"\.\[[\w,]*\bpostgres\b[\w,]*\]", line) for line in installs), installs
 
 
 def test_prometheus_scrapes_every_verifier():
