@@ -12,6 +12,7 @@ from typing import BinaryIO
 
 PRIVATE = 0o600  # databases, journals, salts, keys: readable by the owner only
 PUBLIC = 0o644
+PRIVATE_DIR = 0o700
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:
@@ -93,3 +94,13 @@ def create_private(path: str | os.PathLike[str]) -> None:
         os.fchmod(fd, PRIVATE)
     finally:
         os.close(fd)
+
+
+def make_private_dir(path: str | os.PathLike[str]) -> Path:
+    """Create folder `path` (and missing parents) with mode 0700 if it does not exist; an existing
+    folder keeps its mode, which is its owner's choice. Returns the path."""
+    p = Path(path)
+    if not p.is_dir():
+        p.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
+        os.chmod(p, PRIVATE_DIR)  # mkdir's mode passes through the umask
+    return p

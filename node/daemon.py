@@ -28,6 +28,7 @@ from chain.view import ChainView
 from challenges.losschecks import LossCheckConfig
 from challenges.refused import REFUSED_BUCKET, refused_value_hash
 from challenges.witness import new_salt
+from commitments.files import make_private_dir
 from commitments.retry import Backoff
 from node import journal
 from node.config import NodeConfig, Secrets
@@ -75,6 +76,7 @@ class VerifierNode:
         self.params = cfg.protocol.params()
         self.stop = stop or threading.Event()
         self.data_dir = cfg.data_dir
+        make_private_dir(self.data_dir)  # 0700 when new: it holds the database and downloads
         (self.data_dir / "openings").mkdir(parents=True, exist_ok=True)
         (self.data_dir / "leaves").mkdir(parents=True, exist_ok=True)
         self.policy = FetchPolicy(cfg.fetch.connect_timeout_s, cfg.fetch.read_timeout_s, cfg.fetch.total_timeout_s,

@@ -7,6 +7,7 @@ unless asked to initialise it.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -28,8 +29,9 @@ from sqlalchemy import (
     inspect,
     select,
 )
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, make_url
 
+from commitments.files import create_private, make_private_dir
 from node.stages import STAGE_WIDTH
 
 SCHEMA_NAME = "pot-verifier-node"
@@ -186,11 +188,32 @@ class DatabaseError(RuntimeError):
     """A database the node cannot use (unmigrated, foreign, unreachable), with what to do."""
 
 
+# SQLite's companion files: they hold the same rows as the database until a checkpoint.
+SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
+
+
+def private_sqlite_file(path: str | os.PathLike[str]) -> None:
+    """The database holds the witness salts: create it 0600 (its folder 0700 if new) before SQLite
+    opens it, and narrow an existing one and its companion files, which SQLite creates with the
+    database file's mode."""
+    p = Path(path)
+    make_private_dir(p.parent)
+    try:
+        create_private(p)
+        for suffix in SQLITE_SIDE_FILES:
+            side = p.with_name(p.name + suffix)
+            if side.exists():
+                create_private(side)
+    except OSError as exc:
+        raise DatabaseError(f"cannot make the node database {p} private (mode 600): {exc.strerror or exc}; "
+                            f"run the node as the owner of {p.parent}") from None
+
+
 def make_engine(url: str) -> Engine:
     if url.startswith("sqlite:"):
-        path = url.split("///", 1)[1] if "///" in url else ""
-        if path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        path = make_url(url).database
+        if path and path != ":memory:" and not path.startswith("file:"):
+            private_sqlite_file(path)
         engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
 
         @event.listens_for(engine, "connect")

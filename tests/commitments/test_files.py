@@ -10,6 +10,7 @@ from commitments.files import (
     atomic_write_text,
     atomic_writer,
     create_private,
+    make_private_dir,
     publish,
 )
 
@@ -66,3 +67,11 @@ def test_publish_moves_a_finished_file_over_the_target(tmp_path):
     with pytest.raises(FileNotFoundError):
         publish(part, dest)  # nothing to publish: the target stays
     assert dest.read_bytes() == b"downloaded"
+
+
+def test_make_private_dir_creates_0700_and_keeps_an_existing_mode(tmp_path):
+    d = make_private_dir(tmp_path / "a" / "data")
+    assert d.is_dir() and _mode(d) == 0o700
+    os.chmod(d, 0o750)
+    make_private_dir(d)
+    assert _mode(d) == 0o750

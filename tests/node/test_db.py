@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import stat
+
 import pytest
 import sqlalchemy as sa
 
@@ -69,3 +72,40 @@ def test_old_revision_is_refused(engine, db_url):
         c.execute(sa.text("UPDATE alembic_version SET version_num = '0000'"))
     with pytest.raises(DatabaseError, match="schema revision 0000"):
         open_database(db_url)
+
+
+def _mode(p) -> int:
+    return stat.S_IMODE(os.stat(p).st_mode)
+
+
+def test_sqlite_database_and_its_journal_files_are_private(tmp_path):
+    data_dir = tmp_path / "new-data"
+    path = data_dir / "node.db"
+    eng = open_database(f"sqlite:///{path}", init=True)
+    try:
+        with eng.begin() as c:  # a write, so SQLite has its WAL and shared-memory files open
+            c.execute(node_meta.insert().values(key="probe", value="x"))
+            sides = [path.with_name(path.name + s) for s in ("-wal", "-shm")]
+            assert all(s.exists() for s in sides)
+            assert [_mode(s) for s in sides] == [0o600, 0o600]
+        assert _mode(path) == 0o600
+        assert _mode(data_dir) == 0o700
+    finally:
+        eng.dispose()
+
+
+def test_existing_sqlite_files_are_narrowed_and_existing_folders_kept(tmp_path):
+    path = tmp_path / "node.db"
+    eng = open_database(f"sqlite:///{path}", init=True)
+    eng.dispose()
+    os.chmod(path, 0o644)
+    os.chmod(tmp_path, 0o755)
+    wal = path.with_name("node.db-wal")
+    wal.write_bytes(b"")
+    os.chmod(wal, 0o644)
+    eng = open_database(f"sqlite:///{path}")
+    try:
+        assert _mode(path) == 0o600 and _mode(wal) == 0o600
+        assert _mode(tmp_path) == 0o755  # the operator's folder: its mode is theirs
+    finally:
+        eng.dispose()
