@@ -28,7 +28,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from node import queries as Q
 from node.config import NodeConfig
-from node.db import challenges, current_revision, head_revision, open_database, stage_log
+from node.db import challenges, current_revision, head_revision, open_database, stage_log, witness_conflicts
 from node.logs import log_event
 from node.stages import STAGES, WORK_STAGES, Stage
 
@@ -73,6 +73,8 @@ class ReadyOut(_Model):
             "chain_head": {"ok": True, "detail": "cursor at block 118, applied 0.4 s ago",
                            "data": {"block": 118, "age_s": 0.4, "max_age_s": 60.0}},
             "worker_pool": {"ok": True, "detail": "1 replay worker(s), 0 busy", "data": {"workers": 1, "busy": 0}},
+            "determinism": {"ok": True, "detail": "no witness conflicts: every recomputed witness equalled "
+                            "the journaled one", "data": {"conflicts": 0, "unacknowledged": 0}},
         }}]})
     ready: bool
     checks: dict[str, CheckOut]
@@ -254,7 +256,8 @@ class ChallengeDetailOut(ChallengeOut):
         "committed_value": "aa" * 32, "this_node": ["v1"], "reveals": 1,
         "quorum": {"cluster_size": 1, "reveals": 1, "outliers": []},
         "txs": [{"kind": "commit", "state": "confirmed", "sends": 1, "block": 20, "tx_hash": None,
-                 "last_error": None}]}]})
+                 "last_error": None}],
+        "witness_conflicts": []}]})
     mode: str
     root: str
     size: int
@@ -274,6 +277,31 @@ class ChallengeDetailOut(ChallengeOut):
     reveals: int
     quorum: dict[str, Any] | None
     txs: list[dict[str, Any]]
+    witness_conflicts: list[WitnessConflictOut] = Field(
+        description="Determinism alarms: later computations of this node's witness that gave another value.")
+
+
+class ConflictValue(_Model):
+    value_hash: str | None
+    norm_bucket: int | None
+
+
+class WitnessConflictOut(_Model):
+    challenge_id: str
+    verifier: str
+    journaled: ConflictValue = Field(description="The witness in the journal: the only one this node sends.")
+    recomputed: ConflictValue = Field(description="The different witness a later computation gave.")
+    created_at: float
+    acknowledged_at: float | None
+
+
+class AcknowledgeOut(_Model):
+    model_config = ConfigDict(json_schema_extra={"examples": [{
+        "acknowledged": 1, "total": 1,
+        "detail": "1 witness conflict(s) acknowledged; /readyz passes its determinism check again"}]})
+    acknowledged: int = Field(description="Conflicts acknowledged by this call.")
+    total: int = Field(description="Conflicts ever recorded (pot_witness_conflicts_total).")
+    detail: str
 
 
 class RetryOut(_Model):
@@ -407,7 +435,8 @@ def create_app(db: str | Engine, config: NodeConfig | None = None, *, node: Any 
         return {"status": "ok", "uptime_s": time.monotonic() - ctx.started}
 
     @app.get("/readyz", response_model=ReadyOut, tags=["health"],
-             summary="Readiness, with a per-check breakdown (database, chain head age, worker pool).",
+             summary="Readiness, with a per-check breakdown (database, chain head age, worker pool, "
+                     "determinism).",
              responses={503: {"model": ReadyOut, "description": "At least one check failed."}})
     def readyz() -> JSONResponse:
         checks = readiness(ctx)
@@ -493,6 +522,17 @@ def create_app(db: str | Engine, config: NodeConfig | None = None, *, node: Any 
                   stage=out["stage"])
         return out
 
+    @app.post("/api/v1/admin/witness-conflicts/acknowledge", response_model=AcknowledgeOut, tags=["admin"],
+              dependencies=[Depends(require_admin)],
+              responses={**ERRORS, 401: {"model": ErrorOut, "description": "No bearer token."},
+                         403: {"model": ErrorOut, "description": "Wrong token, or admin routes disabled."}},
+              summary="Acknowledge the recorded witness conflicts once investigated; /readyz passes again.")
+    def acknowledge_conflicts() -> dict[str, Any]:
+        out = acknowledge(ctx)
+        log_event(log, "admin_acknowledge_conflicts", level=logging.WARNING, acknowledged=out["acknowledged"],
+                  total=out["total"])
+        return out
+
     mount_dashboard(app, ctx)
     return app
 
@@ -533,11 +573,13 @@ def readiness(ctx: ApiContext) -> dict[str, dict[str, Any]]:
         checks["database"] = {"ok": False, "data": {}, "detail": f"unreachable: {type(exc).__name__}: {exc}"[:500]}
         checks["chain_head"] = {"ok": False, "data": {}, "detail": "unknown: the database is unreachable"}
         checks["worker_pool"] = pool_check(ctx, None)
+        checks["determinism"] = {"ok": False, "data": {}, "detail": "unknown: the database is unreachable"}
         return checks
     max_age = ctx.config.chain.watchdog_s
     with ctx.engine.connect() as conn:
         cur = Q.cursor_state(conn)
         stuck = Q.stuck_replays(conn, timeout_s=ctx.config.replay.timeout_s + 60)
+        conflicts = Q.conflict_summary(conn, latest=1)
     data: dict[str, Any] = {"block": cur["block"], "age_s": cur["age_s"], "max_age_s": max_age}
     if ctx.node is not None and getattr(ctx.node, "head", -1) >= 0:
         data["finalized_head"] = ctx.node.head
@@ -553,7 +595,27 @@ def readiness(ctx: ApiContext) -> dict[str, dict[str, Any]]:
             f"cursor at block {cur['block']} was applied {cur['age_s']:.1f} s ago, more than {max_age:g} s "
             f"(chain.watchdog_s): the node is not following the chain")}
     checks["worker_pool"] = pool_check(ctx, stuck)
+    checks["determinism"] = determinism_check(conflicts)
     return checks
+
+
+def determinism_check(conflicts: dict[str, Any]) -> dict[str, Any]:
+    """Fails while a witness conflict is unacknowledged: a node whose replay changed its answer is
+    not a node to trust until someone has looked. The journaled witness was still the one sent."""
+    data: dict[str, Any] = {"conflicts": conflicts["total"], "unacknowledged": conflicts["unacknowledged"]}
+    if conflicts["unacknowledged"] == 0:
+        detail = ("no witness conflicts: every recomputed witness equalled the journaled one"
+                  if conflicts["total"] == 0 else
+                  f"{conflicts['total']} witness conflict(s) recorded, all acknowledged")
+        return {"ok": True, "data": data, "detail": detail}
+    last = conflicts["latest"][0]
+    data.update(latest_challenge_id=last["challenge_id"], latest_at=last["created_at"])
+    return {"ok": False, "data": data, "detail": (
+        f"DETERMINISM FAILURE: {conflicts['unacknowledged']} unacknowledged witness conflict(s); the latest, "
+        f"challenge {last['challenge_id']}, journaled value {last['journaled']['value_hash']} bucket "
+        f"{last['journaled']['norm_bucket']} but recomputed {last['recomputed']['value_hash']} bucket "
+        f"{last['recomputed']['norm_bucket']}. Only the journaled value was sent. Find why the replay "
+        f"changed (docs/operator.md), then POST /api/v1/admin/witness-conflicts/acknowledge")}
 
 
 def pool_check(ctx: ApiContext, stuck: int | None) -> dict[str, Any]:
@@ -612,6 +674,16 @@ def requeue(ctx: ApiContext, cid: bytes) -> dict[str, Any]:
             raise HTTPException(409, "the job changed while it was being re-queued; try again")
     return {"challenge_id": cid.hex(), "previous_stage": job.stage, "stage": target,
             "detail": f"re-queued at stage {target}; the daemon picks it up on its next pass"}
+
+
+def acknowledge(ctx: ApiContext) -> dict[str, Any]:
+    """Mark every unacknowledged witness conflict as looked at; the rows and the counter stay."""
+    with ctx.engine.begin() as conn:
+        n = conn.execute(update(witness_conflicts).where(witness_conflicts.c.acknowledged_at.is_(None))
+                         .values(acknowledged_at=time.time())).rowcount
+        total = Q.conflict_summary(conn, latest=0)["total"]
+    return {"acknowledged": n, "total": total,
+            "detail": f"{n} witness conflict(s) acknowledged; /readyz passes its determinism check again"}
 
 
 # --- serving from the daemon ------------------------------------------------------------------

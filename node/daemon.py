@@ -500,6 +500,9 @@ class VerifierNode:
         entry, inserted = journal.check_and_insert_witness(
             self.engine, challenge_id=cid, verifier=self.account, value_hash=value_hash, norm_bucket=bucket,
             salt=new_salt(), origin=self.account)
+        # A repeat with another value: the journal recorded and logged the conflict; the
+        # journaled entry is still the one this node commits to and sends.
+        conflict = not inserted and journal.differs(entry, value_hash, bucket)
         now = time.time()
         with self.engine.begin() as conn:
             conn.execute(update(challenges).where(and_(challenges.c.challenge_id == cid, challenges.c.stage == Stage.WITNESS))
@@ -507,9 +510,12 @@ class VerifierNode:
                                  fault=None if fault == "none" else fault, updated_at=now))
             self._log_stage(conn, cid, Stage.WITNESS, started, now,
                             f"value {entry.value_hash.hex()[:16]} bucket {entry.norm_bucket}"
-                            + ("" if inserted else " (already journaled)"))
+                            + ("" if inserted else " (already journaled)")
+                            + (f"; DETERMINISM CONFLICT: recomputed value {value_hash.hex()[:16]} bucket {bucket}"
+                               if conflict else ""))
         log_event(log, "witness_journaled", challenge_id=cid.hex(), value_hash=entry.value_hash.hex(),
-                  norm_bucket=entry.norm_bucket, inserted=inserted, refusal_class=job.refusal_class, fault=fault)
+                  norm_bucket=entry.norm_bucket, inserted=inserted, conflict=conflict,
+                  refusal_class=job.refusal_class, fault=fault)
         self._maybe_kill("journaled")
 
     # --- transactions ---------------------------------------------------------------------------

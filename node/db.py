@@ -160,6 +160,23 @@ witnesses = Table(
     UniqueConstraint("challenge_id", "verifier", name="uq_witnesses_challenge_verifier"),
 )
 
+# The determinism alarm: a witness recomputed for a challenge already journaled, with a different
+# value or norm bucket. The journaled entry stays the one sent; each such repeat leaves a row here,
+# so the alarm outlives restarts. `acknowledged_at`: an operator looked at it (readiness passes).
+witness_conflicts = Table(
+    "witness_conflicts", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("challenge_id", LargeBinary, nullable=False),
+    Column("verifier", String(128), nullable=False),
+    Column("journaled_value_hash", LargeBinary, nullable=False),
+    Column("journaled_norm_bucket", Integer, nullable=False),
+    Column("recomputed_value_hash", LargeBinary, nullable=False),
+    Column("recomputed_norm_bucket", Integer, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("acknowledged_at", Float, nullable=True),
+)
+Index("ix_witness_conflicts_challenge", witness_conflicts.c.challenge_id)
+
 # Transactions, Chainlink style: unstarted -> in_progress -> unconfirmed -> confirmed (or failed).
 # `payload` is the exact call bytes and `origin` the signer; a restart re-sends these bytes.
 txs = Table(

@@ -3,10 +3,15 @@
 Like a slashing-protection database, the decision "may I commit this?" is one transaction that
 happens before anything leaves the node; UNIQUE (challenge_id, verifier) makes a second, different
 commitment impossible. Txs then move unstarted -> in_progress -> unconfirmed -> confirmed.
+
+A repeat with the same value is a silent no-op. A repeat with a different value (value hash or
+norm bucket) still gets the journaled entry back, so nothing different is ever sent, but it is a
+determinism failure: it is recorded in witness_conflicts and logged at error level.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 
@@ -16,7 +21,10 @@ from sqlalchemy.exc import IntegrityError
 
 from chain.calls import CommitWitness, RevealWitnessValue, encode_call
 from challenges.witness import witness_commitment
-from node.db import txs, witnesses
+from node.db import txs, witness_conflicts, witnesses
+from node.logs import log_event
+
+log = logging.getLogger("node.journal")
 
 
 class JournalError(RuntimeError):
@@ -67,13 +75,36 @@ def _existing(conn: Connection, challenge_id: bytes, verifier: str) -> WitnessEn
     return _entry(row) if row is not None else None
 
 
+def differs(entry: WitnessEntry, value_hash: bytes, norm_bucket: int) -> bool:
+    """Whether a recomputed witness disagrees with the journaled one (the salt is not the value)."""
+    return entry.value_hash != bytes(value_hash) or entry.norm_bucket != norm_bucket
+
+
+def _record_conflict(conn: Connection, found: WitnessEntry, value_hash: bytes, norm_bucket: int) -> None:
+    conn.execute(witness_conflicts.insert().values(
+        challenge_id=found.challenge_id, verifier=found.verifier, journaled_value_hash=found.value_hash,
+        journaled_norm_bucket=found.norm_bucket, recomputed_value_hash=bytes(value_hash),
+        recomputed_norm_bucket=norm_bucket, created_at=time.time()))
+
+
+def _alarm(found: WitnessEntry, value_hash: bytes, norm_bucket: int) -> None:
+    log_event(log, "witness_conflict", level=logging.ERROR, challenge_id=found.challenge_id.hex(),
+              verifier=found.verifier, journaled_value_hash=found.value_hash.hex(),
+              journaled_norm_bucket=found.norm_bucket, recomputed_value_hash=bytes(value_hash).hex(),
+              recomputed_norm_bucket=norm_bucket,
+              detail="the recomputed witness differs from the journaled one; the journaled one stays "
+                     "the only one sent. A replay that changed its answer is a determinism failure.")
+
+
 def check_and_insert_witness(engine: Engine, *, challenge_id: bytes, verifier: str, value_hash: bytes,
                              norm_bucket: int, salt: bytes, origin: str | None = None) -> tuple[WitnessEntry, bool]:
     """Journal a witness for (challenge, verifier), or return the one already journaled.
 
     One transaction stores the salt, value, commitment and both tx payloads (commit and reveal,
     `unstarted`). Returns (entry, inserted); when not inserted, the caller must use the returned
-    entry, never its own values: that is the only commitment this verifier will ever send.
+    entry, never its own values: that is the only commitment this verifier will ever send. A
+    repeat whose value differs from the journaled one is recorded in witness_conflicts (in the
+    same transaction as the look-up) and logged at error level.
     """
     commitment = witness_commitment(challenge_id, value_hash, norm_bucket, salt, verifier)
     commit_bytes = encode_call(CommitWitness(challenge_id, commitment))
@@ -83,22 +114,28 @@ def check_and_insert_witness(engine: Engine, *, challenge_id: bytes, verifier: s
     try:
         with engine.begin() as conn:
             found = _existing(conn, challenge_id, verifier)
-            if found is not None:
-                return found, False
-            conn.execute(witnesses.insert().values(
-                challenge_id=challenge_id, verifier=verifier, salt=salt, value_hash=value_hash,
-                norm_bucket=norm_bucket, commitment=commitment, created_at=now))
-            conn.execute(txs.insert(), [
-                dict(challenge_id=challenge_id, verifier=verifier, kind=kind, origin=origin, payload=payload,
-                     state="unstarted", sends=0, created_at=now, updated_at=now)
-                for kind, payload in (("commit", commit_bytes), ("reveal", reveal_bytes))
-            ])
+            if found is None:
+                conn.execute(witnesses.insert().values(
+                    challenge_id=challenge_id, verifier=verifier, salt=salt, value_hash=value_hash,
+                    norm_bucket=norm_bucket, commitment=commitment, created_at=now))
+                conn.execute(txs.insert(), [
+                    dict(challenge_id=challenge_id, verifier=verifier, kind=kind, origin=origin, payload=payload,
+                         state="unstarted", sends=0, created_at=now, updated_at=now)
+                    for kind, payload in (("commit", commit_bytes), ("reveal", reveal_bytes))
+                ])
+            elif differs(found, value_hash, norm_bucket):
+                _record_conflict(conn, found, value_hash, norm_bucket)
     except IntegrityError:
         # A concurrent writer won the race between our look-up and insert: its entry stands.
-        with engine.connect() as conn:
+        with engine.begin() as conn:
             found = _existing(conn, challenge_id, verifier)
-        if found is None:
-            raise
+            if found is None:
+                raise
+            if differs(found, value_hash, norm_bucket):
+                _record_conflict(conn, found, value_hash, norm_bucket)
+    if found is not None:
+        if differs(found, value_hash, norm_bucket):
+            _alarm(found, value_hash, norm_bucket)
         return found, False
     return WitnessEntry(challenge_id, verifier, salt, value_hash, norm_bucket, commitment, now), True
 
@@ -178,7 +215,7 @@ def fail_tx(conn: Connection, challenge_id: bytes, verifier: str, kind: str, rea
 
 
 __all__ = [
-    "JournalError", "TxRecord", "WitnessEntry", "check_and_insert_witness", "confirm_tx", "fail_tx",
+    "JournalError", "TxRecord", "WitnessEntry", "check_and_insert_witness", "confirm_tx", "differs", "fail_tx",
     "get_tx", "get_witness", "list_txs", "mark_in_progress", "mark_send_error", "mark_unconfirmed",
     "set_tx_state",
 ]

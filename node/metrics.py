@@ -39,6 +39,7 @@ class NodeCollector:
                 durations = Q.stage_durations(conn)
                 txs = Q.tx_counts(conn)
                 runs = Q.run_count(conn)
+                conflicts = Q.conflict_summary(conn, latest=0)
         except Exception:  # any driver error: say the database is down, keep serving the rest
             up.add_metric([], 0.0)
             yield up
@@ -72,6 +73,16 @@ class NodeCollector:
         c = CounterMetricFamily("pot_verifier_outlier", "Challenges where the chain recorded this node as an outlier.")
         c.add_metric([], agree["outliers"])
         yield c
+
+        c = CounterMetricFamily("pot_witness_conflicts",
+                                "Journal repeats whose recomputed witness differed from the journaled one "
+                                "(a determinism failure; the journaled witness was sent).")
+        c.add_metric([], conflicts["total"])
+        yield c
+        g = GaugeMetricFamily("pot_witness_conflicts_unacknowledged",
+                              "Witness conflicts no operator has acknowledged yet (/readyz fails while > 0).")
+        g.add_metric([], conflicts["unacknowledged"])
+        yield g
 
         g = GaugeMetricFamily("pot_runs", "Runs registered on the followed chain.")
         g.add_metric([], runs)

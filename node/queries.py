@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select, true
 from sqlalchemy.engine import Connection
 
-from node.db import chain_cursor, chain_events, challenges, runs, stage_log, txs, witnesses
+from node.db import chain_cursor, chain_events, challenges, runs, stage_log, txs, witness_conflicts, witnesses
 from node.stages import RESOLUTION, STAGES, STOPPED, Stage
 
 VERDICTS = ("honest", "fraud", "inconclusive")
@@ -311,6 +311,7 @@ def get_challenge(conn: Connection, cid: bytes, *, now: float | None = None) -> 
                 "outliers": list(resolved.get("outliers") or [])} if resolved else None,
         txs=[{"kind": t.kind, "state": t.state, "sends": t.sends, "block": t.block, "tx_hash": _hex(t.tx_hash),
               "last_error": t.last_error} for t in tx_rows],
+        witness_conflicts=witness_conflicts_of(conn, cid),
     )
     return out
 
@@ -355,7 +356,33 @@ def fingerprint(conn: Connection) -> str:
     The cursor block is left out on purpose (it moves every block; the header shows it apart)."""
     n, last = conn.execute(select(func.count(), func.max(challenges.c.updated_at)).select_from(challenges)).one()
     runs_n = conn.execute(select(func.count()).select_from(runs)).scalar_one()
-    return f"{n}-{runs_n}-{last or 0:.6f}"
+    conflicts = conn.execute(select(func.count(), func.max(witness_conflicts.c.acknowledged_at))
+                             .select_from(witness_conflicts)).one()
+    return f"{n}-{runs_n}-{last or 0:.6f}-{conflicts[0]}-{conflicts[1] or 0:.6f}"
+
+
+def _conflict(row) -> dict[str, Any]:
+    return {"challenge_id": _hex(row.challenge_id), "verifier": row.verifier,
+            "journaled": {"value_hash": _hex(row.journaled_value_hash), "norm_bucket": row.journaled_norm_bucket},
+            "recomputed": {"value_hash": _hex(row.recomputed_value_hash), "norm_bucket": row.recomputed_norm_bucket},
+            "created_at": row.created_at, "acknowledged_at": row.acknowledged_at}
+
+
+def witness_conflicts_of(conn: Connection, challenge_id: bytes) -> list[dict[str, Any]]:
+    """The determinism conflicts recorded for one challenge, oldest first."""
+    return [_conflict(r) for r in conn.execute(
+        select(witness_conflicts).where(witness_conflicts.c.challenge_id == challenge_id)
+        .order_by(witness_conflicts.c.id))]
+
+
+def conflict_summary(conn: Connection, *, latest: int = 5) -> dict[str, Any]:
+    """All recorded determinism conflicts: total, unacknowledged, and the latest few."""
+    total, open_ = conn.execute(select(
+        func.count(), func.count().filter(witness_conflicts.c.acknowledged_at.is_(None)))
+        .select_from(witness_conflicts)).one()
+    rows = conn.execute(select(witness_conflicts).order_by(witness_conflicts.c.id.desc()).limit(latest)) \
+        if total else []
+    return {"total": int(total), "unacknowledged": int(open_), "latest": [_conflict(r) for r in rows]}
 
 
 def stage_durations(conn: Connection) -> dict[str, tuple[int, float]]:
@@ -386,7 +413,7 @@ def stuck_replays(conn: Connection, *, timeout_s: float, now: float | None = Non
 
 __all__ = [
     "CURSOR_PATTERN", "FAKE_SHARES", "STATUSES", "TIMELINE", "VERDICTS", "BadQuery", "agreement", "build_timeline",
-    "challenge_summary", "cursor_state", "decode_cursor", "detection_probability", "encode_cursor",
+    "challenge_summary", "conflict_summary", "cursor_state", "decode_cursor", "detection_probability", "encode_cursor",
     "fingerprint", "get_challenge", "get_run", "list_challenges", "list_runs", "parse_id", "reveal_clusters",
-    "run_count", "stage_counts", "stage_durations", "stuck_replays", "tx_counts", "verdict_counts",
+    "run_count", "stage_counts", "stage_durations", "stuck_replays", "tx_counts", "verdict_counts", "witness_conflicts_of",
 ]

@@ -52,8 +52,10 @@ def mount_dashboard(app: FastAPI, ctx: Any) -> None:
         with ctx.engine.connect() as conn:
             fp = Q.fingerprint(conn)
             cursor = Q.cursor_state(conn)
+            conflicts = Q.conflict_summary(conn)
+        # Every page carries the determinism alarm: it is the one failure that must never go unseen.
         html = env.get_template(name).render(account=ctx.account, chain=ctx.config.chain.url, fingerprint=fp,
-                                             cursor=cursor, poll_ms=POLL_MS, **data)
+                                             cursor=cursor, poll_ms=POLL_MS, conflicts=conflicts, **data)
         return HTMLResponse(html, status_code=status)
 
     def error(status: int, message: str) -> HTMLResponse:

@@ -41,7 +41,8 @@ def test_healthz_and_readyz_report_each_check(client, engine):
     r = client.get("/readyz")
     body = r.json()
     assert r.status_code == 200 and body["ready"] is True
-    assert set(body["checks"]) == {"database", "chain_head", "worker_pool"}
+    assert set(body["checks"]) == {"database", "chain_head", "worker_pool", "determinism"}
+    assert body["checks"]["determinism"]["data"] == {"conflicts": 0, "unacknowledged": 0}
     assert body["checks"]["chain_head"]["data"]["block"] == 50
     assert body["checks"]["database"]["data"]["revision"] is not None
 

@@ -109,3 +109,28 @@ def test_existing_sqlite_files_are_narrowed_and_existing_folders_kept(tmp_path):
         assert _mode(tmp_path) == 0o755  # the operator's folder: its mode is theirs
     finally:
         eng.dispose()
+
+
+def test_a_0001_database_migrates_to_witness_conflicts_keeping_its_rows(db_url):
+    from alembic import command
+
+    from node.db import _alembic_config, migrate, witness_conflicts
+
+    eng = make_engine(db_url)
+    try:
+        command.upgrade(_alembic_config(eng), "0001")
+        with eng.begin() as c:
+            c.execute(node_meta.insert().values(key="schema", value=SCHEMA_NAME))
+        assert current_revision(eng) == "0001" and "witness_conflicts" not in sa.inspect(eng).get_table_names()
+        with pytest.raises(DatabaseError, match="run `pot node init"):
+            open_database(db_url)
+        migrate(eng)
+        assert current_revision(eng) == head_revision() == "0002"
+        with eng.begin() as c:
+            c.execute(witness_conflicts.insert().values(
+                challenge_id=bytes(32), verifier="v1", journaled_value_hash=b"\x01" * 32, journaled_norm_bucket=1,
+                recomputed_value_hash=b"\x02" * 32, recomputed_norm_bucket=2, created_at=1.0))
+            assert c.execute(sa.select(node_meta.c.value).where(node_meta.c.key == "schema")).scalar() == SCHEMA_NAME
+        open_database(db_url).dispose()
+    finally:
+        eng.dispose()

@@ -112,3 +112,45 @@ def test_failed_tx_keeps_its_reason(engine):
         assert fail_tx(c, CID, "v1", "reveal", "RevealTooLate: window closed")
     tx = get_tx(engine, CID, "v1", "reveal")
     assert tx.state == "failed" and "RevealTooLate" in tx.last_error
+
+
+def _conflicts(engine):
+    from node.db import witness_conflicts
+
+    with engine.connect() as c:
+        return c.execute(sa.select(witness_conflicts).order_by(witness_conflicts.c.id)).all()
+
+
+def test_same_value_repeat_is_a_silent_no_op(engine, caplog):
+    first, _ = journal(engine, b"\x11" * 32, bucket=4)
+    with caplog.at_level("WARNING", logger="node.journal"):
+        again, inserted = journal(engine, b"\x11" * 32, bucket=4)  # another salt: not part of the value
+    assert not inserted and again == first
+    assert _conflicts(engine) == [] and caplog.records == []
+
+
+@pytest.mark.parametrize(("value", "bucket"), [(b"\x22" * 32, 4), (b"\x11" * 32, 5)])
+def test_different_value_repeat_is_recorded_and_alarmed(engine, caplog, value, bucket):
+    first, _ = journal(engine, b"\x11" * 32, bucket=4)
+    with caplog.at_level("WARNING", logger="node.journal"):
+        again, inserted = journal(engine, value, bucket=bucket)
+    # Nothing different is sent: the journaled entry and its two txs stay the only ones.
+    assert not inserted and again == first
+    assert decode_call(get_tx(engine, CID, "v1", "reveal").payload) == RevealWitnessValue(CID, b"\x11" * 32, 4,
+                                                                                          first.salt)
+    with engine.connect() as c:
+        assert c.execute(sa.select(sa.func.count()).select_from(txs)).scalar() == 2
+    [row] = _conflicts(engine)
+    assert (bytes(row.challenge_id), row.verifier) == (CID, "v1")
+    assert (bytes(row.journaled_value_hash), row.journaled_norm_bucket) == (b"\x11" * 32, 4)
+    assert (bytes(row.recomputed_value_hash), row.recomputed_norm_bucket) == (value, bucket)
+    assert row.acknowledged_at is None
+    [rec] = caplog.records
+    assert rec.levelname == "ERROR" and rec.event == "witness_conflict"
+    assert rec.challenge_id == CID.hex()
+    assert rec.journaled_value_hash == (b"\x11" * 32).hex() and rec.journaled_norm_bucket == 4
+    assert rec.recomputed_value_hash == value.hex() and rec.recomputed_norm_bucket == bucket
+    # Each further differing repeat is one more conflict; a same-value one still is none.
+    journal(engine, value, bucket=bucket)
+    journal(engine, b"\x11" * 32, bucket=4)
+    assert len(_conflicts(engine)) == 2
