@@ -85,7 +85,7 @@ def _enc(obj: Any, out: list[bytes], depth: int) -> None:
             _enc(k, kb, depth + 1)
             items.append((b"".join(kb), v))
         items.sort(key=lambda kv: kv[0])
-        for a, b in zip(items, items[1:]):
+        for a, b in zip(items, items[1:], strict=False):
             if a[0] == b[0]:
                 raise MalformedCBOR("map has two keys with the same encoding")
         out.append(_head(5, len(items)))
@@ -142,7 +142,7 @@ def decode(data: bytes, *, max_bytes: int = MAX_DECODE_BYTES) -> Any:
         raise NonCanonicalCBOR(f"not canonical CBOR: {exc}") from exc
     if again != data:
         # Find the first differing byte so the reason points somewhere useful.
-        i = next((j for j, (a, b) in enumerate(zip(again, data)) if a != b), min(len(again), len(data)))
+        i = next((j for j, (a, b) in enumerate(zip(again, data, strict=False)) if a != b), min(len(again), len(data)))
         if len(data) > len(again) and data[: len(again)] == again:
             raise NonCanonicalCBOR(f"trailing bytes after the CBOR item at offset {len(again)}")
         raise NonCanonicalCBOR(

@@ -15,7 +15,7 @@ from commitments import cbor
 DIGEST_SIZE = 32
 
 
-def blake3(data: bytes = b"") -> "_blake3.blake3":
+def blake3(data: bytes = b"") -> _blake3.blake3:
     """hashlib-style constructor (the default `hash=` of the Merkle functions)."""
     return _blake3.blake3(data)
 
