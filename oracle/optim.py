@@ -114,7 +114,8 @@ def clip(ops, grads: list[torch.Tensor], max_norm: float) -> tuple[list[torch.Te
         norm + torch.tensor(CLIP_EPS, dtype=torch.float32, device=dev))
     one = torch.ones((), dtype=torch.float32, device=dev)
     nan = torch.full((), float("nan"), dtype=torch.float32, device=dev)
-    coef = torch.where(torch.isfinite(norm), torch.minimum(coef, one), nan)
+    # a selection, not torch.minimum: its sign of zero depends on the layout (docs/exact-v1.md §11)
+    coef = torch.where(torch.isfinite(norm), torch.where(coef < one, coef, one), nan)
     return [g * coef for g in grads], norm
 
 
