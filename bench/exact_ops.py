@@ -1,7 +1,7 @@
 """Benchmark of the exact-v1 ops against torch's own float32 kernels, measured side by side.
 
 Prints ratios (exact GEMM throughput / torch fp32 matmul throughput on GPT-2-small shapes; ns per
-element of the numba transcendental kernels and of torch's kernels). With --json the last line
+element of the numba transcendental and square-root kernels, the eager definitions and torch's kernels). With --json the last line
 is a JSON object. `measure()` returns the same dict for bench/oracle.py.
 """
 
@@ -20,6 +20,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from oracle.exact import kernels, ops  # noqa: E402
+from oracle.exact import sqrt as xsqrt  # noqa: E402
 from oracle.exact import transcendental as tx  # noqa: E402
 from oracle.exact.gemm import exact_matmul  # noqa: E402
 
@@ -79,6 +80,7 @@ def measure(json: bool = False, reps: int = 5, quick: bool = False) -> dict:  # 
     x = torch.randn(n) * 3
     g = torch.randn(n)
     rows = torch.randn(n // 1024, 1024) * 3
+    pos, pos64 = x.abs(), x.abs().double()
     cases = {
         "exp": (lambda: kernels.exp(x), lambda: tx.exp32(x), lambda: torch.exp(x)),
         "gelu_tanh": (lambda: kernels.gelu(x, "tanh"), lambda: tx.gelu32(x, "tanh"),
@@ -90,6 +92,9 @@ def measure(json: bool = False, reps: int = 5, quick: bool = False) -> dict:  # 
                          lambda: torch.softmax(rows, -1)),
         "log_softmax_rows": (lambda: kernels.log_softmax_rows(rows), lambda: ops.log_softmax_rows_eager(rows),
                              lambda: torch.log_softmax(rows, -1)),
+        # correctly rounded square roots (torch's is not on x86 builds: MKL)
+        "sqrt_f32": (lambda: kernels.sqrt(pos), lambda: xsqrt.sqrt32(pos), lambda: torch.sqrt(pos)),
+        "sqrt_f64": (lambda: kernels.sqrt(pos64), lambda: xsqrt.sqrt64(pos64), lambda: torch.sqrt(pos64)),
     }
     for name, (kern, eager, native) in cases.items():
         fns = {"torch": native, "eager": eager}
@@ -111,7 +116,8 @@ def _print(res: dict) -> None:
         print(f"  {name:16s} single {r['single_ratio']:.3f}  hilo {r['hilo_ratio']:.3f}  "
               f"(torch {r['torch_s'] * 1e3:.1f} ms, single {r['single_s'] * 1e3:.1f} ms, hilo {r['hilo_s'] * 1e3:.1f} ms)")
     print(f"  gemm_ratio (geometric mean, single): {res['gemm_ratio']:.3f}")
-    print("transcendentals, ns per element (kernel = numba exact-v1, eager = torch float64 reference)")
+    print("transcendentals and square roots, ns per element (kernel = numba exact-v1, eager = the torch "
+          "reference definition)")
     for name, d in res["transcendental_ns_per_elem"].items():
         parts = "  ".join(f"{k} {v:.2f}" for k, v in d.items())
         print(f"  {name:18s} {parts}")
