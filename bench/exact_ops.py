@@ -1,8 +1,8 @@
 """Benchmark of the exact-v1 ops against torch's own float32 kernels, measured side by side.
 
 Prints ratios (exact GEMM throughput / torch fp32 matmul throughput on GPT-2-small shapes; ns per
-element of the numba transcendental and square-root kernels, the eager definitions and torch's kernels). With --json the last line
-is a JSON object. `measure()` returns the same dict for bench/oracle.py.
+element of the numba transcendental and square-root kernels, the eager definitions and torch's
+kernels). With --json the last line is a JSON object. `measure()` returns the same dict for bench/oracle.py.
 """
 
 from __future__ import annotations

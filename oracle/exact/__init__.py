@@ -46,10 +46,13 @@ How to use it (the model and step code):
   ``tanh_f64``, ``erf_f64``, ``expm1_f64`` (float64 in and out, not rounded) and float32
   versions ``exp32`` etc. ``oracle.exact.quant`` has ``quantise``/``quantise_hilo``,
   ``exact_sum64``, ``to_f32_once`` and the bit budgets ``sum_bits``/``dot_bits``;
-  ``oracle.exact.gemm`` has ``exact_matmul`` and ``matmul_parts``.
+  ``oracle.exact.gemm`` has ``exact_matmul`` and ``matmul_parts``. Square roots are correctly
+  rounded: ``oracle.exact.sqrt`` has ``sqrt64``/``sqrt32`` (the definition, any device) and
+  ``oracle.exact.kernels.sqrt`` picks the CPU kernel or that definition; stock ``torch.sqrt`` is not
+  allowed (``oracle.exact.allowed_ops`` lists the torch ops exact-v1 code may use).
 
 CPU tensors use the numba kernels of ``oracle.exact.kernels`` (transcendental chain, softmax
-rows, layer norm, GEMM operand quantisation, the accumulation fold); they equal the eager
+rows, layer norm, GEMM operand quantisation, the accumulation fold, square roots); they equal the eager
 definitions bit for bit (POT_EXACT_KERNELS=0 forces the eager path everywhere). The
 normative text is docs/exact-v1.md.
 """
