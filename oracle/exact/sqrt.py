@@ -94,4 +94,6 @@ def sqrt32(x: torch.Tensor) -> torch.Tensor:
     (exact) widened input; the double rounding is innocuous (docs/exact-v1.md §3.1)."""
     if not isinstance(x, torch.Tensor) or x.dtype != F32:
         raise ValueError(f"sqrt32 takes a float32 tensor, got {getattr(x, 'dtype', type(x).__name__)}")
-    return sqrt64(x.to(F64)).to(F32)
+    r = sqrt64(x.to(F64)).to(F32)
+    # the canonical NaN again: CUDA's conversion of a NaN gives 0x7FFFFFFF, not 0x7FC00000
+    return torch.where(torch.isnan(r), torch.full_like(r, math.nan), r)
