@@ -191,3 +191,15 @@ def test_sqrt_kernels_use_the_ieee_instruction():
             assert "sqrtsd" in asm or "sqrtpd" in asm or "sqrtss" in asm or "sqrtps" in asm, k
             for mnemonic in ("vfmadd", "vfmsub", "vfnmadd", "vfnmsub"):
                 assert mnemonic not in asm
+
+
+def test_every_float32_in_one_and_four_exhaustively():
+    """All 2^24 float32 values in [1, 4): every float32 input reduces to one of them times an
+    exact power of four, so this covers the float32 root's rounding for every input."""
+    lo, hi = np.float32(1.0).view(np.int32), np.float32(4.0).view(np.int32)
+    for start in range(int(lo), int(hi), 1 << 21):
+        x = torch.from_numpy(np.arange(start, min(start + (1 << 21), int(hi)), dtype=np.int32).view(np.float32))
+        want = np.sqrt(x.numpy()).view(np.int32)
+        assert (_bits(xsqrt.sqrt32(x)) == want).all()
+        if kernels.enabled():
+            assert (_bits(kernels.sqrt(x)) == want).all()
