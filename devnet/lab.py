@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.server
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,45 +40,103 @@ class RedTeamError(RuntimeError):
 # --- the prover the forgeries are served from -------------------------------------------------
 
 
+@dataclass
+class Serve:
+    """How the prover answers one path: a body, or one of the ways a hostile prover misbehaves."""
+
+    body: bytes = b""
+    gz: bool = False  # announce Content-Encoding: gzip (the body is the compressed bytes)
+    redirect: str | None = None  # answer 302 to this location instead
+    header_trickle_s: float = 0.0  # slowloris: the status line and headers one byte per this many seconds
+    body_trickle_s: float = 0.0  # the body one byte per this many seconds
+    stall_after: int | None = None  # send this many body bytes, then pause `stall_s` before the rest
+    stall_s: float = 0.0
+
+
 class _Served(http.server.BaseHTTPRequestHandler):
-    files: dict[str, tuple[bytes, bool]]
+    files: dict[str, Serve]
+    hits: dict[str, int]
+    closing: threading.Event
+
+    def _send_slowly(self, data: bytes, every_s: float) -> bool:
+        for i in range(len(data)):
+            if self.closing.wait(every_s):
+                return False
+            self.wfile.write(data[i:i + 1])
+            self.wfile.flush()
+        return True
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        self.hits[self.path] = self.hits.get(self.path, 0) + 1
         item = self.files.get(self.path)
         if item is None:
             self.send_error(404)
             return
-        body, gz = item
-        self.send_response(200)
-        if gz:
-            self.send_header("Content-Encoding", "gzip")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
         try:
-            self.wfile.write(body)
+            self._answer(item)
         except (BrokenPipeError, ConnectionResetError):
-            pass  # the verifier hung up on an oversized body: that is the refusal under test
+            pass  # the verifier hung up on an oversized or slow body: that is the refusal under test
+
+    def _answer(self, item: Serve) -> None:
+        if item.redirect is not None:
+            self.send_response(302)
+            self.send_header("Location", item.redirect)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        body = item.body
+        head = [b"HTTP/1.1 200 OK", f"Content-Length: {len(body)}".encode()]
+        if item.gz:
+            head.append(b"Content-Encoding: gzip")
+        raw_head = b"\r\n".join(head) + b"\r\n\r\n"
+        if item.header_trickle_s:
+            self.close_connection = True
+            if not self._send_slowly(raw_head, item.header_trickle_s):
+                return
+        else:
+            self.wfile.write(raw_head)
+        if item.body_trickle_s:
+            self._send_slowly(body, item.body_trickle_s)
+            return
+        if item.stall_after is not None:
+            self.wfile.write(body[:item.stall_after])
+            self.wfile.flush()
+            if self.closing.wait(item.stall_s):
+                return
+            body = body[item.stall_after:]
+        self.wfile.write(body)
 
     def log_message(self, *args: Any) -> None:
         pass
 
 
 class Prover:
-    """A local HTTP server on 127.0.0.1 serving what the red team hands it."""
+    """A local HTTP server (127.0.0.1 unless told) serving what the red team hands it."""
 
-    def __init__(self) -> None:
-        self.files: dict[str, tuple[bytes, bool]] = {}
-        handler = type("Handler", (_Served,), {"files": self.files})
-        self.http = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.files: dict[str, Serve] = {}
+        self.hits: dict[str, int] = {}
+        self.closing = threading.Event()
+        handler = type("Handler", (_Served,), {"files": self.files, "hits": self.hits, "closing": self.closing})
+        self.http = http.server.ThreadingHTTPServer((host, 0), handler)
+        self.http.daemon_threads = True
         self.thread = threading.Thread(target=self.http.serve_forever, daemon=True)
         self.thread.start()
-        self.endpoint = f"http://127.0.0.1:{self.http.server_address[1]}"
+        self.endpoint = f"http://{host}:{self.http.server_address[1]}"
 
     def put(self, path: str, data: bytes, *, gz: bool = False) -> str:
-        self.files[path] = (data, gz)
+        return self.serve(path, Serve(data, gz=gz))
+
+    def serve(self, path: str, how: Serve) -> str:
+        self.files[path] = how
         return f"{self.endpoint}{path}"
 
+    @property
+    def requests(self) -> int:
+        return sum(self.hits.values())
+
     def close(self) -> None:
+        self.closing.set()  # slow answers stop at their next byte
         self.http.shutdown()
         self.http.server_close()
         self.thread.join(5)

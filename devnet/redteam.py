@@ -17,6 +17,7 @@ from challenges.opening import OpeningRefused, load_opening
 from commitments.errors import CommitmentError
 from commitments.hashing import h
 from devnet.forge import EDITS, Attempt, max_opening_bytes
+from devnet.hostile import PROBES
 from devnet.lab import CHALLENGED, SPEC, STEPS, Lab, RedTeamError
 from miner.trainer import TrainerError
 from node.fetch import FetchPolicy
@@ -34,10 +35,14 @@ class EditResult:
     outcome: str
     stage: str
     reason: str
+    must: str | None = None  # a hostile-input probe: what the node must do
 
     def as_json(self) -> dict[str, Any]:
-        return {"name": self.name, "outcome": self.outcome, "kind": self.kind, "stage": self.stage,
-                "reason": self.reason}
+        out = {"name": self.name, "outcome": self.outcome, "kind": self.kind, "stage": self.stage,
+               "reason": self.reason}
+        if self.must is not None:
+            out["must"] = self.must
+        return out
 
 
 @dataclass
@@ -92,8 +97,9 @@ def verify(lab: Lab, view: Any, attempt: Attempt, tag: str) -> tuple[str, str, s
 
 def run_redteam(workdir: Path, *, log: Callable[[str], None] = lambda s: None,
                 only: list[str] | None = None) -> Report:
-    """Set up the lab, apply every edit (or those named in `only`), verify each, then the honest steps."""
-    known = [name for name, _, _ in EDITS]
+    """Set up the lab, apply every edit (or those named in `only`), verify each, then run the
+    hostile-input probes (or those named), then the honest steps."""
+    known = [name for name, _, _ in EDITS] + [p.name for p in PROBES]
     unknown = sorted(set(only or ()) - set(known))
     if unknown:
         raise RedTeamError(f"unknown edit(s) {', '.join(unknown)}; known: {', '.join(known)}")
@@ -121,6 +127,15 @@ def run_redteam(workdir: Path, *, log: Callable[[str], None] = lambda s: None,
                 reason = f"an unchanged opening was flagged: {reason}"
             results.append(EditResult(name, kind, outcome, stage, reason))
             log(f"{name}: {outcome} at {stage}: {reason[:120]}")
+        for p in PROBES:
+            if only and p.name not in only:
+                continue
+            try:
+                held, stage, reason = p.check(lab)
+            except Exception as exc:  # a probe that breaks the verifier's part is a finding, not a crash
+                held, stage, reason = False, "probe", f"the probe raised {type(exc).__name__}: {str(exc)[:160]}"
+            results.append(EditResult(p.name, p.kind, "refused" if held else "missed", stage, reason, must=p.must))
+            log(f"{p.name}: {'held' if held else 'MISSED'} at {stage}: {reason[:120]}")
         flagged = []
         for t in range(1, STEPS + 1):
             data = lab.opening(t)
@@ -134,18 +149,31 @@ def run_redteam(workdir: Path, *, log: Callable[[str], None] = lambda s: None,
 
 
 def format_table(report: Report) -> str:
+    edits = [e for e in report.edits if e.must is None]
+    probes = [e for e in report.edits if e.must is not None]
     w = max(len(e.name) for e in report.edits)
     k = max(len(e.kind) for e in report.edits)
-    lines = [f"{'edit':<{w}}  {'kind':<{k}}  {'outcome':<24}  reason", "-" * (w + k + 60)]
-    for e in report.edits:
-        lines.append(f"{e.name:<{w}}  {e.kind:<{k}}  {LABELS[e.outcome]:<24}  {e.reason[:110]}")
-    counts = {o: sum(e.outcome == o for e in report.edits) for o in OUTCOMES}
-    lines.append("")
-    lines.append(f"{len(report.edits)} edits: " + ", ".join(f"{counts[o]} {LABELS[o]}" for o in OUTCOMES))
+    lines = []
+    if edits:
+        lines += [f"{'edit':<{w}}  {'kind':<{k}}  {'outcome':<24}  reason", "-" * (w + k + 60)]
+        for e in edits:
+            lines.append(f"{e.name:<{w}}  {e.kind:<{k}}  {LABELS[e.outcome]:<24}  {e.reason[:110]}")
+        lines.append("")
+    if probes:
+        lines += [f"{'hostile input':<{w}}  {'must':<70}  {'outcome':<6}  reason", "-" * (w + 140)]
+        for e in probes:
+            lines.append(f"{e.name:<{w}}  {e.must[:70]:<70}  {'held' if e.outcome == 'refused' else 'MISSED':<6}  "
+                         f"[{e.stage}] {e.reason[:110]}")
+        lines.append("")
+    counts = {o: sum(e.outcome == o for e in edits) for o in OUTCOMES}
+    lines.append(f"{len(edits)} edits: " + ", ".join(f"{counts[o]} {LABELS[o]}" for o in OUTCOMES))
+    if probes:
+        held = sum(e.outcome == "refused" for e in probes)
+        lines.append(f"{len(probes)} hostile inputs: {held} held, {len(probes) - held} MISSED")
     flagged = ", ".join(f"step {t} ({why[:80]})" for t, why in report.honest_flagged) or "none"
     lines.append(f"honest steps checked: {report.honest_checked}; flagged: {flagged}")
     return "\n".join(lines)
 
 
-__all__ = ["CHALLENGED", "EDITS", "OUTCOMES", "SPEC", "Attempt", "Lab", "RedTeamError", "Report", "format_table",
+__all__ = ["CHALLENGED", "EDITS", "OUTCOMES", "PROBES", "SPEC", "Attempt", "Lab", "RedTeamError", "Report", "format_table",
            "run_redteam", "verify"]

@@ -23,6 +23,15 @@ KINDS = {
     "a substituted trajectory with its own consistent hashes", "a truncated safetensors file",
     "an oversized or zip-bomb payload", "a malformed CBOR manifest", "an opening with NaNs",
 }
+HOSTILE_KINDS = {"a hostile remark", "a hostile registration", "a hostile endpoint or prover", "a poison manifest",
+                 "a hostile API request"}
+# Where each hostile input must be stopped.
+HOSTILE_STAGES = {
+    "bignum-remark": "chain", "value-sharing-remark": "chain", "deep-nesting-remark": "chain",
+    "oversized-spec-registration": "chain", "ssrf-endpoint": "fetch", "redirect-to-internal": "fetch",
+    "gzip-bomb-unwritten": "fetch", "oversize-opening-for-spec": "fetch", "slowloris-prover": "fetch",
+    "poison-manifest": "validate", "early-disclosure-get": "api", "host-header-rebinding": "api",
+}
 
 
 def test_pot_redteam_json_contract(tmp_path):
@@ -35,7 +44,11 @@ def test_pot_redteam_json_contract(tmp_path):
     edits = {e["name"]: e for e in result["edits"]}
     assert len(edits) == len(result["edits"]) >= 15
     assert {e["outcome"] for e in edits.values()} <= {"refused", "caught", "no-byte-change"}
-    assert {e["kind"] for e in edits.values()} == KINDS
+    hostile = {n: e for n, e in edits.items() if "must" in e}
+    assert {e["kind"] for e in edits.values() if "must" not in e} == KINDS
+    assert {e["kind"] for e in hostile.values()} == HOSTILE_KINDS
+    assert {n: e["stage"] for n, e in hostile.items()} == HOSTILE_STAGES
+    assert len(edits) - len(hostile) == 34
     # Where each forgery must be stopped: tampering with a committed run never reaches compute; a
     # forger's own consistent trajectory is stopped by the replay alone.
     for name in ("spec-lr-changed", "dataset-byte-changed", "dataset-byte-changed-rehashed", "batch-index-changed",
@@ -83,6 +96,18 @@ def test_a_byte_changing_edit_that_passes_fails_the_command(tmp_path, monkeypatc
     assert result["honest_flagged"] == 0
 
 
+def test_every_hostile_input_is_held(tmp_path):
+    # The probes alone (no edits): each states what the node must do, and each must hold.
+    report = redteam.run_redteam(tmp_path, only=list(HOSTILE_STAGES))
+    rows = {e.name: e for e in report.edits}
+    assert set(rows) == set(HOSTILE_STAGES) == {p.name for p in redteam.PROBES}
+    failed = {n: f"[{e.stage}] {e.reason}" for n, e in rows.items() if e.outcome != "refused"}
+    assert not failed, failed
+    assert {n: e.stage for n, e in rows.items()} == HOSTILE_STAGES
+    assert all(e.must for e in rows.values())
+    assert "hostile inputs: 12 held, 0 MISSED" in redteam.format_table(report)
+
+
 def test_unknown_edit_is_refused_by_name(tmp_path):
     res = CliRunner().invoke(redteam_app, ["--only", "no-such-edit", "--workdir", str(tmp_path)])
     assert res.exit_code == 2
@@ -98,3 +123,22 @@ def test_an_opening_pre_state_has_one_byte_layout():
 
     state = init_state(Spec.from_dict(redteam.SPEC))
     assert len({state_bytes(state) for _ in range(16)}) == 1
+
+
+def test_hostile_cbor_is_what_it_claims():
+    # The probes' inputs, read by cbor2 itself: a bignum past the digit limit, a value-sharing DAG
+    # of 2^60 paths in a few hundred bytes, and a nesting far past any recursion limit.
+    import sys
+
+    import cbor2
+
+    from devnet import hostile
+
+    big = cbor2.loads(hostile.bignum())
+    assert big.bit_length() > 3.33 * sys.get_int_max_str_digits()
+    sharing = hostile.value_sharing(60)
+    assert len(sharing) < 700
+    small = cbor2.loads(hostile.value_sharing(4))
+    assert small[3][0] is small[2] and small[2][0] is small[1]  # shared, not copied
+    assert len(hostile.deep_nesting()) == 100_001
+    assert hostile.call_with("submit_checkpoint_root", "size", b"\x01").startswith(b"pot1\x82")
