@@ -162,7 +162,7 @@ _CHALLENGE_EXAMPLE: dict[str, Any] = {
     "challenge_id": EXAMPLE_ID, "run_id": EXAMPLE_RUN, "index": 0, "step": 7, "stage": "done",
     "status": "honest", "verdict": "honest", "verdict_reason": "the largest cluster equals H(leaf t)",
     "in_winning_cluster": True, "outlier": False, "refusal_class": None, "matches_leaf": True,
-    "issued_block": 9, "resolved_block": 40, "note": None, "created_at": 1764410000.0,
+    "witness_disclosed": True, "issued_block": 9, "resolved_block": 40, "note": None, "created_at": 1764410000.0,
     "updated_at": 1764410031.0}
 
 
@@ -177,10 +177,16 @@ class ChallengeOut(_Model):
         description="The chain's verdict, or pending before resolution.")
     verdict: str | None
     verdict_reason: str | None
-    in_winning_cluster: bool | None
-    outlier: bool | None
-    refusal_class: str | None
-    matches_leaf: bool | None
+    in_winning_cluster: bool | None = Field(description="Null until witness_disclosed.")
+    outlier: bool | None = Field(description="Null until witness_disclosed.")
+    refusal_class: str | None = Field(description="Why this node refused the opening (it fixes the refused "
+                                      "value); null until witness_disclosed.")
+    matches_leaf: bool | None = Field(description="Whether this node's replay gave leaf t; null until "
+                                      "witness_disclosed.")
+    witness_disclosed: bool = Field(description=(
+        "False until this node's reveal is confirmed on chain (every account it journaled a witness with) "
+        "or the chain resolved the challenge. Until then the witness and everything that tells it (value, "
+        "norm bucket, match, refusal, replay results, their timeline details) is null for every caller."))
     issued_block: int
     resolved_block: int | None
     note: str | None = Field(description="Why a job stopped or is waiting (a retry, a missed window).")
@@ -264,10 +270,12 @@ class ChallengeDetailOut(ChallengeOut):
     endpoint: str
     deadlines: dict[str, int]
     opening: dict[str, str | int | None]
-    refusal_reason: str | None
+    refusal_reason: str | None = Field(description="Null until witness_disclosed.")
     loss_checks: dict[str, Any] | None
-    replay: dict[str, str | int | bool | None]
-    witness: dict[str, str | int | None]
+    replay: dict[str, str | int | bool | None] = Field(description="The replay's leaf, state digest, loss bits "
+                                                       "and match; each null until witness_disclosed.")
+    witness: dict[str, str | int | None] = Field(description="This node's value hash, norm bucket and test fault; "
+                                                 "each null until witness_disclosed.")
     winning_value: str | None
     miner_slashed: int | None
     timeline: list[TimelineEntry]
@@ -291,6 +299,8 @@ class WitnessConflictOut(_Model):
     verifier: str
     journaled: ConflictValue = Field(description="The witness in the journal: the only one this node sends.")
     recomputed: ConflictValue = Field(description="The different witness a later computation gave.")
+    disclosed: bool = Field(description="False while the challenge's witness is sealed (both values null; the "
+                                        "node's log has them, event witness_conflict).")
     created_at: float
     acknowledged_at: float | None
 
@@ -610,6 +620,13 @@ def determinism_check(conflicts: dict[str, Any]) -> dict[str, Any]:
         return {"ok": True, "data": data, "detail": detail}
     last = conflicts["latest"][0]
     data.update(latest_challenge_id=last["challenge_id"], latest_at=last["created_at"])
+    if not last["disclosed"]:
+        return {"ok": False, "data": data, "detail": (
+            f"DETERMINISM FAILURE: {conflicts['unacknowledged']} unacknowledged witness conflict(s); the latest, "
+            f"challenge {last['challenge_id']}, recomputed another value than the journaled one (both withheld "
+            f"until this node's reveal is on chain; the node's log has them, event witness_conflict). Only the "
+            f"journaled value was sent. Find why the replay changed (docs/operator.md), then POST "
+            f"/api/v1/admin/witness-conflicts/acknowledge")}
     return {"ok": False, "data": data, "detail": (
         f"DETERMINISM FAILURE: {conflicts['unacknowledged']} unacknowledged witness conflict(s); the latest, "
         f"challenge {last['challenge_id']}, journaled value {last['journaled']['value_hash']} bucket "

@@ -2,6 +2,8 @@
 
 Queries take a Connection and return plain JSON-ready dicts; the deciding bits (timelines,
 clusters, detection probability, pagination cursors) are pure functions tested on their own.
+Until this node's reveal of a challenge is on chain, its witness (the value, the norm bucket and
+whether the replay matched the leaf) is sealed here: every reader of these views sees nulls.
 """
 
 from __future__ import annotations
@@ -37,6 +39,13 @@ TIMELINE = (
     (Stage.REVEAL, "revealed"),
     (RESOLUTION, "resolved"),
 )
+
+
+# Stages whose stage-log detail names the witness or the refusal behind it ("matches leaf t",
+# "value 5f3c... bucket 12", a fetch failure that fixes the refused value): sealed like the fields.
+SEALED_STAGES = (Stage.REPLAY, Stage.WITNESS)
+REFUSAL_STAGES = (Stage.FETCH, Stage.VALIDATE)
+SEALED = "withheld until this node's reveal is on chain"
 
 
 class BadQuery(ValueError):
@@ -137,15 +146,49 @@ def _hex(b: Any) -> str | None:
     return None if b is None else bytes(b).hex()
 
 
-def challenge_summary(row: Any) -> dict[str, Any]:
+def challenge_summary(row: Any, *, disclosed: bool = False) -> dict[str, Any]:
+    """One challenge row; `disclosed` (see `disclosed_ids`) unseals what tells this node's witness:
+    whether the replay matched the leaf, the refusal class (it fixes the refused value) and the
+    cluster membership the chain recorded."""
+    seal = (lambda v: v) if disclosed else (lambda _v: None)
     return {
         "challenge_id": _hex(row.challenge_id), "run_id": _hex(row.run_id), "index": row.idx, "step": row.step,
         "stage": row.stage, "status": row.verdict or "pending", "verdict": row.verdict,
-        "verdict_reason": row.verdict_reason, "in_winning_cluster": row.in_winning_cluster,
-        "outlier": row.outlier, "refusal_class": row.refusal_class, "matches_leaf": row.matches_leaf,
+        "verdict_reason": row.verdict_reason, "in_winning_cluster": seal(row.in_winning_cluster),
+        "outlier": seal(row.outlier), "refusal_class": seal(row.refusal_class), "matches_leaf": seal(row.matches_leaf),
+        "witness_disclosed": disclosed,
         "issued_block": row.issued_block, "resolved_block": row.resolved_block,
         "note": row.status, "created_at": row.created_at, "updated_at": row.updated_at,
     }
+
+
+def disclosed_ids(conn: Connection, ids: Iterable[bytes]) -> set[bytes]:
+    """The challenges among `ids` whose witness this node may show: the chain resolved them (no
+    commit or reveal can follow), or every account that journaled a witness for one has a confirmed
+    reveal tx (the value is on chain). Anything else is sealed, whoever asks."""
+    wanted = list({bytes(i) for i in ids})
+    out: set[bytes] = set()
+    for k in range(0, len(wanted), 500):  # bounded IN lists
+        chunk = wanted[k:k + 500]
+        out |= {bytes(c) for (c,) in conn.execute(select(challenges.c.challenge_id).where(
+            challenges.c.challenge_id.in_(chunk), challenges.c.resolved_block.is_not(None)))}
+        revealed: dict[bytes, set[str]] = {}
+        for c, v in conn.execute(select(txs.c.challenge_id, txs.c.verifier).where(
+                txs.c.challenge_id.in_(chunk), txs.c.kind == "reveal", txs.c.state == "confirmed")):
+            revealed.setdefault(bytes(c), set()).add(v)
+        journaled: dict[bytes, set[str]] = {}
+        for c, v in conn.execute(select(witnesses.c.challenge_id, witnesses.c.verifier)
+                                 .where(witnesses.c.challenge_id.in_(chunk))):
+            journaled.setdefault(bytes(c), set()).add(v)
+        out |= {c for c, who in revealed.items() if journaled.get(c, set()) <= who}
+    return out
+
+
+def seal_timeline(timeline: list[dict[str, Any]], *, refused: bool) -> list[dict[str, Any]]:
+    """Blank the stage-log details that name the witness (replay, witness) and, for a refused
+    opening, the fetch/validate reason that fixes the refused value. States and times stay."""
+    sealed = SEALED_STAGES + (REFUSAL_STAGES if refused else ())
+    return [{**e, "detail": SEALED} if e["stage"] in sealed and e["detail"] is not None else e for e in timeline]
 
 
 def _verdict_counts(rows: Iterable[Any]) -> dict[str, int]:
@@ -193,7 +236,9 @@ def list_challenges(conn: Connection, *, status: str | None = None, run: bytes |
     more = len(rows) > limit
     rows = rows[:limit]
     nxt = encode_cursor(rows[-1].issued_block, bytes(rows[-1].challenge_id)) if more else None
-    return {"items": [challenge_summary(r) for r in rows], "total": total, "next_cursor": nxt}
+    open_ = disclosed_ids(conn, (r.challenge_id for r in rows))
+    return {"items": [challenge_summary(r, disclosed=bytes(r.challenge_id) in open_) for r in rows],
+            "total": total, "next_cursor": nxt}
 
 
 def list_runs(conn: Connection, *, miner: str | None = None, limit: int = 50,
@@ -242,13 +287,14 @@ def get_run(conn: Connection, run_id: bytes) -> dict[str, Any] | None:
     rows = conn.execute(select(challenges).where(challenges.c.run_id == run_id)
                         .order_by(challenges.c.step, challenges.c.idx)).all()
     out = _run_summary(row, rows)
+    open_ = disclosed_ids(conn, (c.challenge_id for c in rows))
     losses, source, findings = _committed_losses(rows)
     out.update(
         initial_hash=_hex(row.initial_hash), dataset_hash=_hex(row.dataset_hash),
         schedule_commitment=_hex(row.schedule_commitment),
         loss_curve={"losses": [{"step": t, "loss": x} for t, x in enumerate(losses, start=1)],
                     "source_challenge": source, "findings": findings},
-        challenge_list=[challenge_summary(c) for c in rows],
+        challenge_list=[challenge_summary(c, disclosed=bytes(c.challenge_id) in open_) for c in rows],
     )
     return out
 
@@ -291,18 +337,26 @@ def get_challenge(conn: Connection, cid: bytes, *, now: float | None = None) -> 
         loss_report = None
     if isinstance(loss_report, dict):
         loss_report = {k: v for k, v in loss_report.items() if k != "losses"}
-    out = challenge_summary(row)
+    disclosed = bool(disclosed_ids(conn, [cid]))
+    seal = (lambda v: v) if disclosed else (lambda _v: None)
+    timeline = build_timeline(stage_rows, current_stage=row.stage, current_since=row.updated_at, now=now)
+    if not disclosed:
+        timeline = seal_timeline(timeline, refused=row.refusal_class is not None)
+    out = challenge_summary(row, disclosed=disclosed)
     out.update(
         mode=row.mode, root=_hex(row.root), size=row.size, endpoint=row.endpoint,
         deadlines={"opening": row.opening_deadline, "commit": row.commit_deadline, "reveal": row.reveal_deadline},
         opening={"digest": _hex(row.opening_digest), "uri": row.opening_uri, "block": row.opening_block,
                  "bytes": row.opening_bytes, "leaf_hash": _hex(row.leaf_hash)},
-        refusal_reason=row.refusal_reason, loss_checks=loss_report,
-        replay={"matches_leaf": row.matches_leaf, "leaf": _hex(row.replay_leaf),
-                "state_digest": _hex(row.replay_state_digest), "loss_bits": row.replay_loss_bits},
-        witness={"value_hash": _hex(row.value_hash), "norm_bucket": row.norm_bucket, "fault": row.fault},
+        refusal_reason=seal(row.refusal_reason), loss_checks=loss_report,
+        # The replayed leaf, its state digest and loss bits each tell the match (and the leaf is
+        # the value's preimage): sealed with the value.
+        replay={"matches_leaf": seal(row.matches_leaf), "leaf": seal(_hex(row.replay_leaf)),
+                "state_digest": seal(_hex(row.replay_state_digest)), "loss_bits": seal(row.replay_loss_bits)},
+        witness={"value_hash": seal(_hex(row.value_hash)), "norm_bucket": seal(row.norm_bucket),
+                 "fault": seal(row.fault)},
         winning_value=row.winning_value, miner_slashed=row.miner_slashed,
-        timeline=build_timeline(stage_rows, current_stage=row.stage, current_since=row.updated_at, now=now),
+        timeline=timeline,
         clusters=reveal_clusters(reveals, mode=row.mode, winning=row.winning_value, own=own, expected=expected),
         committed_value=expected,
         this_node=sorted(own),
@@ -311,7 +365,7 @@ def get_challenge(conn: Connection, cid: bytes, *, now: float | None = None) -> 
                 "outliers": list(resolved.get("outliers") or [])} if resolved else None,
         txs=[{"kind": t.kind, "state": t.state, "sends": t.sends, "block": t.block, "tx_hash": _hex(t.tx_hash),
               "last_error": t.last_error} for t in tx_rows],
-        witness_conflicts=witness_conflicts_of(conn, cid),
+        witness_conflicts=witness_conflicts_of(conn, cid, disclosed=disclosed),
     )
     return out
 
@@ -330,7 +384,10 @@ def stage_counts(conn: Connection) -> dict[str, int]:
 def agreement(conn: Connection) -> dict[str, Any]:
     """How often this node's reveal was in the winning cluster (challenges it revealed for)."""
     agreed = disagreed = outliers = 0
+    # Resolved challenges only: the chain has published every reveal of those, so the counts
+    # never tell an open challenge's outcome.
     for in_win, outlier, n in conn.execute(select(challenges.c.in_winning_cluster, challenges.c.outlier, func.count())
+                                           .where(challenges.c.resolved_block.is_not(None))
                                            .group_by(challenges.c.in_winning_cluster, challenges.c.outlier)):
         if in_win is True:
             agreed += int(n)
@@ -361,18 +418,26 @@ def fingerprint(conn: Connection) -> str:
     return f"{n}-{runs_n}-{last or 0:.6f}-{conflicts[0]}-{conflicts[1] or 0:.6f}"
 
 
-def _conflict(row) -> dict[str, Any]:
+def _conflict(row, disclosed: bool) -> dict[str, Any]:
+    if not disclosed:  # both values are witnesses of an open challenge: the journaled one is sent
+        none = {"value_hash": None, "norm_bucket": None}
+        return {"challenge_id": _hex(row.challenge_id), "verifier": row.verifier, "journaled": none,
+                "recomputed": none, "disclosed": False, "created_at": row.created_at,
+                "acknowledged_at": row.acknowledged_at}
     return {"challenge_id": _hex(row.challenge_id), "verifier": row.verifier,
             "journaled": {"value_hash": _hex(row.journaled_value_hash), "norm_bucket": row.journaled_norm_bucket},
             "recomputed": {"value_hash": _hex(row.recomputed_value_hash), "norm_bucket": row.recomputed_norm_bucket},
-            "created_at": row.created_at, "acknowledged_at": row.acknowledged_at}
+            "disclosed": True, "created_at": row.created_at, "acknowledged_at": row.acknowledged_at}
 
 
-def witness_conflicts_of(conn: Connection, challenge_id: bytes) -> list[dict[str, Any]]:
-    """The determinism conflicts recorded for one challenge, oldest first."""
-    return [_conflict(r) for r in conn.execute(
-        select(witness_conflicts).where(witness_conflicts.c.challenge_id == challenge_id)
-        .order_by(witness_conflicts.c.id))]
+def witness_conflicts_of(conn: Connection, challenge_id: bytes, *, disclosed: bool | None = None) -> list[dict[str, Any]]:
+    """The determinism conflicts recorded for one challenge, oldest first (values sealed until
+    the challenge is disclosed; `disclosed` when the caller already knows)."""
+    rows = conn.execute(select(witness_conflicts).where(witness_conflicts.c.challenge_id == challenge_id)
+                        .order_by(witness_conflicts.c.id)).all()
+    if disclosed is None:
+        disclosed = bool(rows) and bool(disclosed_ids(conn, [challenge_id]))
+    return [_conflict(r, disclosed) for r in rows]
 
 
 def conflict_summary(conn: Connection, *, latest: int = 5) -> dict[str, Any]:
@@ -380,9 +445,11 @@ def conflict_summary(conn: Connection, *, latest: int = 5) -> dict[str, Any]:
     total, open_ = conn.execute(select(
         func.count(), func.count().filter(witness_conflicts.c.acknowledged_at.is_(None)))
         .select_from(witness_conflicts)).one()
-    rows = conn.execute(select(witness_conflicts).order_by(witness_conflicts.c.id.desc()).limit(latest)) \
-        if total else []
-    return {"total": int(total), "unacknowledged": int(open_), "latest": [_conflict(r) for r in rows]}
+    rows = conn.execute(select(witness_conflicts).order_by(witness_conflicts.c.id.desc()).limit(latest)).all() \
+        if total and latest else []
+    shown = disclosed_ids(conn, (r.challenge_id for r in rows))
+    return {"total": int(total), "unacknowledged": int(open_),
+            "latest": [_conflict(r, bytes(r.challenge_id) in shown) for r in rows]}
 
 
 def stage_durations(conn: Connection) -> dict[str, tuple[int, float]]:
@@ -412,8 +479,9 @@ def stuck_replays(conn: Connection, *, timeout_s: float, now: float | None = Non
 
 
 __all__ = [
-    "CURSOR_PATTERN", "FAKE_SHARES", "STATUSES", "TIMELINE", "VERDICTS", "BadQuery", "agreement", "build_timeline",
-    "challenge_summary", "conflict_summary", "cursor_state", "decode_cursor", "detection_probability", "encode_cursor",
+    "CURSOR_PATTERN", "FAKE_SHARES", "SEALED", "STATUSES", "TIMELINE", "VERDICTS", "BadQuery", "agreement",
+    "build_timeline", "challenge_summary", "conflict_summary", "cursor_state", "decode_cursor", "detection_probability",
+    "disclosed_ids", "encode_cursor", "seal_timeline",
     "fingerprint", "get_challenge", "get_run", "list_challenges", "list_runs", "parse_id", "reveal_clusters",
     "run_count", "stage_counts", "stage_durations", "stuck_replays", "tx_counts", "verdict_counts", "witness_conflicts_of",
 ]

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from sqlalchemy.engine import Engine
 
 from chain import protocol as P
-from node.db import chain_cursor, chain_events, challenges, runs, stage_log, txs, witnesses
+from challenges.refused import REFUSED_BUCKET, refused_value_hash
+from node.db import chain_cursor, chain_events, challenges, runs, stage_log, txs, witness_conflicts, witnesses
 
 RUN_A = bytes([0xA1]) * 32
 RUN_B = bytes([0xB2]) * 32
@@ -127,3 +128,78 @@ def seed(engine: Engine, *, pending: int = 7) -> Seeded:
             s.pending.append(c)
             _challenge(conn, c, RUN_A, step=1 + i % 8, block=44 + i % 3, stage="awaiting_opening", now=now)
     return s
+
+
+# The sealed challenges: witnessed and committed, not yet revealed. Distinct byte patterns, so a
+# test can search every response for any trace of them (the dashboard shortens hex to 12 digits).
+SEALED_VALUE = bytes.fromhex("d15c105e" * 8)
+SEALED_LEAF = bytes.fromhex("5ea1ed1e" * 5)
+SEALED_STATE = bytes.fromhex("57a7ed16" * 8)
+SEALED_RECOMPUTED = bytes.fromhex("0dd5eed0" * 8)
+SEALED_BUCKET = 424242
+SEALED_LOSS_BITS = 1085507584
+
+
+@dataclass
+class Sealed:
+    replayed: bytes = cid(0x60)  # replayed, matched leaf t, committed; a determinism conflict recorded
+    refused: bytes = cid(0x61)  # the opening was unavailable: the refused value was committed
+
+    def refused_value(self) -> bytes:
+        return refused_value_hash(self.refused, "unavailable")
+
+    def secrets(self) -> list[str]:
+        """Every string that would tell one of the sealed witnesses."""
+        hexes = [SEALED_VALUE, SEALED_LEAF, SEALED_STATE, SEALED_RECOMPUTED, self.refused_value()]
+        return [h.hex()[:12] for h in hexes] + [str(SEALED_BUCKET), str(SEALED_LOSS_BITS)]
+
+
+def seed_sealed(engine: Engine, now: float | None = None) -> Sealed:
+    """Two open challenges of run B at the reveal stage, written as the daemon writes them: the
+    stage log details, the witness journal, a confirmed commit and an unconfirmed reveal tx."""
+    now = time.time() if now is None else now
+    s = Sealed()
+    with engine.begin() as conn:
+        _challenge(conn, s.replayed, RUN_B, step=4, block=45, stage="reveal", now=now, leaf_hash=bytes([0xAB]) * 32,
+                   opening_digest=bytes([5]) * 32, opening_bytes=5000, matches_leaf=True,
+                   replay_leaf=SEALED_LEAF, replay_state_digest=SEALED_STATE, replay_loss_bits=SEALED_LOSS_BITS,
+                   value_hash=SEALED_VALUE, norm_bucket=SEALED_BUCKET)
+        _challenge(conn, s.refused, RUN_B, step=1, block=45, stage="reveal", now=now, leaf_hash=bytes([0xAC]) * 32,
+                   refusal_class="unavailable", refusal_reason="GET http://127.0.0.1:8800/openings/x: connection refused",
+                   value_hash=s.refused_value(), norm_bucket=REFUSED_BUCKET)
+        t = now - 60
+        for st, detail in (("awaiting_opening", "opening on chain at block 46"), ("fetch", "5000 bytes"),
+                           ("validate", None), ("losschecks", "ok"), ("replay", "matches leaf t"),
+                           ("witness", f"value {SEALED_VALUE.hex()[:16]} bucket {SEALED_BUCKET}; DETERMINISM "
+                                       f"CONFLICT: recomputed value {SEALED_RECOMPUTED.hex()[:16]} bucket 7"),
+                           ("commit", "commit in block 47")):
+            conn.execute(stage_log.insert().values(challenge_id=s.replayed, stage=st, started_at=t, finished_at=t + 1,
+                                                   detail=detail))
+            t += 1
+        for st, detail in (("fetch", "GET http://127.0.0.1:8800/openings/x: connection refused"),
+                           ("witness", f"value {s.refused_value().hex()[:16]} bucket {REFUSED_BUCKET}")):
+            conn.execute(stage_log.insert().values(challenge_id=s.refused, stage=st, started_at=t, finished_at=t + 1,
+                                                   detail=detail))
+        for c, value, bucket in ((s.replayed, SEALED_VALUE, SEALED_BUCKET), (s.refused, s.refused_value(),
+                                                                            REFUSED_BUCKET)):
+            conn.execute(witnesses.insert().values(challenge_id=c, verifier="v1", salt=bytes(32), value_hash=value,
+                                                   norm_bucket=bucket, commitment=bytes(32), created_at=now - 30))
+            conn.execute(txs.insert().values(challenge_id=c, verifier="v1", kind="commit", origin="v1", payload=b"x",
+                                             state="confirmed", block=47, sends=1, created_at=now - 30,
+                                             updated_at=now - 20))
+            conn.execute(txs.insert().values(challenge_id=c, verifier="v1", kind="reveal", origin="v1", payload=b"y",
+                                             state="unconfirmed", sends=1, created_at=now - 30, updated_at=now - 20))
+        conn.execute(witness_conflicts.insert().values(
+            challenge_id=s.replayed, verifier="v1", journaled_value_hash=SEALED_VALUE,
+            journaled_norm_bucket=SEALED_BUCKET, recomputed_value_hash=SEALED_RECOMPUTED, recomputed_norm_bucket=7,
+            created_at=now - 25))
+    return s
+
+
+def confirm_reveal(engine: Engine, challenge_id: bytes, block: int = 48) -> None:
+    """The daemon's record of this node's reveal landing in a finalized block."""
+    with engine.begin() as conn:
+        conn.execute(txs.update().where(txs.c.challenge_id == challenge_id, txs.c.kind == "reveal")
+                     .values(state="confirmed", block=block, updated_at=time.time()))
+        conn.execute(challenges.update().where(challenges.c.challenge_id == challenge_id)
+                     .values(stage="revealed", updated_at=time.time()))

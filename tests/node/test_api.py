@@ -20,7 +20,16 @@ from node.api import create_app, read_admin_token
 from node.config import NodeConfig, load_config
 from node.dashboard.svg import loss_curve_svg, nice_ticks, timeline_svg
 from node.db import chain_cursor, challenges
-from tests.node.api_data import LOSSES_A, RUN_A, RUN_B, seed
+from tests.node.api_data import (
+    LOSSES_A,
+    RUN_A,
+    RUN_B,
+    SEALED_BUCKET,
+    SEALED_VALUE,
+    confirm_reveal,
+    seed,
+    seed_sealed,
+)
 
 TOKEN = "s3cret-admin-token-0123456789"
 
@@ -185,6 +194,90 @@ def test_admin_routes_disabled_without_a_token(engine, seeded, tmp_path):
     with TestClient(create_app(engine, cfg)) as c:
         r = c.post(f"/api/v1/admin/challenges/{seeded.retrying.hex()}/retry", headers={"Authorization": f"Bearer {TOKEN}"})
         assert r.status_code == 200
+
+
+def _every_view(client, sealed) -> dict[str, str]:
+    """Every unauthenticated GET that could show a challenge: API lists with their filters,
+    details, the run, status, readiness, metrics and each dashboard page."""
+    urls = ["/api/v1/status", "/api/v1/runs", f"/api/v1/runs/{RUN_B.hex()}", "/api/v1/challenges",
+            "/api/v1/challenges?stage=reveal", "/api/v1/challenges?status=pending", "/readyz", "/metrics",
+            "/", "/?stage=reveal", f"/runs/{RUN_B.hex()}"]
+    for c in (sealed.replayed, sealed.refused):
+        urls += [f"/api/v1/challenges/{c.hex()}", f"/challenges/{c.hex()}"]
+    out = {}
+    for url in urls:
+        r = client.get(url)
+        assert r.status_code in (200, 503), (url, r.status_code)  # /readyz: 503 while a conflict is open
+        out[url] = r.text
+    return out
+
+
+def test_no_witness_is_shown_before_this_nodes_reveal_is_on_chain(client, engine):
+    sealed = seed_sealed(engine)
+    views = _every_view(client, sealed)
+    for url, text in views.items():
+        for secret in sealed.secrets():
+            assert secret not in text.lower(), f"{url} shows {secret} before the reveal"
+    for c in (sealed.replayed, sealed.refused):
+        d = client.get(f"/api/v1/challenges/{c.hex()}").json()
+        assert d["witness_disclosed"] is False and d["stage"] == "reveal"
+        assert d["matches_leaf"] is None and d["refusal_class"] is None and d["refusal_reason"] is None
+        assert set(d["witness"].values()) == {None} and set(d["replay"].values()) == {None}
+        assert d["in_winning_cluster"] is None and d["outlier"] is None
+        # The timeline keeps its states and times; the details that name the witness are withheld.
+        by = {e["stage"]: e for e in d["timeline"]}
+        assert by["witness"]["state"] == "done" and by["witness"]["detail"] == Q.SEALED
+        assert "unavailable" not in str(d) and "connection refused" not in str(d)
+        for item in client.get("/api/v1/challenges", params={"stage": "reveal"}).json()["items"]:
+            assert item["matches_leaf"] is None and item["refusal_class"] is None
+    d = client.get(f"/api/v1/challenges/{sealed.replayed.hex()}").json()
+    assert {e["stage"]: e["detail"] for e in d["timeline"]}["fetch"] == "5000 bytes"  # not a refusal: shown
+    [conflict] = d["witness_conflicts"]
+    assert conflict["disclosed"] is False and set(conflict["journaled"].values()) == {None}
+    ready = client.get("/readyz").json()["checks"]["determinism"]
+    assert ready["ok"] is False and "withheld until this node's reveal is on chain" in ready["detail"]
+    page = views[f"/challenges/{sealed.replayed.hex()}"]
+    assert 'id="witness-sealed"' in page and "matches the committed leaf" not in page
+
+    # This node's reveal lands on chain: the same views now show the witness.
+    confirm_reveal(engine, sealed.replayed)
+    d = client.get(f"/api/v1/challenges/{sealed.replayed.hex()}").json()
+    assert d["witness_disclosed"] is True and d["matches_leaf"] is True
+    assert d["witness"]["value_hash"] == SEALED_VALUE.hex() and d["witness"]["norm_bucket"] == SEALED_BUCKET
+    assert {e["stage"]: e["detail"] for e in d["timeline"]}["replay"] == "matches leaf t"
+    assert d["witness_conflicts"][0]["journaled"]["value_hash"] == SEALED_VALUE.hex()
+    assert SEALED_VALUE.hex() in client.get("/readyz").json()["checks"]["determinism"]["detail"]
+    page = client.get(f"/challenges/{sealed.replayed.hex()}").text
+    assert "matches the committed leaf t" in page and SEALED_VALUE.hex()[:20] in page
+    listed = {c["challenge_id"]: c for c in client.get("/api/v1/challenges", params={"stage": "revealed"}).json()["items"]}
+    assert listed[sealed.replayed.hex()]["matches_leaf"] is True
+    # The other one is still sealed; a resolution unseals it without a reveal (the windows are closed).
+    still = client.get(f"/api/v1/challenges/{sealed.refused.hex()}").json()
+    assert still["witness_disclosed"] is False and still["refusal_class"] is None
+    with engine.begin() as conn:
+        conn.execute(sa.update(challenges).where(challenges.c.challenge_id == sealed.refused)
+                     .values(verdict="fraud", resolved_block=49, stage="done", updated_at=time.time()))
+    done = client.get(f"/api/v1/challenges/{sealed.refused.hex()}").json()
+    assert done["witness_disclosed"] is True and done["refusal_class"] == "unavailable"
+    assert done["witness"]["value_hash"] == sealed.refused_value().hex()
+
+
+def test_disclosure_needs_every_journaled_account_to_have_revealed(engine, seeded):
+    from node.db import txs, witnesses
+
+    sealed = seed_sealed(engine)
+    with engine.begin() as conn:
+        conn.execute(witnesses.insert().values(challenge_id=sealed.replayed, verifier="v1-old", salt=bytes(32),
+                                               value_hash=SEALED_VALUE, norm_bucket=1, commitment=bytes(32),
+                                               created_at=0.0))
+    confirm_reveal(engine, sealed.replayed)
+    with engine.connect() as conn:
+        assert Q.disclosed_ids(conn, [sealed.replayed, sealed.refused]) == set()
+        conn.execute(txs.insert().values(challenge_id=sealed.replayed, verifier="v1-old", kind="reveal",
+                                         origin="v1-old", payload=b"z", state="confirmed", block=48, sends=1,
+                                         created_at=0.0, updated_at=0.0))
+        assert Q.disclosed_ids(conn, [sealed.replayed, sealed.refused]) == {sealed.replayed}
+        conn.rollback()
 
 
 def _samples(text: str) -> dict[str, float]:

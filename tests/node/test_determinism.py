@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from challenges.refused import REFUSED_BUCKET, refused_value_hash
+from node import journal
 from node.api import create_app
 from node.config import load_config, load_secrets
 from node.daemon import VerifierNode
@@ -81,6 +82,13 @@ def test_a_changed_witness_is_never_sent_and_raises_the_alarm(node, caplog):
     with TestClient(create_app(node.engine, node.cfg, node=node, admin_token=TOKEN)) as client:
         m = _samples(client.get("/metrics").text)
         assert m["pot_witness_conflicts_total"] == 1 and m["pot_witness_conflicts_unacknowledged"] == 1
+
+        # Before this node's reveal is on chain the alarm shows, but neither value (the log has them).
+        sealed = client.get("/readyz").json()["checks"]["determinism"]
+        assert sealed["ok"] is False and cid.hex() in sealed["detail"] and journaled.hex() not in sealed["detail"]
+        assert journaled.hex()[:12] not in client.get(f"/challenges/{cid.hex()}").text
+        with node.engine.begin() as conn:
+            journal.confirm_tx(conn, cid, "v1", "reveal", 60)
 
         r = client.get("/readyz")
         check = r.json()["checks"]["determinism"]
