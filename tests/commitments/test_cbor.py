@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from commitments import cbor
-from commitments.errors import CommitmentError, MalformedCBOR, NonCanonicalCBOR
+from commitments.errors import CBORLimitExceeded, CommitmentError, MalformedCBOR, NonCanonicalCBOR
 from commitments.hashing import DIGEST_SIZE, blake3, digest, h, structure_bytes
 
 # RFC 8949 Appendix A examples whose encodings are also the deterministic ones.
@@ -190,3 +190,183 @@ def test_domains_must_be_pot_strings():
     for bad in ("step/v1", "", b"pot/x", None):
         with pytest.raises(ValueError, match="domain"):
             structure_bytes(bad, 1)
+
+
+# --- the strict decoder: every rule, every limit, linear work -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("hexed", "kind", "rule"),
+    [
+        ("c11a514b67b0", MalformedCBOR, "tag"),
+        ("c249010000000000000000", MalformedCBOR, "tag"),  # bignum
+        ("d81c80", MalformedCBOR, "tag"),  # shareable
+        ("d81d00", MalformedCBOR, "tag"),  # shared reference
+        ("e0", MalformedCBOR, "simple-value"),
+        ("f3", MalformedCBOR, "simple-value"),
+        ("f7", MalformedCBOR, "simple-value"),  # undefined
+        ("f820", MalformedCBOR, "simple-value"),
+        ("fc", MalformedCBOR, "reserved"),
+        ("1c", MalformedCBOR, "reserved"),
+        ("5d", MalformedCBOR, "reserved"),
+        ("1f", MalformedCBOR, "reserved"),
+        ("ff", MalformedCBOR, "break"),
+        ("8101ff", NonCanonicalCBOR, "trailing-bytes"),  # [1], then a stray break
+        ("9f01ff", NonCanonicalCBOR, "indefinite-length"),
+        ("7f6161ff", NonCanonicalCBOR, "indefinite-length"),
+        ("bf0000ff", NonCanonicalCBOR, "indefinite-length"),
+        ("1817", NonCanonicalCBOR, "head-form"),
+        ("1900ff", NonCanonicalCBOR, "head-form"),
+        ("1a0000ffff", NonCanonicalCBOR, "head-form"),
+        ("1b00000000ffffffff", NonCanonicalCBOR, "head-form"),
+        ("3817", NonCanonicalCBOR, "head-form"),
+        ("980100", NonCanonicalCBOR, "head-form"),
+        ("b8010000", NonCanonicalCBOR, "head-form"),
+        ("f97e01", NonCanonicalCBOR, "float-form"),  # a NaN with a payload
+        ("f9fe00", NonCanonicalCBOR, "float-form"),  # a negative NaN
+        ("fa7fc00000", NonCanonicalCBOR, "float-form"),
+        ("fb3ff8000000000000", NonCanonicalCBOR, "float-form"),  # 1.5 fits a half
+        ("62c328", MalformedCBOR, "utf8"),
+        ("63eda080", MalformedCBOR, "utf8"),  # a lone surrogate
+        ("62c080", MalformedCBOR, "utf8"),  # an overlong form
+        ("a18000", MalformedCBOR, "container-key"),
+        ("a1a00000", MalformedCBOR, "container-key"),
+        ("a200000000", NonCanonicalCBOR, "duplicate-key"),
+        ("a20100f93c0000", NonCanonicalCBOR, "duplicate-key"),  # 1 and 1.0 are one Python key
+        ("a20100f500", NonCanonicalCBOR, "duplicate-key"),  # 1 and true likewise
+        ("a201000000", NonCanonicalCBOR, "key-order"),
+        ("a2616200616100", NonCanonicalCBOR, "key-order"),
+        ("a262616100616200", NonCanonicalCBOR, "key-order"),  # "aa" before "b": length-first order
+        ("0000", NonCanonicalCBOR, "trailing-bytes"),
+    ],
+)
+def test_every_rule_refuses_with_its_code_rule_and_offset(hexed, kind, rule):
+    with pytest.raises(CommitmentError) as info:
+        cbor.decode(bytes.fromhex(hexed))
+    exc = info.value
+    assert type(exc) is kind, (type(exc), str(exc))
+    assert exc.rule == rule and exc.code == kind.__name__
+    assert isinstance(exc.offset, int) and f"offset {exc.offset}" in str(exc)
+
+
+def test_a_longer_key_sorts_after_by_its_length_byte():
+    assert cbor.decode(bytes.fromhex("a2616100626161" + "00")) == {"a": 0, "aa": 0}
+
+
+@given(_values)
+def test_every_proper_prefix_is_refused_as_truncated(value):
+    data = cbor.encode(value)
+    for cut in range(len(data)):
+        with pytest.raises(MalformedCBOR) as info:
+            cbor.decode(data[:cut])
+        assert info.value.rule in ("truncated", "empty")
+
+
+def test_limits_are_keyword_arguments_with_typed_refusals():
+    doc = cbor.encode({"a": [1, 2, 3], "b": b"xyz" * 10})
+    assert cbor.decode(doc, max_items=8, max_depth=2, max_string=30) == cbor.decode(doc)
+    for kw, rule in (({"max_bytes": len(doc) - 1}, "too-large"), ({"max_items": 7}, "too-many-items"),
+                     ({"max_depth": 1}, "too-deep"), ({"max_string": 29}, "string-too-long")):
+        with pytest.raises(CBORLimitExceeded) as info:
+            cbor.decode(doc, **kw)
+        assert info.value.rule == rule and info.value.code == "CBORLimitExceeded"
+    assert isinstance(info.value, MalformedCBOR)  # a limit is a refusal of the input, like the rest
+    with pytest.raises(ValueError, match="max_items"):
+        cbor.decode(doc, max_items=-1)
+
+
+def test_claimed_counts_are_checked_against_the_bytes_that_remain():
+    # An array promising more items than bytes remain is refused at its head, before any item.
+    for data in (b"\x9a\x00\x01\x00\x00" + b"\x00" * 100, b"\x82\x9a\x00\x01\x00\x00" + b"\x00" * 100,
+                 b"\xba\x00\x01\x00\x00" + b"\x00" * 100):
+        dec = cbor.Decoder()
+        with pytest.raises(MalformedCBOR, match="past the end"):
+            dec.decode(data)
+        assert dec.steps <= 2
+    # A string claiming a length past max_string is refused on its head even when the bytes exist.
+    dec = cbor.Decoder(max_string=10)
+    with pytest.raises(CBORLimitExceeded):
+        dec.decode(cbor.encode(b"x" * 1000))
+    assert dec.steps == 1
+
+
+def test_refusals_never_quote_the_input():
+    secret = "s3cr3t-value-from-the-wire"
+    for data in (b"\xa2" + cbor.encode(secret) + b"\x01" + cbor.encode("a") + b"\x02", cbor.encode([secret]) + b"\x00",
+                 cbor.encode(secret)[:-1], b"\xc2" + cbor.encode(secret.encode())):
+        with pytest.raises(CommitmentError) as info:
+            cbor.decode(data)
+        assert secret not in str(info.value) and "s3cr3t" not in str(info.value)
+
+
+def _worst_cases(n: int) -> list[bytes]:
+    """Valid documents of about n bytes that stress each kind of work the decoder does."""
+    return [
+        cbor.encode([0] * n),  # many tiny items
+        cbor.encode([[]] * n),  # many containers
+        cbor.encode({i: None for i in range(n // 10)}),  # many keys to compare
+        cbor.encode({("k" * 40) + str(i): i for i in range(n // 60)}),  # long keys sharing a prefix
+        cbor.encode(b"x" * n),  # one long string
+        cbor.encode(["\u00fc" * 8] * (n // 18)),  # UTF-8 text
+        cbor.encode([[[[[[[[0]]]]]]]] * (n // 9)),  # nesting
+        cbor.encode([1.1] * (n // 9)),  # floats checked for their shortest form
+    ]
+
+
+@pytest.mark.parametrize("n", [1_000, 10_000, 100_000])
+def test_work_is_linear_in_the_input_for_valid_worst_cases(n):
+    for data in _worst_cases(n):
+        dec = cbor.Decoder()
+        dec.decode(data)
+        assert dec.steps <= 2 * len(data)
+
+
+def _mutate(data: bytes, edits: list[tuple[int, int, int]]) -> bytes:
+    b = bytearray(data)
+    for kind, at, byte in edits:
+        if not b:
+            break
+        i = at % len(b)
+        if kind == 0:
+            b[i] = byte
+        elif kind == 1:
+            b.insert(i, byte)
+        else:
+            del b[i]
+    return bytes(b)
+
+
+def _decodes_or_refuses(data: bytes) -> None:
+    dec = cbor.Decoder()
+    try:
+        obj = dec.decode(data)
+    except (MalformedCBOR, NonCanonicalCBOR) as exc:
+        assert exc.code in ("MalformedCBOR", "NonCanonicalCBOR", "CBORLimitExceeded") and exc.rule
+        assert len(str(exc)) < 200
+    else:
+        # Whatever is accepted is exactly the canonical encoding of what it decoded to.
+        assert cbor.encode(obj) == data
+    assert dec.steps <= 2 * len(data)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=16 * 1024))
+def test_random_bytes_decode_or_refuse_with_linear_work(data):
+    _decodes_or_refuses(data)
+
+
+_HEADS = st.sampled_from([0x18, 0x19, 0x1a, 0x1b, 0x5b, 0x7b, 0x9b, 0xbb, 0x9f, 0xbf, 0xd8, 0xf9, 0xfb, 0xff])
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(_values, st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2**16), st.integers(0, 255) | _HEADS),
+                         min_size=1, max_size=4))
+def test_near_valid_documents_decode_or_refuse_with_linear_work(value, edits):
+    _decodes_or_refuses(_mutate(cbor.encode(value), edits))
+
+
+@settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(min_size=1, max_size=8), st.integers(1, 20_000), st.binary(max_size=64))
+def test_repeated_prefixes_decode_or_refuse_with_linear_work(unit, times, tail):
+    # Nesting openers, long runs of heads and value-sharing tags, repeated far past any limit.
+    _decodes_or_refuses(unit * times + tail)
