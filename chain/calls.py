@@ -238,6 +238,12 @@ def is_pot_payload(data: bytes) -> bool:
     return isinstance(data, (bytes, bytearray)) and bytes(data[: len(PREFIX)]) == PREFIX
 
 
+def _shown(text: str, *, quote: bool = True, limit: int = 64) -> str:
+    """Text from the wire as a message may show it: cut short, so a refusal stays small."""
+    cut = text if len(text) <= limit else text[:limit] + "..."
+    return repr(cut) if quote else cut
+
+
 def decode_call(data: bytes) -> Call:
     """Parse wire bytes into a call, or raise `CallDecodeError` saying what is wrong."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
@@ -256,7 +262,7 @@ def decode_call(data: bytes) -> Call:
     name, fields = obj
     cls = CALL_TYPES.get(name)
     if cls is None:
-        raise CallDecodeError(f"unknown call {name!r}; known: {', '.join(sorted(CALL_TYPES))}")
+        raise CallDecodeError(f"unknown call {_shown(name)}; known: {', '.join(sorted(CALL_TYPES))}")
     expected = set(cls.FIELDS)
     if not all(isinstance(k, str) for k in fields):
         raise CallDecodeError(f"{name}: field names must be text")
@@ -264,7 +270,8 @@ def decode_call(data: bytes) -> Call:
     if missing:
         raise CallDecodeError(f"{name}: missing field(s) {', '.join(sorted(missing))}")
     if extra:
-        raise CallDecodeError(f"{name}: unknown field(s) {', '.join(sorted(extra))}")
+        shown = ", ".join(_shown(k, quote=False, limit=40) for k in sorted(extra)[:5])
+        raise CallDecodeError(f"{name}: unknown field(s) {shown}{', ...' if len(extra) > 5 else ''}")
     try:
         return cls(**fields)
     except CallError as exc:

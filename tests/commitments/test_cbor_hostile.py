@@ -150,3 +150,13 @@ def test_a_huge_integer_is_refused_by_the_encoder_without_printing_it():
         with pytest.raises(MalformedCBOR, match="does not fit in 64 bits") as info:
             cbor.encode({"x": [n]})
         assert not any(ch.isdigit() for ch in str(info.value).replace("64", ""))
+
+
+def test_call_refusals_stay_small_whatever_the_names_on_the_wire():
+    from chain.calls import PREFIX as P
+
+    long_name = "x" * 100_000
+    for data in (P + cbor.encode([long_name, {}]),
+                 P + cbor.encode(["commit_witness", {"challenge_id": b"\x01" * 32, "commitment": b"\x02" * 32,
+                                                    **{f"{i:06d}" + "y" * 1000: 0 for i in range(100)}}])):
+        _quick(decode_call, CallDecodeError, "unknown", data)
