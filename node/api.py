@@ -27,7 +27,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from node import queries as Q
-from node.config import NodeConfig
+from node.config import NodeConfig, normalize_host
 from node.db import challenges, current_revision, head_revision, open_database, stage_log, witness_conflicts
 from node.logs import log_event
 from node.stages import STAGES, WORK_STAGES, Stage
@@ -368,6 +368,55 @@ def read_admin_token(config: NodeConfig) -> str | None:
     return token
 
 
+def request_host(raw: str) -> str:
+    """The host part of a Host header (`name`, `name:port`, `[v6]:port`), normalized as the
+    configured names are; ValueError when it is not one."""
+    if raw.startswith("["):
+        end = raw.find("]")
+        host, rest = (raw[:end + 1], raw[end + 1:]) if end > 0 else (raw, "")
+    elif raw.count(":") == 1:
+        host, rest = raw.split(":")[0], ":" + raw.split(":")[1]
+    else:
+        host, rest = raw, ""
+    if rest and not (rest.startswith(":") and rest[1:].isdigit() and len(rest) <= 6):
+        raise ValueError("bad port")
+    return normalize_host(host)
+
+
+class HostCheck:
+    """Answers only requests whose Host header names this node (`http.allowed_hosts`): a page on
+    another site that rebinds its DNS name to this node's address still sends its own name, so it
+    gets a 421 and never reads the API. A missing or malformed Host is a 400."""
+
+    def __init__(self, app: Any, names: frozenset[str] | None) -> None:
+        self.app = app
+        self.names = names
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or self.names is None:
+            await self.app(scope, receive, send)
+            return
+        raw = next((v for k, v in scope.get("headers", ()) if k == b"host"), None)
+        problem = None
+        if raw is None or not raw.strip():
+            problem = 400, "the request has no Host header; this node answers only requests naming it (http.allowed_hosts)"
+        else:
+            text = raw.decode("latin-1")
+            try:
+                host = request_host(text.strip())
+            except ValueError:
+                problem = 400, f"the Host header {text[:100]!r} is not a host name with an optional port"
+            else:
+                if host not in self.names:
+                    problem = 421, (f"this node does not answer to the name {host[:100]!r} (Host header): ask for it "
+                                    f"by one of its names, or add this name to http.allowed_hosts. A foreign name is "
+                                    f"how a web page would reach a local API through DNS rebinding")
+        if problem is None:
+            await self.app(scope, receive, send)
+            return
+        await JSONResponse({"detail": problem[1]}, status_code=problem[0])(scope, receive, send)
+
+
 _bearer = HTTPBearer(auto_error=False, description="The admin token (http.admin_token_file).")
 
 
@@ -428,6 +477,8 @@ def create_app(db: str | Engine, config: NodeConfig | None = None, *, node: Any 
         lifespan=lifespan,
     )
     app.state.pot = ctx
+    # Inside the metrics middleware: refused requests are counted (route "unmatched", 4xx).
+    app.add_middleware(HostCheck, names=config.http.host_names())
     registry = metrics.install(app, ctx)
 
     @app.exception_handler(Q.BadQuery)
@@ -757,4 +808,4 @@ def start_api_server(config: NodeConfig, engine: Engine, *, node: Any = None) ->
     return server
 
 
-__all__ = ["ApiServer", "create_app", "read_admin_token", "start_api_server"]
+__all__ = ["ApiServer", "HostCheck", "create_app", "read_admin_token", "request_host", "start_api_server"]

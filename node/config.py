@@ -6,7 +6,9 @@ secrets file's keys as POT_KEY_<KEY>. Both are validated at start; errors name t
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -98,9 +100,32 @@ class LossChecksSection(_Section):
     max_jump_factor: float = Field(2.0, gt=1)
 
 
+_HOST_NAME = re.compile(r"^[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*$")
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+
+
+def normalize_host(name: str) -> str:
+    """A host name as the Host check compares it: lower case, no trailing dot, an IPv6 address in
+    brackets and compressed. ValueError (with the reason) for anything that is not one name."""
+    h = name.strip().lower().removesuffix(".")
+    if h.startswith("[") and h.endswith("]"):
+        h = h[1:-1]
+    if ":" in h:
+        try:
+            return f"[{ipaddress.IPv6Address(h).compressed}]"
+        except ValueError:
+            raise ValueError(f"{name[:80]!r} is neither a host name nor an IPv6 address (names carry no port)") from None
+    if not h or len(h) > 253 or not _HOST_NAME.match(h):
+        raise ValueError(f"{name[:80]!r} is not a host name or IP address")
+    return h
+
+
 class HttpSection(_Section):
     listen: str = "127.0.0.1:8700"
     admin_token_file: str = ""  # a file holding the bearer token of the admin routes; empty: disabled
+    # The names a request's Host header may carry (DNS rebinding defence). Empty: the listen host,
+    # 127.0.0.1, localhost and [::1]; ["*"]: any Host (no check).
+    allowed_hosts: list[str] = Field(default_factory=list)
 
     @field_validator("listen")
     @classmethod
@@ -109,6 +134,24 @@ class HttpSection(_Section):
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise ValueError("must be host:port, e.g. 127.0.0.1:8700")
         return v
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _hosts(cls, v: list[str]) -> list[str]:
+        if "*" in v and len(v) > 1:
+            raise ValueError('"*" (no Host check) stands alone; drop the other names or the "*"')
+        for name in v:
+            if name != "*":
+                normalize_host(name)
+        return v
+
+    def host_names(self) -> frozenset[str] | None:
+        """The normalized names the Host header may carry; None when the check is off ("*")."""
+        if self.allowed_hosts == ["*"]:
+            return None
+        if self.allowed_hosts:
+            return frozenset(normalize_host(n) for n in self.allowed_hosts)
+        return frozenset((normalize_host(self.listen.rpartition(":")[0]), *LOOPBACK_NAMES))
 
 
 class ProtocolSection(_Section):
@@ -214,7 +257,9 @@ def _env_overrides(data: dict[str, Any], sections: dict[str, type[BaseModel]], e
             if name not in env:
                 continue
             raw: Any = env[name]
-            if field.annotation is not None and "list" in str(field.annotation) and "/" not in raw:
+            if field.annotation is not None and "list[str]" in str(field.annotation):
+                raw = raw.replace(",", " ").split()
+            elif field.annotation is not None and "list" in str(field.annotation) and "/" not in raw:
                 raw = [int(x) for x in raw.replace(",", " ").split()] if raw.strip() else []
             if section:
                 target = out.setdefault(section, {})

@@ -140,6 +140,9 @@ def test_prometheus_scrapes_every_verifier():
     assert targets == {f"{v}:8700" for v in verifiers}
     node_toml = (REPO / "deploy/node.toml").read_text()
     assert 'listen = "0.0.0.0:8700"' in node_toml
+    # Each scrape's Host header (the service name) is one the nodes answer to.
+    allowed = set(tomllib.loads(node_toml)["http"]["allowed_hosts"])
+    assert {t.rpartition(":")[0] for t in targets} <= allowed
 
 
 def exported_metric_names() -> set[str]:

@@ -24,7 +24,8 @@ TOKEN = "fuzz-admin-token-0123456789"
 def client(tmp_path_factory):
     engine = open_database(f"sqlite:///{tmp_path_factory.mktemp('api') / 'node.db'}", init=True)
     api_data.seed(engine)
-    with TestClient(create_app(engine, NodeConfig(), admin_token=TOKEN), raise_server_exceptions=False) as c:
+    with TestClient(create_app(engine, NodeConfig(), admin_token=TOKEN), raise_server_exceptions=False,
+                    base_url="http://127.0.0.1:8700") as c:
         yield c
     engine.dispose()
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from node import queries as Q
 from node.api import create_app, read_admin_token
-from node.config import NodeConfig, load_config
+from node.config import ConfigError, NodeConfig, load_config
 from node.dashboard.svg import loss_curve_svg, nice_ticks, timeline_svg
 from node.db import chain_cursor, challenges
 from tests.node.api_data import (
@@ -32,6 +32,7 @@ from tests.node.api_data import (
 )
 
 TOKEN = "s3cret-admin-token-0123456789"
+BASE = "http://127.0.0.1:8700"  # a name the default http.allowed_hosts answers to
 
 
 @pytest.fixture
@@ -41,7 +42,7 @@ def seeded(engine):
 
 @pytest.fixture
 def client(engine, seeded):
-    with TestClient(create_app(engine, NodeConfig(), admin_token=TOKEN)) as c:
+    with TestClient(create_app(engine, NodeConfig(), admin_token=TOKEN), base_url=BASE) as c:
         yield c
 
 
@@ -177,7 +178,7 @@ def test_admin_requeue_needs_the_token(client, engine, seeded):
 
 
 def test_admin_routes_disabled_without_a_token(engine, seeded, tmp_path):
-    with TestClient(create_app(engine, NodeConfig())) as c:
+    with TestClient(create_app(engine, NodeConfig()), base_url=BASE) as c:
         r = c.post(f"/api/v1/admin/challenges/{seeded.retrying.hex()}/retry", headers={"Authorization": "Bearer x"})
         assert r.status_code == 403 and "disabled" in r.json()["detail"]
     # The token comes from http.admin_token_file, which must not be readable by others.
@@ -191,7 +192,7 @@ def test_admin_routes_disabled_without_a_token(engine, seeded, tmp_path):
         read_admin_token(cfg)
     tok.chmod(0o600)
     assert read_admin_token(cfg) == TOKEN
-    with TestClient(create_app(engine, cfg)) as c:
+    with TestClient(create_app(engine, cfg), base_url=BASE) as c:
         r = c.post(f"/api/v1/admin/challenges/{seeded.retrying.hex()}/retry", headers={"Authorization": f"Bearer {TOKEN}"})
         assert r.status_code == 200
 
@@ -280,6 +281,83 @@ def test_disclosure_needs_every_journaled_account_to_have_revealed(engine, seede
         conn.rollback()
 
 
+def test_host_header_must_name_this_node(client):
+    for host in ("127.0.0.1:8700", "127.0.0.1", "localhost:8700", "LOCALHOST.", "[::1]:8700", "[0:0::1]"):
+        assert client.get("/api/v1/status", headers={"Host": host}).status_code == 200, host
+    # A page on another site whose name was rebound to this node's address sends its own name.
+    for path in ("/api/v1/status", "/api/v1/challenges", "/readyz", "/metrics", "/", "/healthz", "/static/live.js",
+                 "/openapi.json"):
+        r = client.get(path, headers={"Host": "rebind.attacker.example:8700"})
+        assert r.status_code == 421, path
+        assert "http.allowed_hosts" in r.json()["detail"] and "rebind.attacker.example" in r.json()["detail"]
+    r = client.post("/api/v1/admin/witness-conflicts/acknowledge",
+                    headers={"Host": "10.0.0.9", "Authorization": f"Bearer {TOKEN}"})
+    assert r.status_code == 421
+    for bad in ("a b", "host:port", "[::1", "x:99999999", "::1]:80"):
+        r = client.get("/api/v1/status", headers={"Host": bad})
+        assert r.status_code == 400 and "Host header" in r.json()["detail"], bad
+    m = _samples(client.get("/metrics").text)
+    assert m['pot_http_requests_total{method="GET",route="unmatched",status="4xx"}'] >= 8  # refusals are counted
+
+
+def test_allowed_hosts_config(engine, seeded, tmp_path):
+    cfg = NodeConfig.model_validate({"http": {"allowed_hosts": ["pot.example.org", "10.1.2.3"]}})
+    with TestClient(create_app(engine, cfg), base_url="http://pot.example.org") as c:
+        assert c.get("/api/v1/status").status_code == 200
+        assert c.get("/", headers={"Host": "10.1.2.3:8700"}).status_code == 200
+        assert c.get("/api/v1/status", headers={"Host": "localhost"}).status_code == 421  # the list replaces the default
+    with TestClient(create_app(engine, NodeConfig.model_validate({"http": {"allowed_hosts": ["*"]}}))) as c:
+        assert c.get("/api/v1/status", headers={"Host": "anything.example"}).status_code == 200
+    listen = NodeConfig.model_validate({"http": {"listen": "192.0.2.7:8700"}})
+    assert listen.http.host_names() == {"192.0.2.7", "127.0.0.1", "localhost", "[::1]"}
+    env = load_config(None, env={"POT_HTTP_ALLOWED_HOSTS": "pot.example.org, [::1]"})
+    assert env.http.host_names() == {"pot.example.org", "[::1]"}
+    for bad, why in (('["pot.example.org:8700"]', "carry no port"), ('["*", "localhost"]', "stands alone"),
+                     ('[""]', "not a host name"), ('["a/b"]', "not a host name")):
+        path = tmp_path / "n.toml"
+        path.write_text(f"[http]\nallowed_hosts = {bad}\n")
+        with pytest.raises(ConfigError, match=why) as info:
+            load_config(path, env={})
+        assert "http.allowed_hosts" in str(info.value)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), max_size=80))
+def test_any_host_header_is_answered_or_refused_never_a_server_error(client, host):
+    r = client.get("/api/v1/status", headers={"Host": host})
+    assert r.status_code in (200, 400, 421) and r.json()["detail" if r.status_code != 200 else "api_version"]
+
+
+def test_a_real_socket_request_without_or_with_a_foreign_host(engine, seeded):
+    import socket
+
+    from node.api import start_api_server
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]
+    server = start_api_server(NodeConfig.model_validate({"http": {"listen": f"127.0.0.1:{free}"}}), engine)
+    try:
+        host, port = server.address
+
+        def raw(request: bytes) -> bytes:
+            with socket.create_connection((host, port), timeout=10) as s:
+                s.sendall(request)
+                out = b""
+                while chunk := s.recv(65536):
+                    out += chunk
+                return out
+
+        r = raw(b"GET /api/v1/status HTTP/1.0\r\n\r\n")
+        assert r.startswith(b"HTTP/1.1 400") and b"no Host header" in r
+        r = raw(b"GET /api/v1/status HTTP/1.1\r\nHost: rebind.attacker.example:%d\r\nConnection: close\r\n\r\n" % port)
+        assert r.startswith(b"HTTP/1.1 421") and b"http.allowed_hosts" in r
+        r = raw(b"GET /api/v1/status HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\n\r\n" % port)
+        assert r.startswith(b"HTTP/1.1 200") and b'"api_version"' in r
+    finally:
+        server.stop()
+
+
 def _samples(text: str) -> dict[str, float]:
     out = {}
     for line in text.splitlines():
@@ -313,7 +391,7 @@ def test_database_outage_is_a_503_not_a_crash(tmp_path):
     from node.db import make_engine
 
     dead = make_engine("postgresql+psycopg2://postgres@127.0.0.1:1/none")
-    with TestClient(create_app(dead, NodeConfig())) as c:
+    with TestClient(create_app(dead, NodeConfig()), base_url=BASE) as c:
         r = c.get("/api/v1/status")
         assert r.status_code == 503 and "unavailable" in r.json()["detail"]
         ready = c.get("/readyz")

@@ -25,7 +25,8 @@ TOKEN = "schema-admin-token-0123456789"
 _DIR = Path(tempfile.mkdtemp(prefix="pot-api-schema-"))
 _ENGINE = open_database(f"sqlite:///{_DIR / 'node.db'}", init=True)
 api_data.seed(_ENGINE)
-schema = schemathesis.openapi.from_asgi("/openapi.json", create_app(_ENGINE, NodeConfig(), admin_token=TOKEN))
+schema = schemathesis.openapi.from_asgi("/openapi.json", create_app(_ENGINE, NodeConfig(), admin_token=TOKEN),
+                                        headers={"Host": "127.0.0.1:8700"})
 
 
 @pytest.fixture(autouse=True)
@@ -47,8 +48,9 @@ def _cleanup():
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 def test_every_route_conforms(case):
     # With the admin token, so the admin route's 200/404/409 answers are checked too (the 401
-    # without it is covered by the auth checks and by test_api).
-    case.call_and_validate(headers={"Authorization": f"Bearer {TOKEN}"})
+    # without it is covered by the auth checks and by test_api), and with a Host the node answers
+    # to by default (http.allowed_hosts).
+    case.call_and_validate(headers={"Authorization": f"Bearer {TOKEN}", "Host": "127.0.0.1:8700"})
 
 
 def test_the_schema_documents_every_route_with_examples():

@@ -79,7 +79,8 @@ def test_a_changed_witness_is_never_sent_and_raises_the_alarm(node, caplog):
     [done] = [r for r in caplog.records if getattr(r, "event", None) == "witness_journaled"]
     assert done.conflict is True and done.inserted is False and done.value_hash == journaled.hex()
 
-    with TestClient(create_app(node.engine, node.cfg, node=node, admin_token=TOKEN)) as client:
+    with TestClient(create_app(node.engine, node.cfg, node=node, admin_token=TOKEN),
+                    base_url="http://127.0.0.1:8700") as client:
         m = _samples(client.get("/metrics").text)
         assert m["pot_witness_conflicts_total"] == 1 and m["pot_witness_conflicts_unacknowledged"] == 1
 
