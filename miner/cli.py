@@ -63,7 +63,8 @@ def train(
     serve: bool = typer.Option(True, "--serve/--no-serve", help="serve openings from this process"),
     host: str = typer.Option("127.0.0.1", "--host", help="prover bind address"),
     port: int = typer.Option(8760, "--port", help="prover port"),
-    token: str | None = typer.Option(None, "--token", envvar="POT_PROVER_TOKEN", help="bearer token for the prover"),
+    token: str | None = typer.Option(None, "--token", envvar="POT_PROVER_TOKEN",
+                                     help="bearer token of the prover's private routes (/admin/*)"),
     keep_every: int = typer.Option(10, "--keep-every", min=1, help="keep the full state every K steps"),
     root_every: int | None = typer.Option(None, "--root-every", min=1, help="submit the root every N steps"),
     substitute_batch_at: int | None = typer.Option(
@@ -127,9 +128,11 @@ def serve_cmd(
     run_dir: Path = typer.Argument(..., help="run directory written by `pot miner train`"),
     host: str = typer.Option("127.0.0.1", "--host"),
     port: int = typer.Option(8760, "--port"),
-    token: str | None = typer.Option(None, "--token", envvar="POT_PROVER_TOKEN", help="require this bearer token"),
+    token: str | None = typer.Option(
+        None, "--token", envvar="POT_PROVER_TOKEN",
+        help="bearer token of the private routes (/admin/*); openings, leaves and /healthz stay public"),
 ) -> None:
-    """Serve a run directory's openings and leaves over HTTP."""
+    """Serve a run directory's openings and leaves over HTTP (public: verifiers send no token)."""
     from miner.checkpoints import CheckpointError, read_run_meta
     from miner.prover import serve
 

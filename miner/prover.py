@@ -1,8 +1,10 @@
 """The prover server: serves a run directory's openings by digest and its leaves to verifiers.
 
-Routes: GET /openings/{hex digest} (streamed, HTTP range requests, size limit), GET
-/runs/{run_id}/leaves (CBOR list of leaf bytes), GET /healthz. With a token, every route but
-/healthz needs `Authorization: Bearer <token>`.
+Public routes, by design and whatever the token: GET /openings/{hex digest} (streamed, HTTP
+range requests, size limit), GET /runs/{run_id}/leaves (CBOR list of leaf bytes), GET /healthz.
+A verifier sends no token; locking it out would make the openings count as unavailable. The
+token guards the rest: GET /admin/store, the listing of the run directory's openings (digests
+not yet announced on chain among them) and kept training states. State files are never served.
 """
 
 from __future__ import annotations
@@ -21,12 +23,15 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from challenges.opening import encode_leaves
-from miner.checkpoints import CheckpointError, read_leaves, read_run_meta
+from miner.checkpoints import _STATE_RE, CheckpointError, read_leaves, read_run_meta
 
 CHUNK = 1 << 20
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024 * 1024
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+# What verifiers fetch: never behind the token.
+PUBLIC = re.compile(r"^/(healthz|openings/[^/]*|runs/[^/]*/leaves)$")
+_OPENING_RE = re.compile(r"^([0-9a-f]{64})\.opening$")
 
 
 def _error(status: int, reason: str, **headers: str) -> JSONResponse:
@@ -78,10 +83,17 @@ def create_app(run_dir: str | os.PathLike[str], *, token: str | None = None,
 
     @app.middleware("http")
     async def bearer(request: Request, call_next: Any) -> Any:
-        if token and request.url.path != "/healthz":
-            got = request.headers.get("authorization", "")
-            if not hmac.compare_digest(got.encode(), f"Bearer {token}".encode()):
-                return _error(401, "a bearer token is required", **{"WWW-Authenticate": "Bearer"})
+        path = request.url.path
+        if not PUBLIC.match(path):
+            if not token:
+                if path == "/admin" or path.startswith("/admin/"):
+                    return _error(403, "admin routes are off: start the prover with --token (openings, leaves "
+                                       "and /healthz never need one)")
+            else:
+                got = request.headers.get("authorization", "")
+                if not hmac.compare_digest(got.encode("utf-8", "replace"), f"Bearer {token}".encode()):
+                    return _error(401, "this route needs the prover's bearer token (Authorization: Bearer <token>); "
+                                       "openings, leaves and /healthz need none", **{"WWW-Authenticate": "Bearer"})
         try:
             return await call_next(request)
         except Exception as exc:  # the server answers every request; it never dies on input
@@ -134,6 +146,28 @@ def create_app(run_dir: str | os.PathLike[str], *, token: str | None = None,
         except CheckpointError as exc:
             return _error(503, f"leaves unavailable: {exc}")
         return Response(data, media_type="application/cbor")
+
+    @app.get("/admin/store")
+    def store() -> dict[str, Any]:
+        """The run directory as the miner sees it: every opening on disk, newest first (their
+        digests are unguessable until announced on chain, so the list is private), and the kept
+        training states. Sizes and times only: no file is served from here."""
+        openings, states = [], []
+        for p in sorted((run / "openings").glob("*.opening"), key=lambda p: -p.stat().st_mtime):
+            m = _OPENING_RE.match(p.name)
+            if m:
+                st = p.stat()
+                openings.append({"digest": m.group(1), "bytes": st.st_size, "modified": st.st_mtime})
+        if (run / "states").is_dir():
+            for p in sorted((run / "states").iterdir()):
+                m = _STATE_RE.match(p.name)
+                if m:
+                    states.append({"step": int(m.group(1)), "bytes": p.stat().st_size})
+        try:
+            n = len(read_leaves(run)) if (run / "leaves.bin").exists() else 0
+        except CheckpointError:
+            n = 0
+        return {"run_id": run_id(), "leaves": n, "openings": openings, "states": states}
 
     return app
 

@@ -93,14 +93,36 @@ def test_leaves(run):
     assert r.status_code == 404
 
 
-def test_bearer_token(run):
+def test_the_token_guards_only_the_private_routes(run):
     run_dir, run_id, d, data, _ = run
     c = TestClient(create_app(run_dir, token="s3cret"))
-    assert c.get("/healthz").status_code == 200
-    for path in (f"/openings/{d.hex()}", f"/runs/{run_id.hex()}/leaves"):
-        assert c.get(path).status_code == 401
-        assert c.get(path, headers={"Authorization": "Bearer wrong"}).status_code == 401
-        assert c.get(path, headers={"Authorization": "Bearer s3cret"}).status_code == 200
+    # What verifiers fetch is public by design: no token, a wrong one, or the right one.
+    for path in ("/healthz", f"/openings/{d.hex()}", f"/runs/{run_id.hex()}/leaves"):
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Bearer s3cret"}):
+            assert c.get(path, headers=headers).status_code == 200, (path, headers)
+    assert c.get(f"/openings/{d.hex()}").content == data
+    # The run directory's listing is the miner's own.
+    r = c.get("/admin/store")
+    assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+    assert "openings, leaves and /healthz need none" in r.json()["error"]
+    assert c.get("/admin/store", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    r = c.get("/admin/store", headers={"Authorization": "Bearer s3cret"})
+    assert r.status_code == 200
+    body = r.json()
+    assert body["run_id"] == run_id.hex() and body["leaves"] == 4
+    assert body["openings"] == [{"digest": d.hex(), "bytes": len(data), "modified": body["openings"][0]["modified"]}]
+    assert 0 in {st["step"] for st in body["states"]}
+    # Nothing else of the run directory is reachable, with the token or without.
+    for path in ("/states/00000000.safetensors", "/meta.cbor", "/leaves.bin", "/openings/../meta.cbor"):
+        assert c.get(path, headers={"Authorization": "Bearer s3cret"}).status_code in (400, 404), path
+
+
+def test_admin_routes_are_off_without_a_token(run):
+    run_dir, run_id, d, _, _ = run
+    c = TestClient(create_app(run_dir))
+    r = c.get("/admin/store")
+    assert r.status_code == 403 and "--token" in r.json()["error"]
+    assert c.get(f"/openings/{d.hex()}").status_code == 200
 
 
 def test_background_server_over_real_http(run):
