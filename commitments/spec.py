@@ -152,6 +152,8 @@ class Spec(_Strict):
             text = p.read_text(encoding="utf-8")
         except OSError as exc:
             raise SpecError(f"{p}: cannot read spec: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:
+            raise SpecError(f"{p}: not UTF-8 text (byte {exc.start})") from None
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:

@@ -1,0 +1,29 @@
+"""chain.calls.decode_call on arbitrary remark bytes: a call that encodes back to the same bytes,
+or CallDecodeError."""
+
+from __future__ import annotations
+
+from chain.calls import CallDecodeError, decode_call, encode_call
+
+
+def TestOneInput(data: bytes) -> None:
+    try:
+        call = decode_call(data)
+    except CallDecodeError:
+        return
+    if encode_call(call) != data:
+        raise AssertionError("a decoded call does not encode back to its bytes")
+
+
+def sample_calls() -> list:
+    from chain.calls import CommitWitness, DeclareWitnessNormBucket, RevealWitnessValue
+    from tests.chain.runs import SyntheticRun
+
+    run = SyntheticRun(steps=4)
+    cid = bytes(range(32))
+    return [run.register(), run.submit_full_root(), run.opening(cid, 2), CommitWitness(cid, b"\2" * 32),
+            RevealWitnessValue(cid, b"\3" * 32, 5, b"\4" * 16), DeclareWitnessNormBucket(cid, -3)]
+
+
+def seeds() -> dict[str, bytes]:
+    return {type(c).__name__: encode_call(c) for c in sample_calls()}

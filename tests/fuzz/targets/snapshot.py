@@ -1,0 +1,53 @@
+"""The protocol snapshot a follower restarts from: ChainView.load on a file written from the
+bytes (the outer [domain, cursor, hash, state] record), and ProtocolState.from_cbor on the bytes
+themselves. Refusal: SnapshotError; a restored state snapshots again."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from chain.dev import DevTransport
+from chain.protocol.state import ProtocolState, SnapshotError
+from chain.view import ChainView
+
+_DIR = Path(tempfile.mkdtemp(prefix="pot-fuzz-snapshot-"))
+_PATH = _DIR / "view.snapshot"
+_TRANSPORT = DevTransport(_DIR / "chain.db", "v1")  # genesis only: block 0
+
+
+def TestOneInput(data: bytes) -> None:
+    try:
+        state = ProtocolState.from_cbor(data)
+    except SnapshotError:
+        pass
+    else:
+        ProtocolState.from_cbor(state.to_cbor())
+    with open(_PATH, "wb") as f:
+        f.write(data)
+    try:
+        view = ChainView.load(_TRANSPORT, _PATH)
+    except SnapshotError:
+        return
+    finally:
+        os.unlink(_PATH)
+    view.state.to_cbor()
+
+
+def seeds() -> dict[str, bytes]:
+    from tests.fuzz.targets import dev_block
+
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        # A view of the honest dev run, saved at its head; the state part alone is a seed too.
+        view = dev_block.apply(dev_block.seeds()["honest-run"])
+        out["state"] = view.state.to_cbor()
+        empty = ChainView(_TRANSPORT)
+        empty.sync()
+        empty.save(Path(tmp) / "s")
+        out["view-genesis"] = (Path(tmp) / "s").read_bytes()
+        view.cursor_hash = None
+        view.save(Path(tmp) / "t")
+        out["view-unhashed"] = (Path(tmp) / "t").read_bytes()
+    return out
