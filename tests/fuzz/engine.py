@@ -111,8 +111,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="where found inputs go (default tests/fuzz/regressions/<target>/)")
     parser.add_argument("--timeout", type=int, default=PER_INPUT_TIMEOUT_S, help="seconds per input before it "
                         f"counts as a stall (default {PER_INPUT_TIMEOUT_S})")
-    parser.add_argument("--rss-limit-mb", type=int, default=RSS_LIMIT_MB)
+    parser.add_argument("--rss-limit-mb", type=int, default=RSS_LIMIT_MB,
+                        help=f"memory of one target's process before it counts as a blow-up (default {RSS_LIMIT_MB})")
     args = parser.parse_args(argv)
+    unknown = [t for t in args.targets if t not in TARGETS]
+    if unknown:
+        parser.error(f"unknown target(s) {', '.join(unknown)}; known: {', '.join(TARGETS)}")
+    if args.seconds < 1:
+        parser.error("--seconds must be at least 1")
     failed = 0
     for name in args.targets or TARGETS:
         dest = args.artifacts / name if args.artifacts else REGRESSIONS / name
