@@ -124,8 +124,9 @@ def read_chain(path: Path) -> dict[str, Any]:
 def read_chain_bounded(path: Path, budget_s: float = READ_BUDGET_S) -> dict[str, Any]:
     """`read_chain` in a child process, killed `budget_s` after its imports are done."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    # Unbuffered: a buffered readline would take the answer too, out of communicate()'s sight.
     proc = subprocess.Popen([sys.executable, "-m", "devnet.hostile", "read-chain", str(path)], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, bufsize=0)
     try:
         assert proc.stdout is not None
         ready = proc.stdout.readline()  # printed once the imports are done: the budget is for the reading
