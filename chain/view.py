@@ -104,7 +104,7 @@ class ChainView:
             return cls(transport, params, **kw)
         try:
             domain, cursor, cursor_hash, state_bytes = cbor.decode(path.read_bytes())
-            if domain != SNAPSHOT_DOMAIN or not isinstance(cursor, int):
+            if domain != SNAPSHOT_DOMAIN or not isinstance(cursor, int) or isinstance(cursor, bool) or cursor < 0:
                 raise SnapshotError(f"not a {SNAPSHOT_DOMAIN} snapshot")
         except (CommitmentError, ValueError, TypeError) as exc:
             raise SnapshotError(f"{path}: unusable chain-view snapshot: {exc}") from None

@@ -47,6 +47,10 @@ def seeds() -> dict[str, bytes]:
         empty.sync()
         empty.save(Path(tmp) / "s")
         out["view-genesis"] = (Path(tmp) / "s").read_bytes()
+        # At block 0 with its hash: load checks the hash against this chain's block 0.
+        empty.cursor_hash = _TRANSPORT.block(0).hash
+        empty.save(Path(tmp) / "g")
+        out["view-genesis-hashed"] = (Path(tmp) / "g").read_bytes()
         view.cursor_hash = None
         view.save(Path(tmp) / "t")
         out["view-unhashed"] = (Path(tmp) / "t").read_bytes()
