@@ -224,7 +224,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         "node": {"data_dir": str(data), "log_level": "info", "loop_interval_s": 0.2},
         "chain": {"url": f"dev:///{chain_path}", "account": "verifier", "poll_s": 0.2, "watchdog_s": 60.0},
         "database": {"url": ""}, "http": {"listen": f"127.0.0.1:{api_port}"}, "replay": {"workers": 1},
-        "fetch": {"attempts": 3, "backoff_base_s": 0.2, "backoff_max_s": 2.0},
+        "fetch": {"allow": ["127.0.0.1"], "attempts": 3, "backoff_base_s": 0.2, "backoff_max_s": 2.0},
         "protocol": params.to_dict()}))
     log = open(tmp / "node.log", "ab")  # noqa: SIM115 - the process owns it
     node = subprocess.Popen([sys.executable, "-m", "pot", "node", "run", "--config", str(cfg), "--init"],

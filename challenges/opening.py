@@ -32,8 +32,10 @@ its blob digest and length, so the digest covers the whole file.
 from __future__ import annotations
 
 import hmac
+import mmap
 import os
 import struct
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,11 +69,13 @@ FIELDS = (
 
 
 class OpeningRefused(ValueError):
-    """An opening that is malformed or does not match the chain, with the reason."""
+    """An opening that is malformed or does not match the chain, with the reason (and, where the
+    refusing code knows it, the refusal class: "malformed", "invalid" or "unavailable")."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, refusal_class: str | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.refusal_class = refusal_class
 
 
 class LeavesRefused(OpeningRefused):
@@ -94,7 +98,7 @@ class Opening:
 
     manifest: dict[str, Any]
     manifest_bytes: bytes
-    pre_state: bytes
+    pre_state: bytes | memoryview  # a memoryview of the file's map when loaded from a path
     digest: bytes
 
     @property
@@ -259,24 +263,103 @@ def build_opening(*, spec: Spec, run_id: bytes, step: int, pre_state: Any, datas
     return encode_opening(manifest, blob)
 
 
+# --- sizes from the spec, checked while the opening downloads ----------------------------------
+
+# One served leaf (a step leaf's structure bytes) and the fixed manifest fields, generously.
+_LEAF_BOUND = 512
+_FIXED_MANIFEST_BOUND = 4096
+_PROOF_BOUND = 9 + MAX_PROOF_LEN * (DIGEST_SIZE + 2)
+
+
+def state_size_bound(spec: Spec) -> int:
+    """The most bytes a pre-state under `spec` may take: its tensors' bytes, exactly, plus a
+    bound on the safetensors header (names, dtypes, shapes, offsets, one short metadata map)."""
+    from oracle.state import layout
+
+    total = 8 + 1024
+    for slot in layout(spec):
+        n = 1
+        for d in slot.shape:
+            n *= d
+        total += n * slot.dtype.itemsize + 2 * len(slot.name) + 160 + 21 * len(slot.shape)
+    return total
+
+
+def manifest_size_bound(spec: Spec, spec_len: int) -> int:
+    """The most bytes a manifest under `spec` may take: the batch's tokens and dataset proofs,
+    the schedule and leaf proofs, two leaves, the spec and the fixed fields."""
+    per_sample = 3 * 9 + spec.sample_len * 4 + _PROOF_BOUND
+    return (_FIXED_MANIFEST_BOUND + 9 + spec_len + spec.batch.batch_size * per_sample + 3 * _PROOF_BOUND
+            + 2 * (9 + _LEAF_BOUND))
+
+
+def _decode_manifest(mb: bytes) -> dict[str, Any]:
+    try:
+        manifest = cbor.decode(mb, max_bytes=MAX_MANIFEST_BYTES)
+    except CommitmentError as exc:
+        raise OpeningRefused(f"the manifest is not canonical CBOR: {exc}", "malformed") from None
+    _check_manifest(manifest)
+    return manifest
+
+
+class OpeningGate:
+    """A download's size gate (node.fetch's `size_of`): from the first bytes of an opening, the
+    exact size the whole file must have. The manifest is checked against the opening digest on
+    chain and its spec against the run's spec digest before a byte of the pre-state is taken,
+    and the sizes it declares must fit that spec. Refusals carry their refusal class."""
+
+    def __init__(self, *, expected_digest: bytes, spec_digest: bytes) -> None:
+        self.expected_digest = bytes(expected_digest)
+        self.spec_digest = bytes(spec_digest)
+
+    def __call__(self, prefix: bytes) -> tuple[bool, int]:
+        if len(prefix) < _HEADER:
+            return False, _HEADER
+        if prefix[:len(MAGIC)] != MAGIC:
+            raise OpeningRefused(f"not an opening: the file does not start with {MAGIC!r}", "malformed")
+        (mlen,) = struct.unpack(">I", prefix[len(MAGIC):_HEADER])
+        if mlen > MAX_MANIFEST_BYTES:
+            raise OpeningRefused(f"manifest length {mlen} exceeds the limit of {MAX_MANIFEST_BYTES}", "malformed")
+        if len(prefix) < _HEADER + mlen:
+            return False, _HEADER + mlen
+        manifest = _decode_manifest(bytes(prefix[_HEADER:_HEADER + mlen]))
+        got = manifest_digest(manifest)
+        if not _eq(got, self.expected_digest):
+            raise OpeningRefused(f"opening digest {_short(got)} != the digest on chain "
+                                 f"{_short(self.expected_digest)}", "invalid")
+        try:
+            spec = Spec.from_cbor(manifest["spec"])
+        except CommitmentError as exc:
+            raise OpeningRefused(f"the opening's spec is not usable: {exc}", "invalid") from None
+        if not _eq(spec.digest(), self.spec_digest):
+            raise OpeningRefused(f"spec digest {_short(spec.digest())} != the run's spec digest "
+                                 f"{_short(self.spec_digest)}", "invalid")
+        bound = manifest_size_bound(spec, len(manifest["spec"]))
+        if mlen > bound:
+            raise OpeningRefused(f"the manifest is {mlen} bytes; its spec allows at most {bound}", "unavailable")
+        bound = state_size_bound(spec)
+        if manifest["pre_state_len"] > bound:
+            raise OpeningRefused(f"the manifest declares a pre-state of {manifest['pre_state_len']} bytes; "
+                                 f"its spec allows at most {bound}", "unavailable")
+        return True, _HEADER + mlen + manifest["pre_state_len"]
+
+
 # --- loading (shape only) ---------------------------------------------------------------------
 
 
-def _read_limited(path: Path, max_bytes: int) -> bytes:
-    try:
-        st = path.stat()
-    except OSError as exc:
-        raise OpeningRefused(f"{path}: cannot read the opening: {exc.strerror or exc}") from None
-    if st.st_size > max_bytes:
-        raise OpeningRefused(f"{path}: the opening is {st.st_size} bytes, over the limit of {max_bytes}")
+def _read_limited(path: Path, max_bytes: int) -> bytes | memoryview:
+    """The opening file's bytes, memory-mapped: pages are read as they are used and are the page
+    cache's to drop, so a large pre-state costs no anonymous memory here."""
     try:
         with open(path, "rb") as f:
-            data = f.read(max_bytes + 1)
+            size = os.fstat(f.fileno()).st_size
+            if size > max_bytes:
+                raise OpeningRefused(f"{path}: the opening is {size} bytes, over the limit of {max_bytes}")
+            if size < _HEADER:
+                return f.read(_HEADER)
+            return memoryview(mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ))
     except OSError as exc:
         raise OpeningRefused(f"{path}: cannot read the opening: {exc.strerror or exc}") from None
-    if len(data) > max_bytes:
-        raise OpeningRefused(f"{path}: the opening is over the limit of {max_bytes} bytes")
-    return data
 
 
 def _is_uint(v: Any) -> bool:
@@ -355,13 +438,9 @@ def load_opening(data_or_path: bytes | bytearray | memoryview | str | os.PathLik
     if _HEADER + mlen > len(data):
         raise OpeningRefused(f"truncated opening: the manifest needs {mlen} bytes, "
                              f"{len(data) - _HEADER} follow the header")
-    mb = data[_HEADER:_HEADER + mlen]
-    try:
-        manifest = cbor.decode(mb, max_bytes=MAX_MANIFEST_BYTES)
-    except CommitmentError as exc:
-        raise OpeningRefused(f"the manifest is not canonical CBOR: {exc}") from None
-    _check_manifest(manifest)
-    pre_state = data[_HEADER + mlen:]
+    mb = bytes(data[_HEADER:_HEADER + mlen])
+    manifest = _decode_manifest(mb)
+    pre_state = data[_HEADER + mlen:]  # a view of the map when read from a file: no copy
     if len(pre_state) != manifest["pre_state_len"]:
         raise OpeningRefused(f"pre-state length is {len(pre_state)} bytes, the manifest says "
                              f"{manifest['pre_state_len']} (truncated or padded file)")
@@ -379,20 +458,109 @@ def _short(b: bytes) -> str:
     return bytes(b).hex()[:16]
 
 
-def parse_state_bytes(blob: bytes, spec: Spec, *, where: str = "pre-state") -> Any:
-    """A TrainState from safetensors bytes, checked against the spec's layout; OpeningRefused if not."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load
+# safetensors' own limit on the JSON header, and the dtypes a state may hold (the layout's).
+_ST_MAX_HEADER = 100_000_000
+_ST_DTYPES = ("F64", "F32", "F16", "BF16", "I64", "I32", "I16", "I8", "U8", "U16", "U32", "U64", "BOOL")
+
+
+def _torch_dtypes() -> dict[str, Any]:
+    import torch
+
+    return {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+            "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+            "U16": torch.uint16, "U32": torch.uint32, "U64": torch.uint64, "BOOL": torch.bool}
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"duplicate key {k[:80]!r}")
+        out[k] = v
+    return out
+
+
+def _safetensors_index(buf: memoryview) -> tuple[int, dict[str, tuple[str, tuple[int, ...], int, int]]]:
+    """The header of a safetensors buffer, checked as the format requires (little-endian u64 length,
+    a JSON object, known dtypes, each tensor's bytes matching its shape, the tensors' byte ranges
+    tiling the data exactly): (data start, {name: (dtype, shape, begin, end)}). ValueError if not."""
+    import json
+
+    if len(buf) < 8:
+        raise ValueError(f"{len(buf)} bytes is shorter than the 8-byte header length")
+    (n,) = struct.unpack("<Q", buf[:8])
+    if n > _ST_MAX_HEADER or 8 + n > len(buf):
+        raise ValueError(f"header length {n} does not fit the {len(buf)}-byte buffer")
+    raw = bytes(buf[8:8 + n])
+    if not raw.startswith(b"{"):
+        raise ValueError("the header is not a JSON object")
+    header = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates)
+    if not isinstance(header, dict):
+        raise ValueError("the header is not a JSON object")
+    meta = header.pop("__metadata__", {})
+    if not isinstance(meta, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
+        raise ValueError("__metadata__ must map text to text")
+    index = {}
+    for name, info in header.items():
+        if not isinstance(info, dict) or set(info) != {"dtype", "shape", "data_offsets"}:
+            raise ValueError(f"tensor {name[:80]!r} must give exactly dtype, shape and data_offsets")
+        dtype, shape, offs = info["dtype"], info["shape"], info["data_offsets"]
+        if dtype not in _ST_DTYPES:
+            raise ValueError(f"tensor {name[:80]!r} has an unknown dtype")
+        if not isinstance(shape, list) or not all(_is_uint(d) for d in shape):
+            raise ValueError(f"tensor {name[:80]!r} has a bad shape")
+        if not (isinstance(offs, list) and len(offs) == 2 and all(_is_uint(o) for o in offs) and offs[0] <= offs[1]):
+            raise ValueError(f"tensor {name[:80]!r} has bad data_offsets")
+        index[name] = (dtype, tuple(shape), offs[0], offs[1])
+    data_len = len(buf) - 8 - n
+    at = 0
+    types = _torch_dtypes()
+    for name, (dtype, shape, begin, end) in sorted(index.items(), key=lambda kv: (kv[1][2], kv[1][3])):
+        if begin != at:
+            raise ValueError(f"tensor {name[:80]!r} does not start where the previous one ends")
+        numel = 1
+        for d in shape:
+            numel *= d
+        if end - begin != numel * types[dtype].itemsize:
+            raise ValueError(f"tensor {name[:80]!r}: {end - begin} bytes for shape {list(shape)[:8]}")
+        at = end
+    if at != data_len:
+        raise ValueError(f"the tensors cover {at} of the {data_len} data bytes")
+    return 8 + n, index
+
+
+def parse_state_bytes(blob: bytes | memoryview, spec: Spec, *, where: str = "pre-state") -> Any:
+    """A TrainState from safetensors bytes, checked against the spec's layout; OpeningRefused if not.
+
+    The buffer may be a memory map: the header and the layout are checked before any tensor is
+    made (a header claiming huge shapes allocates nothing), and each tensor is copied out of the
+    buffer once, so memory holds one state and no second copy of the file."""
+    import torch
 
     from oracle.state import StateError, TrainState, check_tensors, layout
 
+    types = _torch_dtypes()
+    buf = memoryview(blob).cast("B")
     try:
-        loaded = load(bytes(blob))
-    except (SafetensorError, ValueError, TypeError, RuntimeError, OverflowError) as exc:
+        start, index = _safetensors_index(buf)
+    except (ValueError, UnicodeDecodeError, struct.error, RecursionError) as exc:
         raise OpeningRefused(f"{where} is not a readable safetensors file ({exc})") from None
     try:
-        check_tensors(loaded.items(), spec, where=where, ordered=False)
-        state = TrainState({s.name: loaded[s.name] for s in layout(spec)})
+        # Meta tensors carry dtype and shape only: the layout is checked before a byte is copied.
+        check_tensors([(k, torch.empty(s, dtype=types[d], device="meta")) for k, (d, s, _, _) in index.items()],
+                      spec, where=where, ordered=False)
+        tensors = {}
+        for slot in layout(spec):
+            dtype, shape, begin, end = index[slot.name]
+            if end > begin:
+                with warnings.catch_warnings():  # a read-only buffer: the copy below is what we keep
+                    warnings.simplefilter("ignore", UserWarning)
+                    t = torch.frombuffer(buf, dtype=types[dtype], count=(end - begin) // types[dtype].itemsize,
+                                         offset=start + begin)
+            else:
+                t = torch.empty(0, dtype=types[dtype])
+            tensors[slot.name] = t.reshape(shape).clone()
+        state = TrainState(tensors)
         state.check(spec)
     except StateError as exc:
         raise OpeningRefused(str(exc) if str(exc).startswith(where) else f"{where}: {exc}") from None

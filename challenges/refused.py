@@ -12,8 +12,11 @@ from commitments.hashing import digest
 
 REFUSED_DOMAIN = "pot/witness-refused/v1"
 REFUSED_BUCKET = -(2**31)
-# Reason classes, coarse on purpose: nodes that refuse for the same cause must cluster.
+# Reason classes, coarse on purpose: nodes that refuse for the same cause must cluster. A download
+# that fails for any reason is "unavailable" (see fetch_refusal_class); "too_large" stays a known
+# class so that values revealed by earlier versions still read, but no download gives it now.
 REFUSAL_CLASSES = ("unavailable", "too_large", "malformed", "invalid", "replay_failed")
+UNAVAILABLE = "unavailable"
 
 
 def refused_value_hash(challenge_id: bytes, reason_class: str) -> bytes:
@@ -23,8 +26,12 @@ def refused_value_hash(challenge_id: bytes, reason_class: str) -> bytes:
 
 
 def fetch_refusal_class(kind: str) -> str:
-    """Download failure kinds to refusal classes: a too-large file is the miner's fault, like no file."""
-    return "too_large" if kind == "too_large" else "unavailable"
+    """Every download failure kind gives one class. Which failure it was (a refused address, a
+    name that did not resolve, a timeout, an HTTP status, a body too large or encoded) depends on
+    the verifier's network as much as on the miner, and the revealed value is public: a miner
+    must not learn from it whether some internal address answered. The kind stays in the node's log."""
+    del kind
+    return UNAVAILABLE
 
 
-__all__ = ["REFUSAL_CLASSES", "REFUSED_BUCKET", "REFUSED_DOMAIN", "fetch_refusal_class", "refused_value_hash"]
+__all__ = ["REFUSAL_CLASSES", "UNAVAILABLE", "REFUSED_BUCKET", "REFUSED_DOMAIN", "fetch_refusal_class", "refused_value_hash"]

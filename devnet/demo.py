@@ -214,7 +214,7 @@ class Demo:
             chain["start_block"] = self.start_block
             self.verifier_accounts[self.addresses[key]] = name
         doc = {"node": node, "chain": chain, "database": {"url": ""},
-               "fetch": {"attempts": 5, "backoff_base_s": 0.3, "backoff_max_s": 3.0},
+               "fetch": {"allow": ["127.0.0.1"], "attempts": 5, "backoff_base_s": 0.3, "backoff_max_s": 3.0},
                "replay": {"workers": 1}, "http": {"listen": f"127.0.0.1:{free_port()}"},
                "protocol": self.params.to_dict()}
         path = self.workdir / "nodes" / f"{name}.toml"

@@ -20,6 +20,7 @@ from devnet.forge import EDITS, Attempt, max_opening_bytes
 from devnet.hostile import PROBES
 from devnet.lab import CHALLENGED, SPEC, STEPS, Lab, RedTeamError
 from miner.trainer import TrainerError
+from node.egress import EgressPolicy
 from node.fetch import FetchPolicy
 from node.pipeline import replay_file, stage_fetch, stage_validate
 
@@ -78,10 +79,10 @@ def verify(lab: Lab, view: Any, attempt: Attempt, tag: str) -> tuple[str, str, s
     uri = lab.prover.put(f"/openings/{tag}", served, gz=attempt.gzip)
     dest = lab.dir / "verifier" / f"{tag}.opening"
     policy = FetchPolicy(connect_timeout_s=5, read_timeout_s=10, total_timeout_s=30, attempts=2, backoff_base_s=0.05,
-                         backoff_max_s=0.2)
+                         backoff_max_s=0.2, egress=EgressPolicy.from_allow(["127.0.0.1"]))
     fetched = stage_fetch(uri=uri, endpoint=lab.prover.endpoint, run_id=attempt.run_id, dest=dest,
                           leaves_dest=dest.with_suffix(".leaves"), max_opening_bytes=cap,
-                          max_leaves_bytes=1 << 20, policy=policy)
+                          max_leaves_bytes=1 << 20, policy=policy, facts=facts)
     if not fetched.ok:
         return "refused", "fetch", f"[{fetched.refusal_class}] {fetched.reason}"
     validated = stage_validate(dest, facts, max_bytes=cap)

@@ -32,6 +32,10 @@ class _Section(BaseModel):
 
 class NodeSection(_Section):
     data_dir: str = "pot-node-data"
+    # Downloads (openings, leaf lists) live here; best on a volume of their own. Empty: data_dir/openings.
+    openings_dir: str = ""
+    openings_quota_bytes: int = Field(0, ge=0)  # 0: no quota (the reserve still holds)
+    openings_reserve_bytes: int = Field(256 * 1024**2, ge=0)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     secrets_file: str = ""
     loop_interval_s: float = Field(0.2, gt=0, le=10)
@@ -39,6 +43,13 @@ class NodeSection(_Section):
     fault: Literal["none", "noise"] = "none"
     # Test only: SIGKILL the daemon itself right after this point was made durable.
     fault_kill_at: Literal[KILL_POINTS] = "none"  # type: ignore[valid-type]
+
+    @model_validator(mode="after")
+    def _apart(self) -> NodeSection:
+        # Pruning the openings folder must never reach the database beside it.
+        if self.openings_dir and os.path.normpath(self.openings_dir) == os.path.normpath(self.data_dir):
+            raise ValueError("openings_dir must be a folder of its own, not data_dir itself")
+        return self
 
 
 class ChainSection(_Section):
@@ -85,6 +96,34 @@ class FetchSection(_Section):
     attempts: int = Field(5, ge=1, le=100)
     backoff_base_s: float = Field(0.5, gt=0)
     backoff_max_s: float = Field(15.0, gt=0)
+    # Hosts and networks (addresses or CIDRs) opened to downloads although not globally routable.
+    allow: list[str] = Field(default_factory=list)
+    proxy: str = ""  # http(s)://host:port of an operator's proxy; the environment's proxy variables are ignored
+
+    @field_validator("allow")
+    @classmethod
+    def _allow(cls, v: list[str]) -> list[str]:
+        from node.egress import parse_allow
+
+        parse_allow(v)
+        return v
+
+    @field_validator("proxy")
+    @classmethod
+    def _proxy(cls, v: str) -> str:
+        if v and not v.startswith(("http://", "https://")):
+            raise ValueError("must be empty or an http://host:port or https://host:port URL")
+        return v
+
+    def policy(self):
+        """The node.fetch.FetchPolicy these settings give (egress allow-list and proxy included)."""
+        from node.egress import EgressPolicy
+        from node.fetch import FetchPolicy
+
+        return FetchPolicy(self.connect_timeout_s, self.read_timeout_s, self.total_timeout_s, self.attempts,
+                           self.backoff_base_s, self.backoff_max_s,
+                           egress=EgressPolicy.from_allow(self.allow, dns_timeout_s=self.connect_timeout_s),
+                           proxy=self.proxy)
 
 
 class ReplaySection(_Section):
@@ -206,6 +245,16 @@ class NodeConfig(_Section):
         return Path(self.node.data_dir)
 
     @property
+    def openings_dir(self) -> Path:
+        return Path(self.node.openings_dir) if self.node.openings_dir else self.data_dir / "openings"
+
+    def openings_store(self):
+        """The openings folder with its quota and reserve (node.fetch.OpeningsStore)."""
+        from node.fetch import OpeningsStore
+
+        return OpeningsStore(self.openings_dir, self.node.openings_quota_bytes, self.node.openings_reserve_bytes)
+
+    @property
     def database_url(self) -> str:
         return self.database.url or f"sqlite:///{(self.data_dir / 'node.db').as_posix()}"
 
@@ -298,6 +347,8 @@ def load_config(path: str | os.PathLike[str] | None, env: dict[str, str] | None 
         updates: dict[str, Any] = {}
         if not Path(node.data_dir).is_absolute():
             updates["data_dir"] = str(base / node.data_dir)
+        if node.openings_dir and not Path(node.openings_dir).is_absolute():
+            updates["openings_dir"] = str(base / node.openings_dir)
         if node.secrets_file and not Path(node.secrets_file).is_absolute():
             updates["secrets_file"] = str(base / node.secrets_file)
         if updates:

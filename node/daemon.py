@@ -77,10 +77,11 @@ class VerifierNode:
         self.stop = stop or threading.Event()
         self.data_dir = cfg.data_dir
         make_private_dir(self.data_dir)  # 0700 when new: it holds the database and downloads
-        (self.data_dir / "openings").mkdir(parents=True, exist_ok=True)
-        (self.data_dir / "leaves").mkdir(parents=True, exist_ok=True)
-        self.policy = FetchPolicy(cfg.fetch.connect_timeout_s, cfg.fetch.read_timeout_s, cfg.fetch.total_timeout_s,
-                                  cfg.fetch.attempts, cfg.fetch.backoff_base_s, cfg.fetch.backoff_max_s)
+        # Downloads live apart from the database (their own volume where given), under a quota.
+        self.openings = cfg.openings_store()
+        make_private_dir(self.openings.path)
+        (self.openings.path / "leaves").mkdir(parents=True, exist_ok=True)
+        self.policy: FetchPolicy = cfg.fetch.policy()
         self.loss_config = LossCheckConfig(**cfg.losschecks.model_dump())
         self.transport: Transport | None = None
         self.view: ChainView | None = None
@@ -106,6 +107,9 @@ class VerifierNode:
                 f"the chain records protocol parameters {recorded.to_dict()}, this node's [protocol] section "
                 f"gives {self.params.to_dict()}; they must be equal")
         self.view = self._load_view()
+        with self.engine.connect() as conn:  # downloads left by challenges that are over
+            self.openings.prune({bytes(r[0]).hex() for r in conn.execute(
+                select(challenges.c.challenge_id).where(challenges.c.stage.in_(WORK_STAGES)))})
         log_event(log, "node_started", account=self.account, chain=self.cfg.chain.url, cursor=self.view.cursor,
                   database=self.engine.url.render_as_string(hide_password=True), fault=self.cfg.node.fault)
 
@@ -320,8 +324,9 @@ class VerifierNode:
             self._log_stage(conn, ev.challenge_id, RESOLUTION, job.updated_at, now, f"{ev.verdict}: {ev.reason}")
         log_event(log, "challenge_resolved", challenge_id=_hex(ev.challenge_id), verdict=ev.verdict,
                   reason=ev.reason, in_winning_cluster=in_winning, outlier=self.account in ev.outliers)
-        for suffix, folder in ((".opening", "openings"), (".cbor", "leaves")):
-            (self.data_dir / folder / f"{ev.challenge_id.hex()}{suffix}").unlink(missing_ok=True)
+        for path in self._paths(ev.challenge_id):
+            path.unlink(missing_ok=True)
+            path.with_name(path.name + ".part").unlink(missing_ok=True)
         return True
 
     # --- database helpers ----------------------------------------------------------------------
@@ -362,7 +367,7 @@ class VerifierNode:
                           initial_hash=bytes(run.initial_hash), root=bytes(job.root), size=job.size)
 
     def _paths(self, cid: bytes) -> tuple[Path, Path]:
-        return (self.data_dir / "openings" / f"{cid.hex()}.opening", self.data_dir / "leaves" / f"{cid.hex()}.cbor")
+        return (self.openings.path / f"{cid.hex()}.opening", self.openings.path / "leaves" / f"{cid.hex()}.cbor")
 
     # --- the pipeline ---------------------------------------------------------------------------
     def schedule(self) -> None:
@@ -380,7 +385,7 @@ class VerifierNode:
                              run_id=bytes(job.run_id), dest=opening_path, leaves_dest=leaves_path,
                              max_opening_bytes=self.cfg.fetch.max_opening_bytes,
                              max_leaves_bytes=self.cfg.fetch.max_leaves_bytes, policy=self.policy,
-                             stop=self.stop.is_set)
+                             stop=self.stop.is_set, facts=self._facts(job), store=self.openings)
             elif job.stage == Stage.VALIDATE:
                 self._submit(cid, Stage.VALIDATE, stage_validate, opening_path, self._facts(job),
                              max_bytes=self.cfg.fetch.max_opening_bytes)

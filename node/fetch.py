@@ -1,15 +1,20 @@
 """Downloads from miners' provers: openings streamed to disk, leaf lists into memory.
 
-Every request has connect/read/total timeouts and a size cap; transient failures are retried with
-exponential backoff and full jitter, and a partial download resumes with an HTTP Range request.
-Files appear atomically (commitments.files.publish: fsync, rename, fsync the folder).
+Every request goes through the egress policy (node.egress: resolve, check every address, connect
+to the checked one), follows no redirect, ignores proxy variables of the environment, asks for
+and accepts only unencoded bodies (the caps count the bytes on the wire), and has connect/read/
+total timeouts. An opening's size comes from its own manifest once that arrives (a `size_of`
+gate); transient failures are retried with backoff and full jitter, and a partial download
+resumes with an HTTP Range request. Files appear atomically (commitments.files.publish).
 """
 
 from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
@@ -18,18 +23,30 @@ import httpx
 
 from commitments.files import publish
 from commitments.retry import Backoff
+from node.egress import EgressPolicy, EgressRefused
 
 CHUNK = 1 << 20
+# Kinds of FetchError. All of them reveal the same refusal class (challenges.refused): which one
+# it was says something about this node's network, so it stays in the node's own log.
+KINDS = ("bad_uri", "refused_address", "dns", "redirect", "http_status", "content_encoding", "too_large",
+         "unreachable")
+
+# (done, n): done -> the body must be exactly n bytes; not done -> call again with n bytes.
+SizeGate = Callable[[bytes], tuple[bool, int]]
 
 
 class FetchError(Exception):
-    """A download that failed; `kind` is one of bad_uri, too_large, http_status, unreachable."""
+    """A download that failed; `kind` is one of KINDS, `reason` the detail for the node's log."""
 
     def __init__(self, kind: str, reason: str, *, retryable: bool = False) -> None:
         super().__init__(reason)
         self.kind = kind
         self.reason = reason
         self.retryable = retryable
+
+
+class FetchStopped(Exception):
+    """The node is shutting down; the partial file stays for the next start to resume."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +57,8 @@ class FetchPolicy:
     attempts: int = 5
     backoff_base_s: float = 0.5
     backoff_max_s: float = 15.0
+    egress: EgressPolicy = field(default_factory=EgressPolicy)
+    proxy: str = ""  # an operator's proxy; the environment's HTTP(S)_PROXY are never read
 
     @cached_property
     def _backoff(self) -> Backoff:
@@ -53,6 +72,11 @@ class FetchPolicy:
         return httpx.Timeout(connect=self.connect_timeout_s, read=self.read_timeout_s,
                              write=self.read_timeout_s, pool=self.connect_timeout_s)
 
+    def client(self) -> httpx.Client:
+        # trust_env=False: no proxy, netrc or CA bundle from the environment decides where we go.
+        return httpx.Client(timeout=self.timeout(), follow_redirects=False, trust_env=False,
+                            proxy=self.proxy or None)
+
 
 def resolve_uri(uri: str, endpoint: str) -> str:
     """The http(s) URL of an opening: absolute as given, or relative to the run's endpoint."""
@@ -65,69 +89,157 @@ def resolve_uri(uri: str, endpoint: str) -> str:
     else:
         # Never let a chain record make the node read local files or speak other protocols.
         raise FetchError("bad_uri", f"opening URI {uri[:200]!r} is not http(s) (endpoint {endpoint[:200]!r})")
-    if urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).netloc:
+    split = urlsplit(url)
+    if split.scheme not in ("http", "https") or not split.netloc:
         raise FetchError("bad_uri", f"opening URL {url[:200]!r} is not an absolute http(s) URL")
+    if "@" in split.netloc:
+        raise FetchError("bad_uri", f"opening URL {url[:200]!r} carries user information")
     return url
 
 
 def _status_error(resp: httpx.Response, url: str) -> FetchError:
     code = resp.status_code
+    if 300 <= code < 400:
+        where = resp.headers.get("location", "")[:200]
+        return FetchError("redirect", f"GET {url} answered HTTP {code} to {where!r}; redirects are not followed")
     retryable = code in (408, 425, 429) or code >= 500
     return FetchError("http_status", f"GET {url} answered HTTP {code}", retryable=retryable)
 
 
-class FetchStopped(Exception):
-    """The node is shutting down; the partial file stays for the next start to resume."""
+def _check_encoding(resp: httpx.Response, url: str) -> None:
+    enc = resp.headers.get("content-encoding", "").strip().lower()
+    if enc and enc != "identity":
+        raise FetchError("content_encoding", f"GET {url} answered Content-Encoding {enc[:40]!r}; only unencoded "
+                                             f"bodies are accepted (the cap counts raw bytes)")
+
+
+@contextmanager
+def _get(client: httpx.Client, url: str, policy: FetchPolicy, headers: dict[str, str]) -> Iterator[httpx.Response]:
+    """GET `url` at an address the egress policy checked; the name stays in Host and SNI."""
+    try:
+        target = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise FetchError("bad_uri", f"{url[:200]!r} is not a URL: {exc}") from None
+    port = target.port or (443 if target.scheme == "https" else 80)
+    try:
+        addrs = policy.egress.resolve(target.host, port)
+    except EgressRefused as exc:
+        raise FetchError("dns" if exc.retryable else "refused_address", f"GET {url}: {exc.reason}",
+                         retryable=exc.retryable) from None
+    hdrs = {"Host": target.netloc.decode("ascii"), "Accept-Encoding": "identity", **headers}
+    ext = {"sni_hostname": target.host} if target.scheme == "https" else {}
+    failure: httpx.ConnectError | None = None
+    for ip in addrs:
+        request = client.build_request("GET", target.copy_with(host=str(ip)), headers=hdrs, extensions=ext)
+        try:
+            resp = client.send(request, stream=True)
+        except httpx.ConnectError as exc:  # the next address of the same (checked) answer
+            failure = exc
+            continue
+        try:
+            yield resp
+        finally:
+            resp.close()
+        return
+    assert failure is not None
+    raise failure
+
+
+def _read_prefix(part: Path, n: int) -> bytes:
+    with part.open("rb") as f:
+        return f.read(n)
 
 
 def _one_attempt(client: httpx.Client, url: str, part: Path, max_bytes: int, policy: FetchPolicy,
-                 stop=None) -> int:
+                 stop=None, size_of: SizeGate | None = None, room: Callable[[int], None] | None = None) -> int:
     have = part.stat().st_size if part.exists() else 0
     headers = {"Range": f"bytes={have}-"} if have else {}
     started = time.monotonic()
-    with client.stream("GET", url, headers=headers) as resp:
+    with _get(client, url, policy, headers) as resp:
         if resp.status_code == 416 and have:
             part.unlink()  # our partial file is not a prefix of what the server has now
             raise FetchError("http_status", f"GET {url}: range not satisfiable; restarting", retryable=True)
         if resp.status_code not in (200, 206):
             raise _status_error(resp, url)
+        _check_encoding(resp, url)
         if resp.status_code == 200:
             have = 0  # the server ignored the range: start over
         length = resp.headers.get("content-length")
-        if length is not None and length.isdigit() and have + int(length) > max_bytes:
-            raise FetchError("too_large", f"GET {url}: {have + int(length)} bytes announced, the cap is {max_bytes}")
+        announced = have + int(length) if length is not None and length.isdigit() else None
+        cap = max_bytes
+        if announced is not None and announced > cap:
+            raise FetchError("too_large", f"GET {url}: {announced} bytes announced, the cap is {cap}")
+        # The gate reads the opening's first bytes (kept here until it knows the whole size).
+        prefix = _read_prefix(part, CHUNK * 64) if size_of is not None and have else b""
+        need: int | None = 0 if size_of is not None else None
+
+        def gate() -> None:
+            nonlocal need, cap
+            while need is not None and len(prefix) >= need:
+                done, n = size_of(prefix)  # type: ignore[misc]
+                if not done:
+                    if n <= need:
+                        raise FetchError("too_large", f"GET {url}: the size gate asked for {n} bytes again")
+                    need = n
+                    continue
+                need = None
+                if n > cap:
+                    raise FetchError("too_large", f"GET {url}: the opening's manifest gives {n} bytes, "
+                                                  f"over the operator's cap of {cap}")
+                cap = n
+                if announced is not None and announced > cap:
+                    raise FetchError("too_large", f"GET {url}: {announced} bytes announced, the opening's "
+                                                  f"manifest gives {cap}")
+                if room is not None:
+                    room(cap - have)
+
+        if room is not None:
+            room(announced - have if announced is not None else 0)
+        if have:
+            gate()
         with part.open("r+b" if have else "wb") as f:
             f.seek(have)
             f.truncate()
             total = have
-            # Unchunked iteration hands over bytes as they arrive, so a cut keeps what came.
-            for chunk in resp.iter_bytes():
+            # Raw bytes as they arrive: nothing is decoded, and a cut keeps what came.
+            for chunk in resp.iter_raw():
+                if total + len(chunk) > cap:
+                    raise FetchError("too_large", f"GET {url}: more than the cap of {cap} bytes")
                 total += len(chunk)
-                if total > max_bytes:
-                    raise FetchError("too_large", f"GET {url}: more than the cap of {max_bytes} bytes")
                 if time.monotonic() - started > policy.total_timeout_s:
                     raise FetchError("unreachable", f"GET {url}: not finished within {policy.total_timeout_s:g} s",
                                      retryable=True)
                 if stop is not None and stop():
                     raise FetchStopped(f"GET {url}: stopped at {total} bytes")
                 f.write(chunk)
+                if need is not None:
+                    prefix += chunk
+                    gate()
+                    if need is None:
+                        prefix = b""
     return total
 
 
 def fetch_to_file(url: str, dest: str | os.PathLike[str], *, max_bytes: int,
-                  policy: FetchPolicy | None = None, stop=None) -> int:
-    """Stream `url` into `dest` (atomically); return its size. Raises FetchError after the last try."""
+                  policy: FetchPolicy | None = None, stop=None, size_of: SizeGate | None = None,
+                  room: Callable[[int], None] | None = None) -> int:
+    """Stream `url` into `dest` (atomically); return its size. Raises FetchError after the last try.
+
+    `size_of` (optional) sees the body's first bytes and gives the exact size the body may have
+    (at most `max_bytes`); what it raises ends the download. `room(n)` is asked before n more
+    bytes are written and raises when the disk may not take them.
+    """
     policy = policy or FetchPolicy()
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
     last: FetchError | None = None
-    with httpx.Client(timeout=policy.timeout(), follow_redirects=True, max_redirects=3) as client:
+    with policy.client() as client:
         for attempt in range(policy.attempts):
             if stop is not None and stop():
                 raise FetchStopped(f"GET {url}: stopped before attempt {attempt + 1}")
             try:
-                size = _one_attempt(client, url, part, max_bytes, policy, stop)
+                size = _one_attempt(client, url, part, max_bytes, policy, stop, size_of, room)
                 publish(part, dest)
                 return size
             except FetchError as exc:
@@ -137,6 +249,11 @@ def fetch_to_file(url: str, dest: str | os.PathLike[str], *, max_bytes: int,
                     raise
             except httpx.HTTPError as exc:
                 last = FetchError("unreachable", f"GET {url}: {type(exc).__name__}: {exc}", retryable=True)
+            except FetchStopped:
+                raise
+            except Exception:
+                part.unlink(missing_ok=True)  # the gate or the disk said no: nothing to resume
+                raise
             if attempt + 1 < policy.attempts:
                 time.sleep(policy.backoff(attempt))
     raise last or FetchError("unreachable", f"GET {url}: no attempt was made")
@@ -146,18 +263,22 @@ def fetch_bytes(url: str, *, max_bytes: int, policy: FetchPolicy | None = None) 
     """GET a small document (a leaf list) into memory, capped and retried like `fetch_to_file`."""
     policy = policy or FetchPolicy()
     last: FetchError | None = None
-    with httpx.Client(timeout=policy.timeout(), follow_redirects=True, max_redirects=3) as client:
+    with policy.client() as client:
         for attempt in range(policy.attempts):
             try:
                 started = time.monotonic()
-                with client.stream("GET", url) as resp:
+                with _get(client, url, policy, {}) as resp:
                     if resp.status_code != 200:
                         raise _status_error(resp, url)
+                    _check_encoding(resp, url)
+                    length = resp.headers.get("content-length")
+                    if length is not None and length.isdigit() and int(length) > max_bytes:
+                        raise FetchError("too_large", f"GET {url}: {length} bytes announced, the cap is {max_bytes}")
                     buf = bytearray()
-                    for chunk in resp.iter_bytes(CHUNK):
-                        buf += chunk
-                        if len(buf) > max_bytes:
+                    for chunk in resp.iter_raw(CHUNK):
+                        if len(buf) + len(chunk) > max_bytes:
                             raise FetchError("too_large", f"GET {url}: more than the cap of {max_bytes} bytes")
+                        buf += chunk
                         if time.monotonic() - started > policy.total_timeout_s:
                             raise FetchError("unreachable", f"GET {url}: too slow", retryable=True)
                     return bytes(buf)
@@ -172,4 +293,60 @@ def fetch_bytes(url: str, *, max_bytes: int, policy: FetchPolicy | None = None) 
     raise last  # type: ignore[misc]
 
 
-__all__ = ["FetchError", "FetchPolicy", "FetchStopped", "fetch_bytes", "fetch_to_file", "resolve_uri"]
+# --- the openings folder --------------------------------------------------------------------------
+
+
+class OpeningsFull(Exception):
+    """The openings folder is at its quota or its disk at its reserve: no new download now.
+    The node's own condition, not the miner's: the job waits and is never refused for it."""
+
+
+@dataclass(frozen=True)
+class OpeningsStore:
+    """The folder downloads go to (its own volume where the operator gives one), with a quota on
+    what it holds and a reserve of free space it never eats into."""
+
+    path: Path
+    quota_bytes: int = 0  # 0: no quota (the reserve still applies)
+    reserve_bytes: int = 0
+
+    def used(self) -> int:
+        total = 0
+        for root, _dirs, files in os.walk(self.path):
+            for name in files:
+                try:
+                    total += os.lstat(os.path.join(root, name)).st_size
+                except OSError:
+                    pass  # removed meanwhile
+        return total
+
+    def room(self, incoming: int) -> None:
+        """Raise OpeningsFull unless `incoming` more bytes fit under the quota and above the reserve."""
+        if self.quota_bytes:
+            used = self.used()
+            if used + incoming > self.quota_bytes or used >= self.quota_bytes:
+                raise OpeningsFull(f"openings folder {self.path} holds {used} bytes; {incoming} more would pass "
+                                   f"its quota of {self.quota_bytes} (node.openings_quota_bytes)")
+        st = os.statvfs(self.path)
+        free = st.f_bavail * st.f_frsize
+        if free - incoming < self.reserve_bytes:
+            raise OpeningsFull(f"the disk of {self.path} has {free} bytes free; {incoming} more would pass its "
+                               f"reserve of {self.reserve_bytes} (node.openings_reserve_bytes)")
+
+    def prune(self, keep: set[str]) -> int:
+        """Remove the downloads (openings, leaf lists, partial files) of every challenge whose hex id
+        is not in `keep`; the count. Other files are left alone."""
+        removed = 0
+        for folder in (self.path, self.path / "leaves"):
+            if not folder.is_dir():
+                continue
+            for entry in folder.iterdir():
+                if not entry.is_file() or not entry.name.endswith((".opening", ".cbor", ".part")):
+                    continue
+                if entry.name.split(".", 1)[0] not in keep:
+                    entry.unlink(missing_ok=True)
+                    removed += 1
+        return removed
+
+__all__ = ["KINDS", "FetchError", "FetchPolicy", "FetchStopped", "OpeningsFull", "OpeningsStore", "SizeGate",
+           "fetch_bytes", "fetch_to_file", "resolve_uri"]

@@ -51,27 +51,52 @@ class StageOutcome:
 
 
 def stage_fetch(*, uri: str, endpoint: str, run_id: bytes, dest: Path, leaves_dest: Path, max_opening_bytes: int,
-                max_leaves_bytes: int, policy, stop=None) -> StageOutcome:
-    """Download the opening to `dest` and the run's leaf list to `leaves_dest` (best effort)."""
-    from node.fetch import FetchError, fetch_bytes, fetch_to_file, resolve_uri
+                max_leaves_bytes: int, policy, stop=None, facts: ChainFacts | None = None,
+                store=None) -> StageOutcome:
+    """Download the opening to `dest` and the run's leaf list to `leaves_dest` (best effort).
+
+    With the chain's `facts`, the opening's manifest is checked against the opening digest and
+    the spec digest as soon as it arrives, and the file may be no larger than its spec allows
+    (nor than `max_opening_bytes`). Every download failure is the one class "unavailable"; the
+    detail (kind and reason) goes to the node's own log and database. A full openings `store`
+    (node.fetch.OpeningsStore) raises OpeningsFull: the node's condition, never a refusal.
+    """
+    from challenges.opening import OpeningGate, OpeningRefused
+    from node.fetch import FetchError, OpeningsFull, fetch_bytes, fetch_to_file, resolve_uri
 
     out = StageOutcome(Stage.FETCH, time.time())
+    if store is not None:
+        store.room(0)  # a full openings disk stops new downloads before any connection
+    gate = None if facts is None else OpeningGate(expected_digest=facts.expected_digest,
+                                                  spec_digest=facts.spec_digest)
     try:
         url = resolve_uri(uri, endpoint)
         out.data["url"] = url
-        out.data["bytes"] = fetch_to_file(url, dest, max_bytes=max_opening_bytes, policy=policy, stop=stop)
+        out.data["bytes"] = fetch_to_file(url, dest, max_bytes=max_opening_bytes, policy=policy, stop=stop,
+                                          size_of=gate, room=None if store is None else store.room)
     except FetchError as exc:
-        out.ok, out.refusal_class, out.reason = False, fetch_refusal_class(exc.kind), exc.reason
+        out.ok, out.refusal_class, out.reason = False, fetch_refusal_class(exc.kind), f"{exc.kind}: {exc.reason}"
+        out.finished_at = time.time()
+        return out
+    except OpeningRefused as exc:
+        klass = exc.refusal_class or "malformed"
+        out.ok, out.refusal_class, out.reason = False, klass, exc.reason
+        if klass == "unavailable":
+            out.reason = f"too_large: {exc.reason}"
         out.finished_at = time.time()
         return out
     # The leaf list only feeds the secondary checks: its absence is a finding, not a refusal.
     try:
         leaves_url = resolve_uri(f"runs/{run_id.hex()}/leaves", endpoint)
         data = fetch_bytes(leaves_url, max_bytes=max_leaves_bytes, policy=policy)
+        if store is not None:
+            store.room(len(data))
         atomic_write_bytes(leaves_dest, data)
         out.data["leaves_bytes"] = len(data)
     except FetchError as exc:
-        out.data["leaves_error"] = exc.reason
+        out.data["leaves_error"] = f"{exc.kind}: {exc.reason}"
+    except OpeningsFull as exc:
+        out.data["leaves_error"] = str(exc)
     out.finished_at = time.time()
     return out
 

@@ -16,8 +16,11 @@ def test_refused_value_rule():
     assert refused_value_hash(cid, "invalid") != refused_value_hash(b"\x02" * 32, "invalid")
     with pytest.raises(ValueError, match="unknown refusal class"):
         refused_value_hash(cid, "bored")
-    assert fetch_refusal_class("too_large") == "too_large"
-    assert fetch_refusal_class("unreachable") == fetch_refusal_class("http_status") == "unavailable"
+    # Every download failure reveals one class: which one it was would tell a miner about the
+    # verifier's network (whether an internal address answered, and how).
+    for kind in ("bad_uri", "refused_address", "dns", "redirect", "http_status", "content_encoding", "too_large",
+                 "unreachable"):
+        assert fetch_refusal_class(kind) == "unavailable", kind
 
 
 def test_refused_value_is_pinned():

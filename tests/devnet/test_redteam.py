@@ -56,10 +56,13 @@ def test_pot_redteam_json_contract(tmp_path):
                  "forged-leaf-proof", "opening-of-another-step", "opening-of-another-run", "truncated-safetensors",
                  "manifest-length-bomb", "malformed-cbor-manifest", "pre-state-nan", "committed-nan-pre-state"):
         assert edits[name]["outcome"] == "refused", edits[name]
-        assert edits[name]["stage"] == "validate", edits[name]
+        # A manifest that is malformed or not the run's spec stops the download itself.
+        assert edits[name]["stage"] in ("fetch", "validate"), edits[name]
     for name in ("oversized-opening", "gzip-bomb"):
         assert (edits[name]["outcome"], edits[name]["stage"]) == ("refused", "fetch"), edits[name]
-        assert "too_large" in edits[name]["reason"]
+        assert edits[name]["reason"].startswith("[unavailable]"), edits[name]
+    assert "too_large" in edits["oversized-opening"]["reason"]
+    assert "content_encoding" in edits["gzip-bomb"]["reason"]
     for name in ("committed-weight-one-ulp", "committed-moments-swapped", "committed-step-counter",
                  "committed-loss-bits", "substituted-batch-trajectory", "substituted-finished-model", "nan-loss-bits"):
         assert (edits[name]["outcome"], edits[name]["stage"]) == ("caught", "replay"), edits[name]

@@ -142,7 +142,7 @@ class Cluster:
             "[node]", f'data_dir = "{name}-data"', "loop_interval_s = 0.1", f'fault = "{fault}"', secrets,
             "[chain]", f'url = "{self.url}"', f'account = "{name}"', "poll_s = 0.2",
             f"start_block = {self.start_block}", "watchdog_s = 120.0", "resend_after_blocks = 6",
-            "[fetch]", "attempts = 4", "backoff_base_s = 0.2", "backoff_max_s = 2.0",
+            "[fetch]", 'allow = ["127.0.0.1"]', "attempts = 4", "backoff_base_s = 0.2", "backoff_max_s = 2.0",
             "[http]", f'listen = "127.0.0.1:{free_port()}"',  # each node serves its API on its own port
         ]) + "\n" + protocol_toml(self.params))
         self.spawn(name, "node", "run", "--config", str(cfg), "--init")

@@ -138,7 +138,7 @@ class Network:
             "[chain]", f'url = "{self.url}"', f'account = "{name}"', "poll_s = 0.1", "watchdog_s = 20.0",
             "resend_after_blocks = 4",
             "[database]", f'url = "{db_url}"',
-            "[fetch]", "attempts = 3", "backoff_base_s = 0.2", "backoff_max_s = 1.0",
+            "[fetch]", 'allow = ["127.0.0.1"]', "attempts = 3", "backoff_base_s = 0.2", "backoff_max_s = 1.0",
             "[protocol]",
             *[f"{k} = {v}" for k, v in (
                 ("commit_window", p.commit_window), ("reveal_window", p.reveal_window),
