@@ -37,6 +37,7 @@ from devnet.procs import REPO
 from node.api import create_app
 from node.config import NodeConfig
 from node.db import challenges, open_database, runs, witnesses
+from node.egress import EgressPolicy
 from node.fetch import FetchPolicy
 from node.pipeline import stage_fetch, stage_validate
 
@@ -257,7 +258,7 @@ class _Connects:
     def hook(cls, event: str, args: tuple) -> None:
         if event == "socket.connect" and cls.seen is not None:
             addr = args[1]
-            cls.seen.append(addr[0] if isinstance(addr, tuple) else addr)
+            cls.seen.append(tuple(addr[:2]) if isinstance(addr, tuple) else (addr, None))
 
     def __enter__(self) -> list[Any]:
         if not _Connects.installed:
@@ -273,17 +274,18 @@ class _Connects:
 def fetch_policy(*, loopback_allowed: bool, slow: bool = False) -> Any:
     """The red team's fetch settings; the demo's allow-list (127.0.0.1) only where a probe needs it."""
     return FetchPolicy(connect_timeout_s=1, read_timeout_s=10, total_timeout_s=SLOW_BUDGET_S if slow else 30,
-                       attempts=1, backoff_base_s=0.05, backoff_max_s=0.2)
+                       attempts=1, backoff_base_s=0.05, backoff_max_s=0.2,
+                       egress=EgressPolicy.from_allow(["127.0.0.1"] if loopback_allowed else []))
 
 
 def _fetch(lab: Lab, uri: str, tag: str, *, loopback_allowed: bool, slow: bool = False,
-           max_bytes: int | None = None) -> Any:
+           max_bytes: int | None = None, facts: Any = None) -> Any:
 
     dest = lab.dir / "verifier" / f"{tag}.opening"
     return stage_fetch(uri=uri, endpoint=lab.prover.endpoint, run_id=lab.honest.run_id, dest=dest,
                        leaves_dest=dest.with_suffix(".leaves"),
                        max_opening_bytes=max_bytes or max_opening_bytes(lab), max_leaves_bytes=1 << 20,
-                       policy=fetch_policy(loopback_allowed=loopback_allowed, slow=slow))
+                       policy=fetch_policy(loopback_allowed=loopback_allowed, slow=slow), facts=facts)
 
 
 def _free_port() -> int:
@@ -322,7 +324,10 @@ def _internal(lab: Lab, name: str, via_redirect: bool) -> tuple[bool, str, str]:
             with _Connects() as seen:
                 out = _fetch(lab, uri, f"{name}-{label.split()[0]}", loopback_allowed=via_redirect)
             host = _host_of(target)
-            reached = [a for a in seen if str(a) == host or (host == "localhost" and str(a).startswith(("127.", "::1")))]
+            # Host and port: the allowed prover itself listens on 127.0.0.1 too.
+            port = urlsplit(target).port or 80
+            reached = [a for a, p in seen if p == port and (
+                str(a) == host or (host == "localhost" and str(a).startswith(("127.", "::1"))))]
             if out.ok:
                 bad.append(f"{label}: fetched")
             elif reached or listener.requests > hits:
@@ -395,11 +400,13 @@ def _oversize_for_spec(lab: Lab) -> tuple[bool, str, str]:
     honest = lab.opening()
     pad = min(256 * 1024, max_opening_bytes(lab) - len(honest) - 1)
     uri = lab.prover.put("/openings/oversize-for-spec", honest + b"\0" * pad)
-    out = _fetch(lab, uri, "oversize-for-spec", loopback_allowed=True, max_bytes=opening_cap(lab))
+    # The chain's facts give the node the digest and spec its opening is sized by.
+    facts = lab.facts(lab.view(), lab.honest.run_id, CHALLENGED, load_opening(honest).digest)
+    out = _fetch(lab, uri, "oversize-for-spec", loopback_allowed=True, max_bytes=opening_cap(lab), facts=facts)
     if out.ok:
         return False, "fetch", (f"{len(honest) + pad} bytes fetched for a spec whose opening is {len(honest)}: "
                                 "the cap is the operator's, not the spec's")
-    if out.refusal_class != "too_large":
+    if out.refusal_class != "unavailable" or not out.reason.startswith("too_large"):
         return False, "fetch", f"[{out.refusal_class}] {out.reason[:100]}"
     return True, "fetch", f"[{out.refusal_class}] {out.reason[:100]}"
 

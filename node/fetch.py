@@ -11,6 +11,8 @@ resumes with an HTTP Range request. Files appear atomically (commitments.files.p
 from __future__ import annotations
 
 import os
+import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -113,8 +115,59 @@ def _check_encoding(resp: httpx.Response, url: str) -> None:
                                              f"bodies are accepted (the cap counts raw bytes)")
 
 
+class _Watchdog:
+    """Cuts one attempt's connection when its wall-clock budget is spent or the node stops: a
+    prover that trickles its headers or its body a byte at a time never trips a per-read timeout."""
+
+    def __init__(self, budget_s: float, stop=None) -> None:
+        self.deadline = time.monotonic() + budget_s
+        self.stop = stop
+        self.fired: str | None = None  # "timeout" or "stopped"
+        self._sock: socket.socket | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="pot-fetch-watchdog")
+        self._thread.start()
+
+    def trace(self, event: str, info: dict) -> None:
+        # httpcore's trace extension hands over the stream it connected: its socket is what we cut.
+        if event.endswith("connect_tcp.complete") and info.get("return_value") is not None:
+            self._sock = info["return_value"].get_extra_info("socket")
+            if self.fired:
+                self._cut()
+
+    def _cut(self) -> None:
+        sock = self._sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def _run(self) -> None:
+        while not self._done.wait(0.05):
+            if time.monotonic() > self.deadline:
+                self.fired = "timeout"
+            elif self.stop is not None and self.stop():
+                self.fired = "stopped"
+            else:
+                continue
+            self._cut()
+            return
+
+    def close(self) -> None:
+        self._done.set()
+
+    def check(self, url: str, budget_s: float) -> None:
+        """Raise what the watchdog's firing means, if it fired."""
+        if self.fired == "timeout":
+            raise FetchError("unreachable", f"GET {url}: not finished within {budget_s:g} s", retryable=True)
+        if self.fired == "stopped":
+            raise FetchStopped(f"GET {url}: stopped")
+
+
 @contextmanager
-def _get(client: httpx.Client, url: str, policy: FetchPolicy, headers: dict[str, str]) -> Iterator[httpx.Response]:
+def _get(client: httpx.Client, url: str, policy: FetchPolicy, headers: dict[str, str],
+         watchdog: _Watchdog | None = None) -> Iterator[httpx.Response]:
     """GET `url` at an address the egress policy checked; the name stays in Host and SNI."""
     try:
         target = httpx.URL(url)
@@ -127,7 +180,9 @@ def _get(client: httpx.Client, url: str, policy: FetchPolicy, headers: dict[str,
         raise FetchError("dns" if exc.retryable else "refused_address", f"GET {url}: {exc.reason}",
                          retryable=exc.retryable) from None
     hdrs = {"Host": target.netloc.decode("ascii"), "Accept-Encoding": "identity", **headers}
-    ext = {"sni_hostname": target.host} if target.scheme == "https" else {}
+    ext: dict = {"sni_hostname": target.host} if target.scheme == "https" else {}
+    if watchdog is not None:
+        ext["trace"] = watchdog.trace
     failure: httpx.ConnectError | None = None
     for ip in addrs:
         request = client.build_request("GET", target.copy_with(host=str(ip)), headers=hdrs, extensions=ext)
@@ -152,10 +207,22 @@ def _read_prefix(part: Path, n: int) -> bytes:
 
 def _one_attempt(client: httpx.Client, url: str, part: Path, max_bytes: int, policy: FetchPolicy,
                  stop=None, size_of: SizeGate | None = None, room: Callable[[int], None] | None = None) -> int:
+    watchdog = _Watchdog(policy.total_timeout_s, stop)
+    try:
+        return _attempt_body(client, url, part, max_bytes, policy, stop, size_of, room, watchdog)
+    except httpx.HTTPError:
+        watchdog.check(url, policy.total_timeout_s)
+        raise
+    finally:
+        watchdog.close()
+
+
+def _attempt_body(client: httpx.Client, url: str, part: Path, max_bytes: int, policy: FetchPolicy, stop,
+                  size_of: SizeGate | None, room: Callable[[int], None] | None, watchdog: _Watchdog) -> int:
     have = part.stat().st_size if part.exists() else 0
     headers = {"Range": f"bytes={have}-"} if have else {}
     started = time.monotonic()
-    with _get(client, url, policy, headers) as resp:
+    with _get(client, url, policy, headers, watchdog) as resp:
         if resp.status_code == 416 and have:
             part.unlink()  # our partial file is not a prefix of what the server has now
             raise FetchError("http_status", f"GET {url}: range not satisfiable; restarting", retryable=True)
@@ -265,9 +332,10 @@ def fetch_bytes(url: str, *, max_bytes: int, policy: FetchPolicy | None = None) 
     last: FetchError | None = None
     with policy.client() as client:
         for attempt in range(policy.attempts):
+            watchdog = _Watchdog(policy.total_timeout_s)
             try:
                 started = time.monotonic()
-                with _get(client, url, policy, {}) as resp:
+                with _get(client, url, policy, {}, watchdog) as resp:
                     if resp.status_code != 200:
                         raise _status_error(resp, url)
                     _check_encoding(resp, url)
@@ -288,6 +356,11 @@ def fetch_bytes(url: str, *, max_bytes: int, policy: FetchPolicy | None = None) 
                     raise
             except httpx.HTTPError as exc:
                 last = FetchError("unreachable", f"GET {url}: {type(exc).__name__}: {exc}", retryable=True)
+                if watchdog.fired:
+                    last = FetchError("unreachable", f"GET {url}: not finished within {policy.total_timeout_s:g} s",
+                                      retryable=True)
+            finally:
+                watchdog.close()
             if attempt + 1 < policy.attempts:
                 time.sleep(policy.backoff(attempt))
     raise last  # type: ignore[misc]

@@ -384,3 +384,72 @@ def test_prune_removes_the_downloads_of_finished_challenges(tmp_path):
     assert store.prune({"aa"}) == 3
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()) == [
         "aa.opening", "leaves/aa.cbor", "notes.txt"]
+
+
+# --- wall-clock budget ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["headers", "body"])
+def test_a_trickling_prover_is_cut_at_the_total_budget(where, tmp_path):
+    import time as _time
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    port = srv.getsockname()[1]
+    done = threading.Event()
+
+    def trickle():
+        while not done.is_set():
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            try:
+                conn.recv(4096)
+                if where == "body":
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
+                else:
+                    conn.sendall(b"HTTP/1.1 200 OK\r\n")
+                while not done.is_set():  # one byte every 0.1 s: never a read timeout
+                    conn.sendall(b"x" if where == "body" else b"X-Slow: 1\r\n")
+                    _time.sleep(0.1)
+            except OSError:
+                pass
+            finally:
+                conn.close()
+
+    threading.Thread(target=trickle, daemon=True).start()
+    policy = FetchPolicy(connect_timeout_s=2, read_timeout_s=5, total_timeout_s=1.0, attempts=1, egress=LOOPBACK)
+    try:
+        started = _time.monotonic()
+        with pytest.raises(FetchError) as exc:
+            fetch_to_file(f"http://127.0.0.1:{port}/o", tmp_path / "x", max_bytes=10**6, policy=policy)
+        assert exc.value.kind == "unreachable" and "within 1 s" in exc.value.reason
+        started_bytes = _time.monotonic()
+        with pytest.raises(FetchError, match="within 1 s"):
+            fetch_bytes(f"http://127.0.0.1:{port}/l", max_bytes=10**6, policy=policy)
+        assert started_bytes - started < 2.5 and _time.monotonic() - started_bytes < 2.5
+    finally:
+        done.set()
+        srv.close()
+
+
+def test_stop_cuts_a_stalled_attempt(tmp_path):
+    from node.fetch import FetchStopped
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+    held = []
+    threading.Thread(target=lambda: held.append(srv.accept()), daemon=True).start()  # accepts, never answers
+    flag = threading.Event()
+    threading.Timer(0.3, flag.set).start()
+    policy = FetchPolicy(connect_timeout_s=2, read_timeout_s=30, total_timeout_s=60, attempts=1, egress=LOOPBACK)
+    try:
+        with pytest.raises(FetchStopped):
+            fetch_to_file(f"http://127.0.0.1:{port}/o", tmp_path / "x", max_bytes=10**6, policy=policy,
+                          stop=flag.is_set)
+    finally:
+        srv.close()
