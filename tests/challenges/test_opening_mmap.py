@@ -84,7 +84,7 @@ def test_the_mapped_reader_reads_and_refuses_what_safetensors_does(run):
     assert set(ours.tensors) == set(theirs)
     for name, t in theirs.items():
         assert ours.tensors[name].dtype == t.dtype and torch.equal(ours.tensors[name], t), name
-    for name, bad in _corruptions(blob).items():
+    for bad in _corruptions(blob).values():
         with pytest.raises((SafetensorError, ValueError, RuntimeError)):
             load(bad)
         with pytest.raises(OpeningRefused, match="pre-state"):
