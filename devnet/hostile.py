@@ -282,10 +282,29 @@ def _fetch(lab: Lab, uri: str, tag: str, *, loopback_allowed: bool, slow: bool =
            max_bytes: int | None = None, facts: Any = None) -> Any:
 
     dest = lab.dir / "verifier" / f"{tag}.opening"
+    # The node always fetches with the chain's facts of the challenge: here the honest run's.
     return stage_fetch(uri=uri, endpoint=lab.prover.endpoint, run_id=lab.honest.run_id, dest=dest,
                        leaves_dest=dest.with_suffix(".leaves"),
                        max_opening_bytes=max_bytes or max_opening_bytes(lab), max_leaves_bytes=1 << 20,
-                       policy=fetch_policy(loopback_allowed=loopback_allowed, slow=slow), facts=facts)
+                       policy=fetch_policy(loopback_allowed=loopback_allowed, slow=slow),
+                       facts=facts if facts is not None else _honest_facts(lab))
+
+
+def _honest_facts(lab: Lab) -> Any:
+    """The chain's facts of the honest run's challenge, read once per lab."""
+    facts = getattr(lab, "_hostile_facts", None)
+    if facts is None:
+        facts = lab.facts(lab.view(), lab.honest.run_id, CHALLENGED, load_opening(lab.opening()).digest)
+        lab._hostile_facts = facts  # type: ignore[attr-defined]
+    return facts
+
+
+def _control(lab: Lab) -> str | None:
+    """Why the honest opening itself fails on the path a probe uses, or None: a refusal that would
+    also stop honest work proves nothing."""
+    uri = lab.prover.put("/openings/control", lab.opening())
+    out = _fetch(lab, uri, "control", loopback_allowed=True)
+    return None if out.ok else f"the honest opening was refused on the same path: [{out.refusal_class}] {out.reason}"
 
 
 def _free_port() -> int:
@@ -312,6 +331,8 @@ def _host_of(url: str) -> str:
 
 
 def _internal(lab: Lab, name: str, via_redirect: bool) -> tuple[bool, str, str]:
+    if via_redirect and (why := _control(lab)) is not None:
+        return False, "fetch", why
     listener = Prover(host="127.0.0.2")
     try:
         listener.put("/openings/internal", lab.opening())
@@ -361,6 +382,8 @@ def _redirect(lab: Lab) -> tuple[bool, str, str]:
 @probe("gzip-bomb-unwritten", "a hostile endpoint or prover",
        "refuse a Content-Encoding before writing anything it inflates to")
 def _gzip_unwritten(lab: Lab) -> tuple[bool, str, str]:
+    if (why := _control(lab)) is not None:
+        return False, "fetch", why
     cap = max_opening_bytes(lab)
     bomb = gzip.compress(MAGIC_OPENING + b"\0" * (64 * cap), compresslevel=9)
     # The first kilobyte inflates to well under the cap; the rest comes after a pause in which the
@@ -397,12 +420,13 @@ def _gzip_unwritten(lab: Lab) -> tuple[bool, str, str]:
 @probe("oversize-opening-for-spec", "a hostile endpoint or prover",
        "refuse at the fetch an opening larger than its spec allows (state + batch + proofs), under the operator cap")
 def _oversize_for_spec(lab: Lab) -> tuple[bool, str, str]:
+    if (why := _control(lab)) is not None:
+        return False, "fetch", why
     honest = lab.opening()
     pad = min(256 * 1024, max_opening_bytes(lab) - len(honest) - 1)
     uri = lab.prover.put("/openings/oversize-for-spec", honest + b"\0" * pad)
     # The chain's facts give the node the digest and spec its opening is sized by.
-    facts = lab.facts(lab.view(), lab.honest.run_id, CHALLENGED, load_opening(honest).digest)
-    out = _fetch(lab, uri, "oversize-for-spec", loopback_allowed=True, max_bytes=opening_cap(lab), facts=facts)
+    out = _fetch(lab, uri, "oversize-for-spec", loopback_allowed=True, max_bytes=opening_cap(lab))
     if out.ok:
         return False, "fetch", (f"{len(honest) + pad} bytes fetched for a spec whose opening is {len(honest)}: "
                                 "the cap is the operator's, not the spec's")
@@ -419,6 +443,8 @@ def opening_cap(lab: Lab) -> int:
 @probe("slowloris-prover", "a hostile endpoint or prover",
        "end the fetch within its wall-clock budget, whether the headers or the body trickle")
 def _slowloris(lab: Lab) -> tuple[bool, str, str]:
+    if (why := _control(lab)) is not None:
+        return False, "fetch", why
     slow = Prover()
     try:
         body = lab.opening()
