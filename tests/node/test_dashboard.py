@@ -1,7 +1,8 @@
 """The dashboard in headless Chromium against a real `pot node run` on a live dev chain: an honest
 run and a run that trained step 7 on another batch are challenged at step 7, replayed and resolved;
 the test reads what a person sees (verdict counts updating live, the loss curve with its marked
-steps, a challenge's timeline and clusters) and keeps screenshots under artifacts/."""
+steps, a challenge's timeline and clusters, the witness sealed until this node's reveal is on chain)
+and keeps screenshots under artifacts/."""
 
 from __future__ import annotations
 
@@ -96,6 +97,28 @@ def test_dashboard_shows_real_outcomes_live(tmp_path, browser):
         honest = net.start_run(steps=8, run_id=HONEST)
         faked = net.start_run(steps=8, run_id=FAKED, substitute_at=7)
         assert honest.opened.wait(120) and faked.opened.wait(120), net.log("v1")[-3000:]
+
+        # Journaled and committed, not yet revealed: the witness is sealed in the API, on the
+        # challenge page and in the open overview's row. The views are kept, to search them for
+        # the values once they are known.
+        sealed_views: dict[str, list[str]] = {}
+        for run in (honest, faked):
+            cid = run.challenge_id.hex()
+
+            def committed(cid=cid):
+                d = httpx.get(f"{base}/api/v1/challenges/{cid}", timeout=10).json()
+                return d if d["stage"] in ("commit", "reveal") else None
+
+            sealed = _wait(committed, 120, f"this node's witness of challenge {cid[:12]} committed")
+            assert sealed["witness_disclosed"] is False and sealed["matches_leaf"] is None
+            assert set(sealed["witness"].values()) == {None} and set(sealed["replay"].values()) == {None}
+            sealed_views[cid] = [httpx.get(f"{base}{path}", timeout=10).text for path in (
+                f"/api/v1/challenges/{cid}", f"/challenges/{cid}", "/", "/api/v1/challenges",
+                f"/runs/{run.run_id.hex()}", "/api/v1/status", "/readyz", "/metrics")]
+            assert 'id="witness-sealed"' in sealed_views[cid][1]
+        _wait(lambda: browser.find_elements(By.CSS_SELECTOR, f'tr[data-challenge="{faked.challenge_id.hex()}"] '
+                                                             f'.agree.sealed'), 30, "a sealed row on the open overview")
+
         for run in (honest, faked):
             ch = net.wait_resolved(run.challenge_id, 180).state.challenges[run.challenge_id]
             assert ch.verdict == ("fraud" if run is faked else "honest"), httpx.get(
@@ -172,6 +195,20 @@ def test_dashboard_shows_real_outcomes_live(tmp_path, browser):
         assert len(clusters) == 1 and "★ winning" in clusters[0].text and "v1 (this node)" in clusters[0].text
         assert clusters[0].find_elements(By.TAG_NAME, "td")[4].text == "yes"  # equals the miner's H(leaf t)
         _screenshot(browser, "dashboard-challenge.png")
+
+        # Revealed and resolved: the witness shows now, and no view kept while it was sealed held
+        # any of it. (An honest replay's value is H(leaf t), which the chain already published as
+        # the miner's commitment; the faked run's value is one nobody else had.)
+        for run, matched in ((honest, True), (faked, False)):
+            cid = run.challenge_id.hex()
+            opened = httpx.get(f"{base}/api/v1/challenges/{cid}", timeout=10).json()
+            assert opened["witness_disclosed"] is True and opened["matches_leaf"] is matched
+            public = {opened["committed_value"], opened["opening"]["leaf_hash"]}
+            secrets = [h for h in (opened["witness"]["value_hash"], opened["replay"]["leaf"],
+                                   opened["replay"]["state_digest"]) if h not in public]
+            assert all(secrets) and (matched or opened["witness"]["value_hash"] in secrets)
+            for text in sealed_views[cid]:
+                assert not [h[:12] for h in secrets if h[:12] in text.lower()], cid
 
         # The same node's API agrees with what the pages show.
         detail = httpx.get(f"{base}/api/v1/challenges/{faked.challenge_id.hex()}", timeout=10).json()
