@@ -353,6 +353,9 @@ def load_config(path: str | os.PathLike[str] | None, env: dict[str, str] | None 
             updates["secrets_file"] = str(base / node.secrets_file)
         if updates:
             cfg = cfg.model_copy(update={"node": node.model_copy(update=updates)})
+        if cfg.node.openings_dir and Path(cfg.node.openings_dir).resolve() == Path(cfg.node.data_dir).resolve():
+            raise ConfigError(f"config {path} is invalid:\n  node.openings_dir: must be a folder of its own, "
+                              f"not data_dir itself")
         token_file = cfg.http.admin_token_file
         if token_file and not Path(token_file).is_absolute():
             cfg = cfg.model_copy(update={"http": cfg.http.model_copy(update={"admin_token_file": str(base / token_file)})})

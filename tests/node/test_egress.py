@@ -453,3 +453,42 @@ def test_stop_cuts_a_stalled_attempt(tmp_path):
                           stop=flag.is_set)
     finally:
         srv.close()
+
+
+def test_a_configured_proxy_gets_the_checked_address(serve, tmp_path):
+    proxy = serve({})
+    port = 47  # never connected: the proxy answers for it
+    proxy.routes[f"http://127.0.0.1:{port}/f"] = (200, {"Content-Length": "9"}, [b"via-proxy"])
+    policy = FetchPolicy(**FAST, proxy=proxy.url,
+                         egress=EgressPolicy.from_allow(["prover.test"], resolver=lambda host, p: ["127.0.0.1"]))
+    assert fetch_bytes(f"http://prover.test:{port}/f", max_bytes=100, policy=policy) == b"via-proxy"
+    assert proxy.requests[0]["path"] == f"http://127.0.0.1:{port}/f"
+    assert proxy.requests[0]["headers"]["Host"] == f"prover.test:{port}"
+    # The target is still judged by the node: a forbidden one never reaches the proxy.
+    with pytest.raises(FetchError) as exc:
+        fetch_bytes("http://169.254.169.254/latest/meta-data/", max_bytes=100, policy=policy)
+    assert exc.value.kind == "refused_address" and len(proxy.requests) == 1
+
+
+def test_config_gives_the_allow_list_proxy_and_openings_folder(tmp_path):
+    from node.config import ConfigError, load_config
+
+    p = tmp_path / "node.toml"
+    p.write_text('[node]\ndata_dir = "d"\nopenings_dir = "/mnt/openings"\nopenings_quota_bytes = 1000\n'
+                 '[fetch]\nallow = ["127.0.0.1"]\n')
+    cfg = load_config(p, env={"POT_FETCH_PROXY": "http://proxy.lan:3128"})
+    assert cfg.fetch.allow == ["127.0.0.1"] and cfg.fetch.proxy == "http://proxy.lan:3128"
+    assert cfg.openings_store().path.as_posix() == "/mnt/openings" and cfg.openings_store().quota_bytes == 1000
+    policy = cfg.fetch.policy()
+    assert policy.egress.resolve("127.0.0.1", 80) and policy.proxy == "http://proxy.lan:3128"
+    env = load_config(p, env={"POT_FETCH_ALLOW": "10.1.0.0/16, prover.lan", "POT_NODE_OPENINGS_DIR": "o"})
+    assert env.fetch.allow == ["10.1.0.0/16", "prover.lan"] and env.openings_dir == tmp_path / "o"
+    assert load_config(None, env={}).openings_dir == load_config(None, env={}).data_dir / "openings"
+    with pytest.raises(ConfigError, match="fetch.allow"):
+        load_config(p, env={"POT_FETCH_ALLOW": "http://x/"})
+    with pytest.raises(ConfigError, match="fetch.proxy"):
+        load_config(p, env={"POT_FETCH_PROXY": "socks5://x"})
+    with pytest.raises(ConfigError, match="openings_dir"):
+        load_config(p, env={"POT_NODE_OPENINGS_DIR": "d"})
+    with pytest.raises(ConfigError, match="openings_dir"):
+        load_config(p, env={"POT_NODE_OPENINGS_DIR": str(tmp_path / "d")})
