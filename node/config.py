@@ -131,6 +131,20 @@ class ReplaySection(_Section):
     timeout_s: float = Field(1800.0, gt=0)
 
 
+class ScheduleSection(_Section):
+    """Deadlines and fairness: stage budgets from the protocol windows, a cap of jobs per miner."""
+
+    stage_threads: int = Field(4, ge=1, le=256)
+    max_jobs_per_miner: int = Field(2, ge=1, le=256)
+    block_time_s: float = Field(6.0, gt=0, le=600)
+    commit_margin_blocks: int = Field(2, ge=1)
+    fetch_share: float = Field(0.5, gt=0, le=1)
+    fetch_max_s: float = Field(900.0, gt=0)
+    validate_max_s: float = Field(120.0, gt=0)
+    losschecks_max_s: float = Field(60.0, gt=0)
+    stage_attempts: int = Field(3, ge=1, le=100)
+
+
 class LossChecksSection(_Section):
     window: int = Field(3, ge=1)
     noise_sigmas: float = Field(3.0, gt=0)
@@ -236,6 +250,7 @@ class NodeConfig(_Section):
     database: DatabaseSection = DatabaseSection()
     fetch: FetchSection = FetchSection()
     replay: ReplaySection = ReplaySection()
+    schedule: ScheduleSection = ScheduleSection()
     losschecks: LossChecksSection = LossChecksSection()
     http: HttpSection = HttpSection()
     protocol: ProtocolSection = ProtocolSection()

@@ -1,8 +1,10 @@
 """The verifier daemon: follow finalized blocks, run each challenge's pipeline, commit and reveal.
 
-One loop owns the database: it ingests blocks (events, jobs and the cursor in one transaction per
-block), hands stage work to threads (fetch, validate, loss checks) and to replay processes, and
-sends journaled txs. A watchdog rebuilds the chain connection when blocks stop arriving.
+One loop ingests blocks (events, jobs and the cursor in one transaction per block) and hands stage
+work to threads (fetch, validate, loss checks) and to replay processes, round-robin across miners
+with a cap per miner; every piece of work has a wall-clock budget from the commit window and is
+cancelled or abandoned past it. Journaled commits and reveals go out from a thread of their own, so
+they never wait behind that work. A watchdog rebuilds the chain connection when blocks stop arriving.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ import random
 import signal
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from sqlalchemy import and_, select, update
 from sqlalchemy.engine import Connection, Engine
@@ -26,16 +30,17 @@ from chain.protocol import ProtocolState, SnapshotError
 from chain.transport import Block, Transport, TransportError
 from chain.view import ChainView
 from challenges.losschecks import LossCheckConfig
-from challenges.refused import REFUSED_BUCKET, refused_value_hash
+from challenges.refused import REFUSED_BUCKET, fetch_refusal_class, refused_value_hash
 from challenges.witness import new_salt
 from commitments.files import make_private_dir
 from commitments.retry import Backoff
 from node import journal
 from node.config import NodeConfig, Secrets
 from node.db import chain_cursor, chain_events, challenges, runs, stage_log, txs
-from node.fetch import FetchPolicy
+from node.fetch import FetchPolicy, FetchStopped, OpeningsFull
 from node.logs import log_event
 from node.pipeline import ChainFacts, ReplayPool, StageOutcome, stage_fetch, stage_losschecks, stage_validate
+from node.scheduler import BlockClock, Budgets, InFlight, describe_error, is_input_error, round_robin
 from node.stages import NEXT_STAGE, RESOLUTION, WORK_STAGES, Stage
 
 log = logging.getLogger("node.daemon")
@@ -46,6 +51,35 @@ MAX_REPLAY_ATTEMPTS = 3
 LOOP_BACKOFF = Backoff(0.5, 30.0)
 STAGE_BACKOFF = Backoff(1.0, 5.0)
 SEND_BACKOFF = Backoff(0.5, 3.0)
+
+
+@dataclass
+class _Task:
+    """A stage running on a thread: its budget, and the owners (miner, endpoint) it counts against."""
+
+    stage: Stage
+    future: Future
+    owners: tuple[str, ...]
+    started_at: float  # wall clock, for the stage log
+    deadline: float  # time.monotonic() past which the work is cancelled or abandoned
+    budget_s: float
+    part: Path | None = None  # a fetch's partial file, removed once an abandoned fetch has ended
+
+
+def _run_on_thread(name: str, fn, *args: Any, **kw: Any) -> Future:
+    """`fn` on a thread of its own: one that overruns is abandoned without holding up a pool."""
+    fut: Future = Future()
+
+    def body() -> None:
+        if not fut.set_running_or_notify_cancel():
+            return
+        try:
+            fut.set_result(fn(*args, **kw))
+        except BaseException as exc:  # handed to the loop, which decides
+            fut.set_exception(exc)
+
+    threading.Thread(target=body, name=name, daemon=True).start()
+    return fut
 
 
 class StartupError(RuntimeError):
@@ -87,9 +121,18 @@ class VerifierNode:
         self.view: ChainView | None = None
         self.account = ""
         self.head = -1
-        self.threads = ThreadPoolExecutor(max_workers=4, thread_name_prefix="pot-stage")
-        self.tasks: dict[bytes, tuple[str, Future]] = {}
+        sched = cfg.schedule
+        self.clock = BlockClock(sched.block_time_s)
+        self.budgets = Budgets(sched.commit_margin_blocks, sched.fetch_share, sched.fetch_max_s,
+                               sched.validate_max_s, sched.losschecks_max_s, cfg.replay.timeout_s)
+        self.tasks: dict[bytes, _Task] = {}  # live stage work, at most schedule.stage_threads
+        self.abandoned: list[tuple[bytes, _Task]] = []  # overran their budget; still count for their owners
+        self.in_flight = InFlight(sched.max_jobs_per_miner)
+        self.replay_owners: dict[bytes, tuple[str, ...]] = {}
+        self._rr_last: str | None = None  # the miner served last: the next pass starts after it
         self.replays = ReplayPool(cfg.replay.workers, cfg.replay.timeout_s)
+        self._send_wake = threading.Event()  # a one-slot mailbox: "there may be a tx to send"
+        self._sender: threading.Thread | None = None
         self.sent_here: set[int] = set()  # tx ids this process has sent (others: maybe sent before a crash)
         self.last_block_at = time.monotonic()
         self.failures = 0
@@ -155,6 +198,8 @@ class VerifierNode:
     # --- the loop ------------------------------------------------------------------------------
     def run(self) -> None:
         self.start()
+        self._sender = threading.Thread(target=self._sender_loop, name="pot-sender", daemon=True)
+        self._sender.start()
         try:
             while not self.stop.is_set():
                 try:
@@ -176,17 +221,27 @@ class VerifierNode:
             self.shutdown()
 
     def step(self) -> None:
-        """One pass: ingest new blocks, move jobs, send txs, watch the connection."""
+        """One pass: ingest new blocks, move jobs, watch the connection (txs: the sender thread)."""
         self.ingest()
+        self.clock.observe(self.head, time.monotonic())
+        self._send_wake.set()
         self.collect()
         self.schedule()
-        self.send_txs()
         if time.monotonic() - self.last_block_at > self.cfg.chain.watchdog_s:
             self._reconnect(f"no new finalized block for {self.cfg.chain.watchdog_s:g} s")
 
     def shutdown(self) -> None:
         self.stop.set()
-        self.threads.shutdown(wait=True, cancel_futures=True)
+        self._send_wake.set()
+        if self._sender is not None:
+            self._sender.join(self.cfg.chain.submit_timeout_s + 5)
+        # Stage threads see `stop` (a fetch keeps its partial file to resume); wait for them briefly.
+        until = time.monotonic() + 10.0
+        for task in [*self.tasks.values(), *(t for _, t in self.abandoned)]:
+            try:
+                task.future.exception(timeout=max(0.0, until - time.monotonic()))
+            except Exception:  # still running (a validation ignores `stop`): it dies with the process
+                pass
         self.replays.shutdown()
         if self.transport is not None:
             try:
@@ -370,38 +425,105 @@ class VerifierNode:
         return (self.openings.path / f"{cid.hex()}.opening", self.openings.path / "leaves" / f"{cid.hex()}.cbor")
 
     # --- the pipeline ---------------------------------------------------------------------------
+    def _work_jobs(self) -> list[Any]:
+        """Jobs at a work stage with their run's miner, earliest commit deadline first."""
+        with self.engine.connect() as conn:
+            return list(conn.execute(
+                select(challenges, runs.c.miner).select_from(
+                    challenges.outerjoin(runs, runs.c.run_id == challenges.c.run_id))
+                .where(challenges.c.stage.in_(WORK_STAGES))
+                .order_by(challenges.c.commit_deadline, challenges.c.challenge_id)))
+
+    @staticmethod
+    def _owners(job) -> tuple[str, ...]:
+        """Who a job's work counts against: the run's miner and the prover endpoint it is fetched from."""
+        url = job.opening_uri if urlsplit(job.opening_uri or "").netloc else job.endpoint
+        try:
+            endpoint = urlsplit(url or "").netloc.lower()
+        except ValueError:  # an unparsable URL: the fetch refuses it; it still counts once, by miner
+            endpoint = ""
+        owners = [f"miner:{job.miner}"]
+        if endpoint:
+            owners.append(f"endpoint:{endpoint[:300]}")
+        return tuple(owners)
+
     def schedule(self) -> None:
-        """Start the next piece of work of every job that has none running."""
-        for job in self._jobs(WORK_STAGES):
+        """Start the next piece of work of jobs that have none running, round-robin across miners.
+
+        A miner with `max_jobs_per_miner` jobs running (or abandoned and not yet ended) waits; so
+        does an endpoint. Each piece of work gets its budget from the blocks left in the commit window.
+        """
+        ready = []
+        for job in self._work_jobs():
             cid = bytes(job.challenge_id)
             if cid in self.tasks or self.replays.running(cid) or time.time() < job.next_attempt_at:
                 continue
             if self.head >= job.commit_deadline:
                 self._miss(job, "the commit window closed before a witness value was ready")
                 continue
-            opening_path, leaves_path = self._paths(cid)
-            if job.stage == Stage.FETCH:
-                self._submit(cid, Stage.FETCH, stage_fetch, uri=job.opening_uri, endpoint=job.endpoint,
-                             run_id=bytes(job.run_id), dest=opening_path, leaves_dest=leaves_path,
-                             max_opening_bytes=self.cfg.fetch.max_opening_bytes,
-                             max_leaves_bytes=self.cfg.fetch.max_leaves_bytes, policy=self.policy,
-                             stop=self.stop.is_set, facts=self._facts(job), store=self.openings)
-            elif job.stage == Stage.VALIDATE:
-                self._submit(cid, Stage.VALIDATE, stage_validate, opening_path, self._facts(job),
-                             max_bytes=self.cfg.fetch.max_opening_bytes)
-            elif job.stage == Stage.LOSSCHECKS:
-                self._submit(cid, Stage.LOSSCHECKS, stage_losschecks, leaves_path, root=bytes(job.root), size=job.size,
-                             config=self.loss_config)
-            elif job.stage == Stage.REPLAY:
-                if self.replays.free() > 0:
-                    self.replays.start(cid, opening_path, self._facts(job), max_bytes=self.cfg.fetch.max_opening_bytes)
-                    self._set(cid, status="replaying", attempts=job.attempts + 1)
-                    log_event(log, "replay_started", challenge_id=cid.hex(), step=job.step)
-            elif job.stage == Stage.WITNESS:
+            if job.stage == Stage.WITNESS:
                 self._witness(job)
+                self._send_wake.set()
+                continue
+            ready.append(job)
+        threads_free = self.cfg.schedule.stage_threads - len(self.tasks)
+        replays_free = self.replays.free()
+        for job in round_robin(ready, key=lambda j: str(j.miner), after=self._rr_last):
+            if threads_free <= 0 and replays_free <= 0:
+                break
+            stage = Stage(job.stage)
+            if (replays_free if stage == Stage.REPLAY else threads_free) <= 0:
+                continue
+            owners = self._owners(job)
+            if not self.in_flight.admits(owners):
+                continue
+            budget = self.budgets.budget(stage, head=self.head, commit_deadline=job.commit_deadline,
+                                         clock=self.clock)
+            if budget <= 0:
+                self._miss(job, f"{job.commit_deadline - self.head} block(s) left in the commit window: "
+                                f"too late to start {stage}")
+                continue
+            if stage == Stage.REPLAY:
+                self._start_replay(job, owners, budget)
+                replays_free -= 1
+            else:
+                self._start_stage(job, stage, owners, budget)
+                threads_free -= 1
+            self.in_flight.add(owners)
+            self._rr_last = str(job.miner)
 
-    def _submit(self, cid: bytes, stage: Stage, fn, *args: Any, **kw: Any) -> None:
-        self.tasks[cid] = (stage, self.threads.submit(fn, *args, **kw))
+    def _start_stage(self, job, stage: Stage, owners: tuple[str, ...], budget: float) -> None:
+        cid = bytes(job.challenge_id)
+        deadline = time.monotonic() + budget
+        opening_path, leaves_path = self._paths(cid)
+        part = None
+        if stage == Stage.FETCH:
+            # Each request of this fetch stays inside the budget, and the stream stops when it ends.
+            policy = replace(self.policy, connect_timeout_s=min(self.policy.connect_timeout_s, budget),
+                             read_timeout_s=min(self.policy.read_timeout_s, budget),
+                             total_timeout_s=min(self.policy.total_timeout_s, budget))
+            part = opening_path.with_name(opening_path.name + ".part")
+            fut = _run_on_thread(
+                "pot-fetch", stage_fetch, uri=job.opening_uri, endpoint=job.endpoint, run_id=bytes(job.run_id),
+                dest=opening_path, leaves_dest=leaves_path, max_opening_bytes=self.cfg.fetch.max_opening_bytes,
+                max_leaves_bytes=self.cfg.fetch.max_leaves_bytes, policy=policy,
+                stop=lambda: self.stop.is_set() or time.monotonic() > deadline, facts=self._facts(job),
+                store=self.openings)
+        elif stage == Stage.VALIDATE:
+            fut = _run_on_thread("pot-validate", stage_validate, opening_path, self._facts(job),
+                                 max_bytes=self.cfg.fetch.max_opening_bytes)
+        else:
+            fut = _run_on_thread("pot-losschecks", stage_losschecks, leaves_path, root=bytes(job.root),
+                                 size=job.size, config=self.loss_config)
+        self.tasks[cid] = _Task(stage, fut, owners, time.time(), deadline, budget, part)
+
+    def _start_replay(self, job, owners: tuple[str, ...], budget: float) -> None:
+        cid = bytes(job.challenge_id)
+        self.replays.start(cid, self._paths(cid)[0], self._facts(job), max_bytes=self.cfg.fetch.max_opening_bytes,
+                           timeout_s=budget)
+        self.replay_owners[cid] = owners
+        self._set(cid, status="replaying", attempts=job.attempts + 1)
+        log_event(log, "replay_started", challenge_id=cid.hex(), step=job.step, budget_s=round(budget, 1))
 
     def _miss(self, job, why: str) -> None:
         cid = bytes(job.challenge_id)
@@ -410,27 +532,104 @@ class VerifierNode:
             conn.execute(update(challenges).where(challenges.c.challenge_id == cid)
                          .values(stage=Stage.MISSED, status=why, updated_at=now))
             self._log_stage(conn, cid, job.stage, job.updated_at, now, why)
+        self.stage_failures.pop(cid, None)
         log_event(log, "challenge_missed", level=logging.WARNING, challenge_id=cid.hex(), stage=job.stage, reason=why)
 
     def collect(self) -> None:
-        """Persist the results of finished stage threads and replay processes."""
-        for cid, (stage, fut) in list(self.tasks.items()):
-            if not fut.done():
-                continue
-            del self.tasks[cid]
-            try:
-                outcome: StageOutcome = fut.result()
-            except Exception as exc:  # a bug or an odd file: retry the stage later, with backoff
-                log_event(log, "stage_error", level=logging.ERROR, challenge_id=cid.hex(), stage=stage,
-                          error=f"{type(exc).__name__}: {exc}")
-                failures = self.stage_failures[cid] = self.stage_failures.get(cid, 0) + 1
-                self._set(cid, next_attempt_at=time.time() + STAGE_BACKOFF.delay(failures),
-                          status=f"{stage} failed: {type(exc).__name__}: {exc}"[:2000])
-                continue
-            self.stage_failures.pop(cid, None)
-            self._persist(cid, outcome)
+        """Persist the results of finished stage threads and replay processes; end overrun work."""
+        now = time.monotonic()
+        for cid, task in list(self.tasks.items()):
+            if task.future.done():
+                del self.tasks[cid]
+                self.in_flight.remove(task.owners)
+                self._finished(cid, task)
+            elif now > task.deadline:
+                # A thread cannot be killed: the job moves on without it, and its owners keep the
+                # slot until it ends (a fetch sees its `stop` at the next chunk or read timeout).
+                del self.tasks[cid]
+                self.abandoned.append((cid, task))
+                self._overran(cid, task)
+        for item in list(self.abandoned):
+            cid, task = item
+            if task.future.done():
+                self.abandoned.remove(item)
+                self.in_flight.remove(task.owners)
+                if task.part is not None:
+                    task.part.unlink(missing_ok=True)
+                log_event(log, "abandoned_work_ended", challenge_id=cid.hex(), stage=task.stage,
+                          overran_s=round(time.monotonic() - task.deadline, 1))
         for cid, msg in self.replays.poll():
+            self.in_flight.remove(self.replay_owners.pop(cid, ()))
             self._persist_replay(cid, msg)
+
+    def _finished(self, cid: bytes, task: _Task) -> None:
+        stage = task.stage
+        exc = task.future.exception()
+        if exc is None:
+            self.stage_failures.pop(cid, None)
+            self._persist(cid, task.future.result())
+            return
+        if isinstance(exc, FetchStopped):
+            if self.stop.is_set():
+                return  # shutting down: the job stays at fetch and resumes from its partial file
+            self._overran(cid, task)  # its budget ran out between two passes of the loop
+            if task.part is not None:
+                task.part.unlink(missing_ok=True)
+            return
+        if is_input_error(exc):
+            # The opening, spec or leaf list is bad: that ends this job's stage, once, never a retry.
+            self.stage_failures.pop(cid, None)
+            why = f"{stage} refused the input: {describe_error(exc)}"
+            log_event(log, "stage_input_refused", level=logging.WARNING, challenge_id=cid.hex(), stage=stage,
+                      error=describe_error(exc))
+            if stage == Stage.LOSSCHECKS:  # the leaf list only feeds the secondary checks: a finding
+                self._persist(cid, StageOutcome(stage, task.started_at, time.time(),
+                                                data={"ok": False, "error": why, "findings": []}))
+            else:
+                self._persist(cid, StageOutcome(stage, task.started_at, time.time(), ok=False, reason=why,
+                                                refusal_class=fetch_refusal_class("bad_uri")
+                                                if stage == Stage.FETCH else "malformed"))
+            return
+        if isinstance(exc, OpeningsFull):
+            # The node's own disk, not the miner's fault nor a bug: wait for room until the window closes.
+            log_event(log, "openings_full", level=logging.WARNING, challenge_id=cid.hex(), error=str(exc)[:300])
+            self._set(cid, next_attempt_at=time.time() + STAGE_BACKOFF.delay(3), status=str(exc)[:2000])
+            return
+        # A bug or a local fault (disk, memory): retry with backoff, a bounded number of times.
+        failures = self.stage_failures[cid] = self.stage_failures.get(cid, 0) + 1
+        error = describe_error(exc, 2000)
+        log_event(log, "stage_error", level=logging.ERROR, challenge_id=cid.hex(), stage=stage, error=error,
+                  attempt=failures, exc_info=exc)
+        if failures >= self.cfg.schedule.stage_attempts:
+            with self.engine.connect() as conn:
+                job = self._job(conn, cid)
+            if job is not None and job.stage == stage:
+                self._miss(job, f"{stage} failed {failures} times; last: {error}"[:2000])
+            return
+        self._set(cid, next_attempt_at=time.time() + STAGE_BACKOFF.delay(failures),
+                  status=f"{stage} failed: {error}"[:2000])
+
+    def _overran(self, cid: bytes, task: _Task) -> None:
+        """Work past its budget: a fetch refuses the opening as unavailable (the prover did not
+        deliver in time); a validation is missed (nothing can be said of the opening); unfinished
+        loss checks are a finding and the replay goes ahead."""
+        stage, budget = task.stage, task.budget_s
+        self.stage_failures.pop(cid, None)
+        log_event(log, "stage_overran", level=logging.WARNING, challenge_id=cid.hex(), stage=stage,
+                  budget_s=round(budget, 1))
+        now = time.time()
+        if stage == Stage.FETCH:
+            self._persist(cid, StageOutcome(stage, task.started_at, now, ok=False,
+                                            refusal_class=fetch_refusal_class("unreachable"),
+                                            reason=f"the opening did not arrive within the fetch budget of {budget:.1f} s"))
+        elif stage == Stage.LOSSCHECKS:
+            self._persist(cid, StageOutcome(stage, task.started_at, now, data={
+                "ok": False, "error": f"the loss checks did not finish within {budget:.1f} s", "findings": []}))
+        else:
+            with self.engine.connect() as conn:
+                job = self._job(conn, cid)
+            if job is not None and job.stage == stage:
+                self._miss(job, f"{stage} did not finish within its budget of {budget:.1f} s")
 
     def _persist(self, cid: bytes, o: StageOutcome) -> None:
         nxt = NEXT_STAGE[o.stage]
@@ -524,8 +723,44 @@ class VerifierNode:
         self._maybe_kill("journaled")
 
     # --- transactions ---------------------------------------------------------------------------
-    def send_txs(self) -> None:
+    def _sender_loop(self) -> None:
+        """Send journaled commits and reveals on a connection of its own, woken by the main loop
+        (a new head, a new witness) or every loop interval: never behind a fetch, a replay or ingest."""
+        transport: Transport | None = None
+        failures = 0
+        while not self.stop.is_set():
+            self._send_wake.wait(self.cfg.node.loop_interval_s)
+            self._send_wake.clear()
+            if self.stop.is_set():
+                break
+            try:
+                if transport is None:
+                    transport = connect_transport(self.cfg, self.secrets)
+                self.send_txs(transport, transport.finalized_head())
+                failures = 0
+            except Exception as exc:  # the sender never dies: a broken connection is rebuilt
+                failures += 1
+                delay = SEND_BACKOFF.delay(failures)
+                log_event(log, "sender_error", level=logging.ERROR, error=describe_error(exc, 2000),
+                          retry_in_s=round(delay, 2), exc_info=True)
+                if isinstance(exc, TransportError) and transport is not None:
+                    try:
+                        transport.close()
+                    except Exception:  # a broken connection may fail to close; it is dropped either way
+                        pass
+                    transport = None
+                self.stop.wait(delay)
+        if transport is not None:
+            try:
+                transport.close()
+            except Exception:
+                pass
+
+    def send_txs(self, transport: Transport, head: int) -> None:
+        """One pass over the jobs at commit or reveal: send what is due inside its window."""
         for job in self._jobs((Stage.COMMIT, Stage.REVEAL)):
+            if self.stop.is_set():
+                return
             cid = bytes(job.challenge_id)
             kind = job.stage
             tx = journal.get_tx(self.engine, cid, self.account, kind)
@@ -542,23 +777,30 @@ class VerifierNode:
                 continue
             if kind == "commit" and self._commit_on_chain(cid):
                 continue  # the ingest of its block confirms it
-            if kind == "commit" and self.head >= job.commit_deadline:
+            if kind == "commit" and head >= job.commit_deadline:
                 self._fail_tx(job, tx, "the commit window closed")
                 continue
             if kind == "reveal":
-                if self.head < job.commit_deadline:
+                if head < job.commit_deadline:
                     continue  # reveals open after the commit window
-                if self.head >= job.reveal_deadline:
+                if head >= job.reveal_deadline:
                     self._fail_tx(job, tx, "the reveal window closed")
                     continue
             due = (tx.state == "unstarted" or tx.id not in self.sent_here
-                   or self.head - (tx.sent_block or 0) >= self.cfg.chain.resend_after_blocks)
+                   or head - (tx.sent_block or 0) >= self.cfg.chain.resend_after_blocks)
             if due and time.time() >= job.next_attempt_at:
-                self._send(job, tx)
+                deadline = job.commit_deadline if kind == "commit" else job.reveal_deadline
+                timeout = Budgets.send_budget(head=head, deadline=deadline, clock=self.clock,
+                                              cap_s=self.cfg.chain.submit_timeout_s)
+                self._send(transport, head, job, tx, timeout)
 
     def _commit_on_chain(self, cid: bytes) -> bool:
-        assert self.view is not None
-        ch = self.view.state.challenges.get(cid)
+        # Read from the sender thread: the main loop may swap or drop the view meanwhile; a stale
+        # answer costs at most one resend of the same bytes, or one pass of waiting.
+        view = self.view
+        if view is None:
+            return False
+        ch = view.state.challenges.get(cid)
         return ch is not None and self.account in ch.commitments
 
     def _fail_tx(self, job, tx: journal.TxRecord, why: str) -> None:
@@ -566,13 +808,12 @@ class VerifierNode:
             journal.set_tx_state(conn, tx.id, "failed", last_error=why)
         self._miss(job, why)
 
-    def _send(self, job, tx: journal.TxRecord) -> None:
-        assert self.transport is not None
+    def _send(self, transport: Transport, head: int, job, tx: journal.TxRecord, timeout: float) -> None:
         cid = bytes(job.challenge_id)
-        journal.mark_in_progress(self.engine, tx.id, self.head)
+        journal.mark_in_progress(self.engine, tx.id, head)
         self.sent_here.add(tx.id)
         try:
-            receipt = self.transport.submit_payloads([tx.payload], wait=False, timeout=self.cfg.chain.submit_timeout_s)
+            receipt = transport.submit_payloads([tx.payload], wait=False, timeout=max(1.0, timeout))
         except TransportError as exc:
             journal.mark_send_error(self.engine, tx.id, str(exc))
             self._set(cid, next_attempt_at=time.time() + SEND_BACKOFF.delay(tx.sends + 1))
@@ -581,7 +822,7 @@ class VerifierNode:
             return
         self._maybe_kill(f"{tx.kind}_sent")
         journal.mark_unconfirmed(self.engine, tx.id, receipt.tx_hash)
-        log_event(log, "tx_sent", challenge_id=cid.hex(), kind=tx.kind, sends=tx.sends + 1, head=self.head,
+        log_event(log, "tx_sent", challenge_id=cid.hex(), kind=tx.kind, sends=tx.sends + 1, head=head,
                   tx_hash=_hex(receipt.tx_hash))
 
 

@@ -189,6 +189,7 @@ class _Worker:
         child.close()
         self.key: bytes | None = None
         self.started = 0.0
+        self.timeout_s = 0.0
 
     def kill(self) -> None:
         self.proc.kill()
@@ -213,7 +214,9 @@ class ReplayPool:
     def running(self, key: bytes) -> bool:
         return any(w.key == key for w in self._workers)
 
-    def start(self, key: bytes, path: Path, facts: ChainFacts, *, max_bytes: int) -> None:
+    def start(self, key: bytes, path: Path, facts: ChainFacts, *, max_bytes: int,
+              timeout_s: float | None = None) -> None:
+        """Replay on a free worker; past `timeout_s` (at most the pool's) the worker is killed."""
         worker = next((w for w in self._workers if w.key is None), None)
         if worker is None:
             if len(self._workers) >= self.workers:
@@ -222,6 +225,7 @@ class ReplayPool:
             self._workers.append(worker)
         worker.conn.send((str(path), facts.kwargs(), max_bytes))
         worker.key, worker.started = key, time.monotonic()
+        worker.timeout_s = self.timeout_s if timeout_s is None else min(self.timeout_s, timeout_s)
 
     def poll(self) -> list[tuple[bytes, dict[str, Any]]]:
         """Finished (or failed, or timed-out) replays: [(key, message)]."""
@@ -240,9 +244,9 @@ class ReplayPool:
                     msg, replace = {"ok": False, "reason": f"replay worker died (exit code {w.proc.exitcode})"}, True
             elif not w.proc.is_alive():
                 msg, replace = {"ok": False, "reason": f"replay worker died (exit code {w.proc.exitcode})"}, True
-            elif time.monotonic() - w.started > self.timeout_s:
+            elif time.monotonic() - w.started > w.timeout_s:
                 msg, replace = {"ok": False, "timeout": True,
-                                "reason": f"replay took longer than {self.timeout_s:g} s"}, True
+                                "reason": f"replay took longer than its budget of {w.timeout_s:.1f} s"}, True
             if msg is None:
                 continue
             done.append((w.key, msg))

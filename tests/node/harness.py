@@ -21,8 +21,8 @@ from chain.calls import StartTrainingCommitment, SubmitCheckpointRoot, SubmitOpe
 from chain.dev import DevChain, DevTransport
 from chain.protocol import ProtocolParams
 from chain.view import ChainView
-from challenges.opening import build_opening, encode_leaves, load_opening
-from commitments import merkle
+from challenges.opening import MAGIC, OPENING_VERSION, build_opening, encode_leaves, load_opening
+from commitments import hashing, merkle
 from tests.miner.helpers import corpus, tiny_spec, walk
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,7 +40,8 @@ def chain_calls(net: Network, origin: str | None = None) -> list[tuple[int, str,
 class _Handler(http.server.BaseHTTPRequestHandler):
     root: Path
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def _file(self) -> bytes | None:
+        """The served file a GET names (an opening or a run's leaves), or None after a 404."""
         parts = self.path.strip("/").split("/")
         if len(parts) == 2 and parts[0] == "openings":
             path = self.root / "openings" / parts[1]
@@ -50,8 +51,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             path = None
         if path is None or not path.is_file():
             self.send_error(404)
+            return None
+        return path.read_bytes()
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        data = self._file()
+        if data is None:
             return
-        data = path.read_bytes()
         self.send_response(200)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -61,6 +67,31 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         pass
 
 
+class _SlowlorisHandler(_Handler):
+    """A hostile prover: announces the whole file, then sends it one byte every `delay_s`, never
+    pausing long enough for a read timeout."""
+
+    delay_s: float = 0.2
+    stopped: threading.Event
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        data = self._file()
+        if data is None:
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        try:
+            for i in range(len(data)):
+                if self.stopped.is_set():
+                    return
+                self.wfile.write(data[i:i + 1])
+                self.wfile.flush()
+                time.sleep(self.delay_s)
+        except OSError:  # the verifier gave up on us
+            return
+
+
 @dataclass
 class MinerRun:
     run_id: bytes
@@ -68,6 +99,9 @@ class MinerRun:
     challenge_id: bytes | None = None
     step: int | None = None
     opened: threading.Event = field(default_factory=threading.Event)
+    miner: str = "miner"
+    endpoint: str = ""
+    opening: bytes | None = None  # served instead of the honest opening
 
 
 class Network:
@@ -91,41 +125,68 @@ class Network:
         self.nodes: dict[str, subprocess.Popen] = {}
         self.http_listen: dict[str, str] = {}  # node name -> host:port of its HTTP API
         self.miner = DevTransport(self.chain_path, "miner")
+        self._servers = [self.http]
+        self._walks: dict[tuple[int, str, int | None], Any] = {}
+
+    def slowloris_endpoint(self, delay_s: float = 0.2) -> str:
+        """The base URL of a second prover serving the same files a byte at a time."""
+        handler = type("S", (_SlowlorisHandler,), {"root": self.served, "delay_s": delay_s, "stopped": self._stop})
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        self._servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}"
 
     # --- the miner ---------------------------------------------------------------------------
     def start_run(self, *, steps: int = 8, substitute_at: int | None = None, kind: str = "mlp",
-                  run_id: bytes = b"\x42" * 32) -> MinerRun:
+                  run_id: bytes = b"\x42" * 32, miner: str = "miner", endpoint: str | None = None,
+                  opening: bytes | None = None) -> MinerRun:
+        """Register and answer a run as `miner`, served from `endpoint` (default: the honest prover);
+        `opening` replaces the honest opening's bytes (a hostile file, under its manifest's digest)."""
         spec = tiny_spec(steps, kind)
-        w = walk(spec, corpus(self.tmp), substitute_at=substitute_at)
-        run = MinerRun(run_id, w)
+        # A walk does not depend on the run id: runs of the same shape share one (it takes seconds).
+        w = self._walks.get((steps, kind, substitute_at))
+        if w is None:
+            w = self._walks[(steps, kind, substitute_at)] = walk(spec, corpus(self.tmp), substitute_at=substitute_at)
+        run = MinerRun(run_id, w, miner=miner, endpoint=endpoint or self.endpoint, opening=opening)
         (self.served / "leaves" / run_id.hex()).write_bytes(encode_leaves(w.leaves))
-        self.miner.submit([StartTrainingCommitment(
+        t = self.miner if miner == "miner" else DevTransport(self.chain_path, miner)
+        t.submit([StartTrainingCommitment(
             run_id, w.states[0].digest(), w.schedule.commitment, w.dataset.dataset_hash, spec.to_cbor(),
-            spec.steps, self.endpoint)])
-        self.miner.submit([SubmitCheckpointRoot(run_id, merkle.root(w.leaves), len(w.leaves), ())])
-        threading.Thread(target=self._answer, args=(run,), daemon=True).start()
+            spec.steps, run.endpoint)])
+        t.submit([SubmitCheckpointRoot(run_id, merkle.root(w.leaves), len(w.leaves), ())])
+        threading.Thread(target=self._answer, args=(run, t), daemon=True).start()
         return run
 
-    def _answer(self, run: MinerRun) -> None:
+    def _answer(self, run: MinerRun, transport: DevTransport) -> None:
         view = ChainView(DevTransport(self.chain_path, "miner"), self.params)
         while not self._stop.is_set():
             for ev in view.sync():
                 if isinstance(ev, P.ChallengeIssued) and ev.run_id == run.run_id:
                     w = run.walk
-                    data = build_opening(spec=w.spec, run_id=run.run_id, step=ev.step, pre_state=w.states[ev.step - 1],
-                                         dataset=w.dataset, schedule=w.schedule, leaves=w.leaves)
-                    digest = load_opening(data).digest
+                    if run.opening is None:
+                        data = build_opening(spec=w.spec, run_id=run.run_id, step=ev.step,
+                                             pre_state=w.states[ev.step - 1], dataset=w.dataset,
+                                             schedule=w.schedule, leaves=w.leaves)
+                        digest = load_opening(data).digest
+                    else:
+                        data = run.opening
+                        mlen = int.from_bytes(data[len(MAGIC):len(MAGIC) + 4], "big")
+                        digest = hashing.digest(OPENING_VERSION, data[len(MAGIC) + 4:len(MAGIC) + 4 + mlen])
                     (self.served / "openings" / digest.hex()).write_bytes(data)
                     tree = merkle.MerkleTree.from_leaves(list(w.leaves))
-                    self.miner.submit([SubmitOpening(ev.challenge_id, digest, f"{self.endpoint}/openings/{digest.hex()}",
-                                                     w.leaves[ev.step], tuple(tree.inclusion_proof(ev.step)))])
+                    transport.submit([SubmitOpening(ev.challenge_id, digest, f"{run.endpoint}/openings/{digest.hex()}",
+                                                    w.leaves[ev.step], tuple(tree.inclusion_proof(ev.step)))])
                     run.challenge_id, run.step = ev.challenge_id, ev.step
                     run.opened.set()
                     return
             time.sleep(0.2)
 
     # --- verifier nodes -----------------------------------------------------------------------
-    def node_config(self, name: str, *, db_url: str = "", quorum: int | None = None, **node: Any) -> Path:
+    def node_config(self, name: str, *, db_url: str = "", quorum: int | None = None,
+                    schedule: dict[str, Any] | None = None, fetch: dict[str, Any] | None = None,
+                    replay: dict[str, Any] | None = None, **node: Any) -> Path:
+        """A node's TOML; `schedule`, `fetch` and `replay` add keys to those sections."""
         p = self.params
         # Each node serves its HTTP API on its own free port (the default one would collide).
         with socket.socket() as s:
@@ -139,6 +200,9 @@ class Network:
             "resend_after_blocks = 4",
             "[database]", f'url = "{db_url}"',
             "[fetch]", 'allow = ["127.0.0.1"]', "attempts = 3", "backoff_base_s = 0.2", "backoff_max_s = 1.0",
+            *[f"{k} = {v}" for k, v in (fetch or {}).items()],
+            *(["[schedule]", *[f"{k} = {v}" for k, v in schedule.items()]] if schedule else []),
+            *(["[replay]", *[f"{k} = {v}" for k, v in replay.items()]] if replay else []),
             "[protocol]",
             *[f"{k} = {v}" for k, v in (
                 ("commit_window", p.commit_window), ("reveal_window", p.reveal_window),
@@ -191,5 +255,6 @@ class Network:
                 proc.kill()
                 proc.wait(5)
         self._stop.set()
-        self.http.shutdown()
+        for server in self._servers:
+            server.shutdown()
         self._sealer.join(5)
