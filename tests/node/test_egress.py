@@ -142,6 +142,14 @@ def test_direct_urls_into_the_network_are_refused_without_a_connection(url, tmp_
     assert not (tmp_path / "x").exists() and not (tmp_path / "x.part").exists()
 
 
+@pytest.mark.parametrize("host", ["localhost", "2130706433", "0x7f000001", "127.1", "0177.0.0.1"])
+def test_other_spellings_of_loopback_are_refused_by_what_they_resolve_to(host, tmp_path, no_connections):
+    # The resolver turns these into 127.0.0.1 (or ::1); that answer is what the policy judges.
+    with pytest.raises(FetchError) as exc:
+        fetch_to_file(f"http://{host}:8700/o", tmp_path / "x", max_bytes=100, policy=DEFAULT)
+    assert exc.value.kind in ("refused_address", "bad_uri") and no_connections == []
+
+
 def test_loopback_is_refused_unless_named(serve, tmp_path, no_connections):
     s = serve({"/f": (200, {"Content-Length": "3"}, [b"abc"])})
     with pytest.raises(FetchError) as exc:
@@ -492,3 +500,13 @@ def test_config_gives_the_allow_list_proxy_and_openings_folder(tmp_path):
         load_config(p, env={"POT_NODE_OPENINGS_DIR": "d"})
     with pytest.raises(ConfigError, match="openings_dir"):
         load_config(p, env={"POT_NODE_OPENINGS_DIR": str(tmp_path / "d")})
+
+
+def test_the_cap_is_exact_without_a_length(serve, tmp_path):
+    # No Content-Length: the body ends when the connection does. N bytes pass a cap of N; N+1 do not.
+    n = 200_000
+    s = serve({"/n": (200, {}, [bytes(n)]), "/n1": (200, {}, [bytes(n), b"\0"])})
+    assert fetch_to_file(s.url + "/n", tmp_path / "a", max_bytes=n, policy=OPEN) == n
+    with pytest.raises(FetchError) as exc:
+        fetch_to_file(s.url + "/n1", tmp_path / "b", max_bytes=n, policy=OPEN)
+    assert exc.value.kind == "too_large" and not (tmp_path / "b.part").exists()
