@@ -480,6 +480,15 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _span(shape: list[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= max(d, 1)
+        if n > 1 << 60:
+            break
+    return n
+
+
 def _safetensors_index(buf: memoryview) -> tuple[int, dict[str, tuple[str, tuple[int, ...], int, int]]]:
     """The header of a safetensors buffer, checked as the format requires (little-endian u64 length,
     a JSON object, known dtypes, each tensor's bytes matching its shape, the tensors' byte ranges
@@ -507,7 +516,9 @@ def _safetensors_index(buf: memoryview) -> tuple[int, dict[str, tuple[str, tuple
         dtype, shape, offs = info["dtype"], info["shape"], info["data_offsets"]
         if dtype not in _ST_DTYPES:
             raise ValueError(f"tensor {name[:80]!r} has an unknown dtype")
-        if not isinstance(shape, list) or not all(_is_uint(d) for d in shape):
+        # Even an empty tensor's strides are products of its dims: past 2^60 elements torch
+        # cannot describe it (and no state of ours comes near), so such a shape is refused here.
+        if not isinstance(shape, list) or not all(_is_uint(d) for d in shape) or _span(shape) > 1 << 60:
             raise ValueError(f"tensor {name[:80]!r} has a bad shape")
         if not (isinstance(offs, list) and len(offs) == 2 and all(_is_uint(o) for o in offs) and offs[0] <= offs[1]):
             raise ValueError(f"tensor {name[:80]!r} has bad data_offsets")

@@ -17,6 +17,8 @@ TARGETS = (
     "leaf_list",
     "opening_file",
     "opening_manifest",
+    "opening_gate",
+    "pre_state",
     "spec_cbor",
     "spec_toml",
     "snapshot",
