@@ -127,6 +127,118 @@ def test_a_replay_past_its_budget_is_killed_and_its_worker_replaced(tmp_path):
         pool.shutdown()
 
 
+# --- the daemon's dispatch, on its real database ----------------------------------------------------
+
+
+@pytest.fixture
+def node(tmp_path):
+    from node.config import load_config, load_secrets
+    from node.daemon import VerifierNode
+
+    cfg_path = tmp_path / "n.toml"
+    cfg_path.write_text(f'[chain]\nurl = "dev:///{tmp_path}/c.db"\naccount = "v1"\n[schedule]\nstage_attempts = 2\n')
+    cfg = load_config(cfg_path, env={})
+    engine = open_database(cfg.database_url, init=True)
+    n = VerifierNode(cfg, load_secrets(None, env={}), engine)
+    n.head = 100
+    yield n
+    n.shutdown()
+    engine.dispose()
+
+
+def _add_job(node, cid: bytes, stage: str, miner: str) -> None:
+    from node.db import runs
+
+    now = time.time()
+    with node.engine.begin() as c:
+        c.execute(runs.insert().values(run_id=cid, miner=miner, spec_digest=b"s" * 32, mode="value", declared_steps=4,
+                                       endpoint=f"http://{miner}.example:80", initial_hash=b"i" * 32,
+                                       schedule_commitment=b"c" * 32, dataset_hash=b"d" * 32, registered_block=1,
+                                       slashed=0))
+        c.execute(challenges.insert().values(
+            challenge_id=cid, run_id=cid, idx=0, step=3, root=b"r" * 32, size=5, mode="value",
+            endpoint=f"http://{miner}.example:80", issued_block=90, opening_deadline=100, commit_deadline=200,
+            reveal_deadline=210, stage=stage, opening_uri=f"http://{miner}.example:80/o", attempts=0,
+            next_attempt_at=0.0, created_at=now, updated_at=now))
+
+
+def _run(node, cid: bytes, stage: str, fn, budget: float = 60.0) -> None:
+    """Hand `fn` to the daemon as the stage's work, as schedule() does, with `budget` seconds."""
+    from node.daemon import _run_on_thread, _Task
+    from node.stages import Stage
+
+    job = next(j for j in node._work_jobs() if bytes(j.challenge_id) == cid)
+    owners = node._owners(job)
+    node.tasks[cid] = _Task(Stage(stage), _run_on_thread("t", fn), owners, time.time(), time.monotonic() + budget,
+                            budget)
+    node.in_flight.add(owners)
+
+
+def _collect_until(node, pred, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, "the daemon did not settle the job"
+        node.collect()
+        time.sleep(0.02)
+
+
+def _job(node, cid: bytes):
+    with node.engine.connect() as c:
+        return c.execute(sa.select(challenges).where(challenges.c.challenge_id == cid)).one()
+
+
+def _raise(exc: BaseException):
+    def fn():
+        raise exc
+    return fn
+
+
+def test_an_input_error_refuses_its_job_once_and_a_bug_is_retried_a_bounded_number_of_times(node):
+    bad, buggy, other = b"\x01" * 32, b"\x02" * 32, b"\x03" * 32
+    for cid, miner in ((bad, "a"), (buggy, "b"), (other, "c")):
+        _add_job(node, cid, "validate", miner)
+    # A parser's ValueError on the opening (e.g. an integer too long to print): one refusal.
+    _run(node, bad, "validate", _raise(ValueError("Exceeds the limit (4300 digits) for integer string conversion")))
+    _collect_until(node, lambda: bad not in node.tasks)
+    job = _job(node, bad)
+    assert (job.stage, job.refusal_class) == ("witness", "malformed") and "ValueError" in job.refusal_reason
+    # A bug: retried with backoff, then the job ends with the error as its reason.
+    _run(node, buggy, "validate", _raise(AttributeError("'NoneType' object has no attribute 'x'")))
+    _collect_until(node, lambda: buggy not in node.tasks)
+    job = _job(node, buggy)
+    assert job.stage == "validate" and job.next_attempt_at > time.time() - 1 and "AttributeError" in job.status
+    _run(node, buggy, "validate", _raise(AttributeError("'NoneType' object has no attribute 'x'")))
+    _collect_until(node, lambda: buggy not in node.tasks)
+    job = _job(node, buggy)
+    assert job.stage == "missed" and "failed 2 times" in job.status and "AttributeError" in job.status
+    assert _job(node, other).stage == "validate", "another job was touched"
+    assert node.in_flight.count("miner:a") == node.in_flight.count("endpoint:a.example:80") == 0
+
+
+def test_work_past_its_budget_ends_its_job_as_the_stage_requires(node):
+    import threading
+
+    release = threading.Event()
+    jobs = {b"\x11" * 32: "fetch", b"\x12" * 32: "validate", b"\x13" * 32: "losschecks"}
+    for cid, stage in jobs.items():
+        _add_job(node, cid, stage, f"m{cid[0]}")
+        _run(node, cid, stage, release.wait, budget=0.2)  # a stall: the work never returns by itself
+    _collect_until(node, lambda: not node.tasks)
+    fetch, validate, losschecks = (_job(node, cid) for cid in jobs)
+    # The prover did not deliver in time: refused as unavailable, committed like any refusal.
+    assert (fetch.stage, fetch.refusal_class) == ("witness", "unavailable") and "fetch budget" in fetch.refusal_reason
+    # Nothing can be said of an opening whose validation did not finish: missed.
+    assert validate.stage == "missed" and "budget" in validate.status
+    # The loss checks only flag: the replay goes ahead with a finding.
+    assert losschecks.stage == "replay" and "did not finish" in losschecks.loss_checks
+    # The abandoned threads still count for their miners until they end.
+    assert len(node.abandoned) == 3 and node.in_flight.count("miner:m17") == 1
+    assert node.in_flight.count("endpoint:m17.example:80") == 1
+    release.set()
+    _collect_until(node, lambda: not node.abandoned)
+    assert node.in_flight.count("miner:m17") == 0
+
+
 # --- on a live dev chain --------------------------------------------------------------------------
 
 # Four steps keep the walk and the replay short; the windows leave room for a loaded machine.
