@@ -510,3 +510,43 @@ def test_the_cap_is_exact_without_a_length(serve, tmp_path):
     with pytest.raises(FetchError) as exc:
         fetch_to_file(s.url + "/n1", tmp_path / "b", max_bytes=n, policy=OPEN)
     assert exc.value.kind == "too_large" and not (tmp_path / "b.part").exists()
+
+
+def test_https_goes_to_the_checked_address_with_the_name_in_sni(tmp_path):
+    # The connection is pinned to the address the policy checked; TLS still names the host (SNI)
+    # and checks the certificate against it: a self-signed one is refused.
+    import shutil
+    import ssl
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl to make a certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                    "/CN=prover.test", "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    names: list = []
+    ctx.sni_callback = lambda sock, name, c: names.append(name)
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(2)
+    port = srv.getsockname()[1]
+
+    def accept():
+        conn, _ = srv.accept()
+        try:
+            ctx.wrap_socket(conn, server_side=True).close()
+        except (ssl.SSLError, OSError):
+            conn.close()
+
+    threading.Thread(target=accept, daemon=True).start()
+    policy = FetchPolicy(**{**FAST, "attempts": 1},
+                         egress=EgressPolicy.from_allow(["prover.test"], resolver=lambda host, p: ["127.0.0.1"]))
+    try:
+        with pytest.raises(FetchError) as exc:
+            fetch_bytes(f"https://prover.test:{port}/runs/x/leaves", max_bytes=100, policy=policy)
+        assert "CERTIFICATE_VERIFY_FAILED" in exc.value.reason or "certificate" in exc.value.reason.lower()
+        assert names == ["prover.test"]
+    finally:
+        srv.close()
