@@ -134,7 +134,7 @@ class Spec(_Strict):
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, source: str = "spec") -> Spec:
         try:
-            return cls.model_validate(data)
+            spec = cls.model_validate(data)
         except ValidationError as exc:
             reasons = []
             for err in exc.errors():
@@ -144,6 +144,13 @@ class Spec(_Strict):
                     msg = "unknown field"
                 reasons.append(f"{loc}: {msg}")
             raise SpecError(f"{source}: invalid spec: " + "; ".join(reasons)) from None
+        try:
+            # A spec is committed by its CBOR: one the encoder refuses (an integer past 64 bits)
+            # could never be registered, hashed or opened.
+            spec.to_cbor()
+        except CommitmentError as exc:
+            raise SpecError(f"{source}: invalid spec: {exc}") from None
+        return spec
 
     @classmethod
     def from_toml(cls, path: str | Path) -> Spec:
