@@ -2,7 +2,9 @@
 
 A call travels as b"pot1" + canonical CBOR([call_name, {field: value}]) — in a dev-chain
 transaction, a Substrate remark or a pallet argument alike. `decode_call` refuses anything that is
-not exactly one of our calls (foreign remarks, bad CBOR, wrong fields) with `CallDecodeError`.
+not exactly one of our calls (foreign remarks, bad CBOR, wrong fields) with `CallDecodeError`,
+whose `reason` is one of the bounded codes of `IGNORE_REASONS`; it never raises anything else, so
+a transport turns every bad payload into an `Ignored` record and reads on.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any, ClassVar
 
 from commitments import cbor
 from commitments.errors import CommitmentError
+from commitments.hashing import digest
 
 PREFIX = b"pot1"
 # A call is small; the largest field is the spec. Remarks beyond this are not ours.
@@ -30,8 +33,47 @@ class CallError(ValueError):
     """A call whose fields cannot be what the protocol expects, with the field and the reason."""
 
 
+# Why a payload carrying our prefix was not a call: a bounded set of codes, each with a fixed
+# message. These are what an ignored record holds (never the payload's bytes or a decoder's text),
+# so every node records the same thing for the same remark and the record has a bounded size.
+IGNORE_REASONS: dict[str, str] = {
+    "too_large": "the payload is over the size limit of a call",
+    "bad_cbor": "the payload is not canonical CBOR of the kinds a call uses",
+    "bad_shape": "the payload is not [call_name, {field: value}]",
+    "unknown_call": "the payload names no protocol call",
+    "bad_fields": "the call's fields are missing, unknown or out of range",
+    "decoder_fault": "decoding the payload failed unexpectedly",
+    "transport_fault": "reading the payload from its block failed unexpectedly",
+}
+
+
 class CallDecodeError(CallError):
-    """Bytes that are not a well-formed pot1 call (foreign remark, bad CBOR, unknown call, ...)."""
+    """Bytes that are not a well-formed pot1 call (foreign remark, bad CBOR, unknown call, ...).
+
+    `reason` is a code of IGNORE_REASONS; the message may say more for the local log.
+    """
+
+    def __init__(self, message: str, reason: str = "bad_shape") -> None:
+        super().__init__(message)
+        self.reason = reason if reason in IGNORE_REASONS else "decoder_fault"
+
+
+@dataclass(frozen=True)
+class Ignored:
+    """A payload with our prefix that a transport could not turn into a call: where it was in
+    its block, who sent it, why (a code of IGNORE_REASONS), its size and its BLAKE3 digest."""
+
+    position: int  # its index among the block's protocol payloads, calls and ignored alike
+    origin: str
+    reason: str
+    size: int
+    payload_digest: bytes
+
+    @classmethod
+    def of(cls, position: int, origin: str, payload: Any, reason: str) -> Ignored:
+        data = bytes(payload) if isinstance(payload, (bytes, bytearray, memoryview)) else b""
+        return cls(position, origin, reason if reason in IGNORE_REASONS else "decoder_fault", len(data),
+                   digest("pot/ignored-payload/v1", data))
 
 
 # --- field kinds: each checks one value and returns it normalised ----------------------------
@@ -245,37 +287,106 @@ def _shown(text: str, *, quote: bool = True, limit: int = 64) -> str:
 
 
 def decode_call(data: bytes) -> Call:
-    """Parse wire bytes into a call, or raise `CallDecodeError` saying what is wrong."""
+    """Parse wire bytes into a call, or raise `CallDecodeError` saying what is wrong.
+
+    Nothing else escapes: an unexpected failure inside decoding (a decoder bug, a recursion or
+    digit limit) becomes a CallDecodeError with reason "decoder_fault".
+    """
+    try:
+        return _decode_call(data)
+    except CallDecodeError:
+        raise
+    except Exception as exc:
+        raise CallDecodeError(f"decoding failed unexpectedly ({type(exc).__name__})", "decoder_fault") from None
+
+
+def _decode_call(data: bytes) -> Call:
     if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise CallDecodeError(f"call payload must be bytes, got {type(data).__name__}")
+        raise CallDecodeError(f"call payload must be bytes, got {type(data).__name__}", "bad_shape")
     data = bytes(data)
     if len(data) > MAX_CALL_BYTES:
-        raise CallDecodeError(f"payload of {len(data)} bytes exceeds the limit of {MAX_CALL_BYTES}")
+        raise CallDecodeError(f"payload of {len(data)} bytes exceeds the limit of {MAX_CALL_BYTES}", "too_large")
     if not data.startswith(PREFIX):
-        raise CallDecodeError(f"payload does not start with {PREFIX!r} (not a pot1 call)")
+        raise CallDecodeError(f"payload does not start with {PREFIX!r} (not a pot1 call)", "bad_shape")
+    body = data[len(PREFIX) :]
+    problem = screen_cbor(body, max_items=_MAX_ITEMS, max_nesting=_MAX_NESTING)
+    if problem is not None:
+        raise CallDecodeError(f"pot1 payload is not canonical CBOR: {problem}", "bad_cbor")
     try:
-        obj = cbor.decode(data[len(PREFIX) :], max_bytes=MAX_CALL_BYTES)
+        obj = cbor.decode(body, max_bytes=MAX_CALL_BYTES)
     except CommitmentError as exc:
-        raise CallDecodeError(f"pot1 payload is not canonical CBOR: {exc}") from None
+        raise CallDecodeError(f"pot1 payload is not canonical CBOR: {exc}", "bad_cbor") from None
     if not (isinstance(obj, list) and len(obj) == 2 and isinstance(obj[0], str) and isinstance(obj[1], dict)):
-        raise CallDecodeError("pot1 payload must be [call_name, {field: value}]")
+        raise CallDecodeError("pot1 payload must be [call_name, {field: value}]", "bad_shape")
     name, fields = obj
     cls = CALL_TYPES.get(name)
     if cls is None:
-        raise CallDecodeError(f"unknown call {_shown(name)}; known: {', '.join(sorted(CALL_TYPES))}")
+        raise CallDecodeError(f"unknown call {_shown(name)}; known: {', '.join(sorted(CALL_TYPES))}", "unknown_call")
     expected = set(cls.FIELDS)
     if not all(isinstance(k, str) for k in fields):
-        raise CallDecodeError(f"{name}: field names must be text")
+        raise CallDecodeError(f"{name}: field names must be text", "bad_fields")
     missing, extra = expected - set(fields), set(fields) - expected
     if missing:
-        raise CallDecodeError(f"{name}: missing field(s) {', '.join(sorted(missing))}")
+        raise CallDecodeError(f"{name}: missing field(s) {', '.join(sorted(missing))}", "bad_fields")
     if extra:
         shown = ", ".join(_shown(k, quote=False, limit=40) for k in sorted(extra)[:5])
-        raise CallDecodeError(f"{name}: unknown field(s) {shown}{', ...' if len(extra) > 5 else ''}")
+        raise CallDecodeError(f"{name}: unknown field(s) {shown}{', ...' if len(extra) > 5 else ''}", "bad_fields")
     try:
         return cls(**fields)
     except CallError as exc:
-        raise CallDecodeError(f"{name}: {exc}") from None
+        raise CallDecodeError(f"{name}: {exc}", "bad_fields") from None
+
+
+# The most CBOR items a call can hold: six 32-byte fields, two proofs of MAX_PROOF_LEN hashes.
+_MAX_ITEMS = 4 * MAX_PROOF_LEN + 64
+_MAX_NESTING = 4  # [name, {field: [hash, ...]}]
+
+
+def screen_cbor(data: bytes, *, max_items: int, max_nesting: int) -> str | None:
+    """One linear pass over the CBOR item heads before any decoder sees the bytes: refuse tags
+    (bignums, value sharing), indefinite lengths, and more items or nesting than the value can
+    have; None when the bytes pass. A call, spec or leaf we wrote passes unchanged; what is
+    refused could never be one, whatever a decoder makes of it."""
+    pos, n, items = 0, len(data), 0
+    pending = [1]  # items still expected at each open nesting level
+    while pending:
+        if pending[-1] == 0:
+            pending.pop()
+            continue
+        pending[-1] -= 1
+        if pos >= n:
+            return "truncated CBOR item"
+        items += 1
+        if items > max_items:
+            return f"more than {max_items} CBOR items"
+        ib = data[pos]
+        major, info = ib >> 5, ib & 0x1F
+        pos += 1
+        if info < 24:
+            arg = info
+        elif info <= 27:
+            width = 1 << (info - 24)
+            if pos + width > n:
+                return "truncated CBOR item head"
+            arg = int.from_bytes(data[pos : pos + width], "big")
+            pos += width
+        else:
+            return "indefinite-length or reserved CBOR item"
+        if major == 6:
+            return "CBOR tags are not allowed"
+        if major in (2, 3):
+            if arg > n - pos:
+                return "CBOR string longer than the payload"
+            pos += arg
+        elif major in (4, 5):
+            if len(pending) > max_nesting:
+                return f"CBOR nested deeper than {max_nesting}"
+            if arg > max_items:
+                return f"more than {max_items} CBOR items"
+            pending.append(arg * (2 if major == 5 else 1))
+    if pos != n:
+        return f"trailing bytes after the CBOR item at offset {pos}"
+    return None
 
 
 __all__ = [
@@ -283,6 +394,8 @@ __all__ = [
     "Call",
     "CallDecodeError",
     "CallError",
+    "IGNORE_REASONS",
+    "Ignored",
     "CommitWitness",
     "DeclareWitnessNormBucket",
     "MAX_CALL_BYTES",
@@ -294,4 +407,5 @@ __all__ = [
     "decode_call",
     "encode_call",
     "is_pot_payload",
+    "screen_cbor",
 ]

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from chain.calls import CallDecodeError, CallError, decode_call, encode_call
+from chain.calls import CallDecodeError, CallError, Ignored, decode_call, encode_call, is_pot_payload
 from chain.protocol.params import ProtocolParams
 from chain.transport import Block, Receipt, Transport, TransportError
 from commitments import cbor
@@ -302,13 +302,18 @@ class DevTransport(Transport):
         if raw is None:
             raise TransportError(f"block {number} is not sealed yet (head is {self.chain.head()})")
         bhash, _, ts, txs = raw
-        calls = []
+        calls, ignored = [], []
         for i, (origin, payload) in enumerate(txs):
+            if not is_pot_payload(payload):
+                log.info("block %d tx %d from %s skipped: not a pot1 payload (%d bytes)", number, i, origin,
+                         len(payload))
+                continue
             try:
                 calls.append((origin, decode_call(payload)))
             except CallDecodeError as exc:
-                log.warning("block %d tx %d from %s skipped: %s", number, i, origin, exc)
-        return Block(number, bhash, tuple(calls), ts / 1000.0)
+                log.warning("block %d tx %d from %s ignored (%s): %s", number, i, origin, exc.reason, exc)
+                ignored.append(Ignored.of(i, origin, payload, exc.reason))
+        return Block(number, bhash, tuple(calls), ts / 1000.0, tuple(ignored))
 
     def protocol_params(self) -> ProtocolParams | None:
         """The ProtocolParams recorded in the chain file, or None."""

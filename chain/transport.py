@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from chain.calls import CallDecodeError, decode_call
+from chain.calls import CallDecodeError, Ignored, decode_call
 
 if TYPE_CHECKING:  # annotations only: the protocol is a reader of transports, not their dependency
     from chain.protocol.params import ProtocolParams
@@ -28,6 +28,8 @@ class Block:
     # (origin account id as text, call object) in the order the chain executed them.
     calls: tuple[tuple[str, Any], ...] = field(default_factory=tuple)
     timestamp: float | None = None
+    # Payloads with our prefix that were not calls; the protocol records each as RemarkIgnored.
+    ignored: tuple[Ignored, ...] = field(default_factory=tuple)
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,8 @@ class Transport(abc.ABC):
 
     @abc.abstractmethod
     def block(self, number: int) -> Block:
-        """The finalized block `number`, with its protocol calls decoded (bad ones skipped)."""
+        """The finalized block `number`, with its protocol calls decoded; a payload with our prefix
+        that is not a call goes to `Block.ignored`, and no payload stops the others being read."""
 
     def submit_payloads(self, payloads: list[bytes], *, wait: bool = True, timeout: float = 60.0) -> Receipt:
         """Submit calls already encoded with `encode_call` (e.g. bytes replayed from a journal).

@@ -1,7 +1,9 @@
 """Derive the protocol state from a chain: follow finalized blocks and apply them in order.
 
 Every node computes the same state this way, whatever the transport. A refused call becomes a
-recorded `CallRefused` event, never an exception. The state and cursor can be saved to a
+recorded `CallRefused` event, never an exception; a payload the transport could not decode becomes
+a `RemarkIgnored` event, and a call whose application crashed inside the protocol a `CallRefused`
+with the `ProtocolError` code; the cursor moves past every block whatever its payloads hold. The state and cursor can be saved to a
 snapshot file (written atomically) so a restarted follower resumes where it stopped.
 """
 
@@ -11,7 +13,8 @@ import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from chain.protocol.events import CallRefused, Event
+from chain.calls import IGNORE_REASONS
+from chain.protocol.events import CallRefused, Event, RemarkIgnored
 from chain.protocol.params import ProtocolParams
 from chain.protocol.refusals import ProtocolError
 from chain.protocol.rules import apply_recorded, on_block
@@ -49,14 +52,21 @@ class ChainView:
         if block.number != self.cursor + 1:
             raise ValueError(f"block {block.number} does not follow the cursor {self.cursor}")
         events = on_block(self.state, block)
+        for ig in block.ignored:
+            log.warning("block %d: payload %d from %s ignored: %s", block.number, ig.position, ig.origin, ig.reason)
+            events.append(RemarkIgnored(block.number, ig.position, ig.origin, ig.reason,
+                                        IGNORE_REASONS.get(ig.reason, ""), ig.size, ig.payload_digest))
         for origin, call in block.calls:
             try:
                 events += apply_recorded(self.state, call, origin, block)
             except Exception as exc:  # a protocol bug must not stop the node at this block forever
+                # Only the exception's type is recorded: its text may hold the call's values, and
+                # the record must be the same, and as small, on every node.
                 log.exception("block %d: call from %s failed inside the protocol", block.number, origin)
-                name = getattr(call, "NAME", type(call).__name__)
+                name = getattr(call, "NAME", None)
+                name = name if isinstance(name, str) else "unknown"
                 events.append(CallRefused(block.number, origin, name, ProtocolError.code,
-                                          f"internal protocol error: {type(exc).__name__}: {exc}"))
+                                          f"internal protocol error: {type(exc).__name__}"))
         self.cursor, self.cursor_hash = block.number, block.hash
         if self.keep_events:
             self.events += events

@@ -33,6 +33,7 @@ from chain.protocol.events import (
     MinerSlashed,
     NormBucketDeclared,
     OpeningSubmitted,
+    RemarkIgnored,
     RevealRejected,
     RunRegistered,
     VerifierOutlier,
@@ -53,6 +54,7 @@ from chain.protocol.refusals import (
     CommitmentMismatch,
     CommitWindowClosed,
     DeclarationTooLate,
+    FieldTooLarge,
     InvalidCall,
     NoCommitment,
     NotCrossArchitecture,
@@ -65,6 +67,7 @@ from chain.protocol.refusals import (
     RevealTooLate,
     RootNotAppendOnly,
     RunExists,
+    TooMany,
     UnknownCall,
     UnknownChallenge,
     UnknownRun,
@@ -88,11 +91,11 @@ __all__ = [
     # events
     "Event", "RunRegistered", "CheckpointRootUpdated", "ChallengeIssued", "OpeningSubmitted",
     "NormBucketDeclared", "WitnessCommitted", "WitnessRevealed", "RevealRejected", "ChallengeResolved",
-    "MinerSlashed", "VerifierOutlier", "CallRefused",
+    "MinerSlashed", "VerifierOutlier", "CallRefused", "RemarkIgnored",
     # refusals
     "Refused", "InvalidCall", "RunExists", "UnknownRun", "NotRunOwner", "BadRootSize", "BadConsistencyProof",
     "RootNotAppendOnly", "UnknownChallenge", "ChallengeClosed", "OpeningTooLate", "AlreadyOpened",
     "BadLeafProof", "BadLeaf", "OwnChallenge", "CommitWindowClosed", "AlreadyCommitted", "NoCommitment",
     "RevealTooEarly", "RevealTooLate", "CommitmentMismatch", "NotCrossArchitecture", "DeclarationTooLate",
-    "AlreadyDeclared", "UnknownCall", "ProtocolError",
+    "AlreadyDeclared", "UnknownCall", "FieldTooLarge", "TooMany", "ProtocolError",
 ]

@@ -177,6 +177,19 @@ class CallRefused(Event):
     reason: str
 
 
+@dataclass(frozen=True)
+class RemarkIgnored(Event):
+    """A payload with the pot1 prefix that was no call (it could not be decoded), or a call whose
+    application failed unexpectedly. Every node records the same one for the same payload, of
+    bounded size: a reason code with its fixed message, never the payload's bytes."""
+
+    code: ClassVar[str] = "RemarkIgnored"
+    position: int  # the payload's place in its block (see chain.calls.Ignored)
+    origin: str
+    reason: str  # a code of chain.calls.IGNORE_REASONS
+    message: str  # the code's fixed message
+    size: int
+    payload_digest: bytes
 
 
 EVENT_TYPES: dict[str, type[Event]] = {
@@ -184,6 +197,6 @@ EVENT_TYPES: dict[str, type[Event]] = {
     for c in (
         RunRegistered, CheckpointRootUpdated, ChallengeIssued, OpeningSubmitted, NormBucketDeclared,
         WitnessCommitted, WitnessRevealed, RevealRejected, ChallengeResolved, MinerSlashed,
-        VerifierOutlier, CallRefused,
+        VerifierOutlier, CallRefused, RemarkIgnored,
     )
 }

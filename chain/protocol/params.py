@@ -7,6 +7,19 @@ from dataclasses import asdict, dataclass, fields
 from fractions import Fraction
 from typing import Any
 
+# Caps on what the protocol state keeps, enforced when a call is applied: a call over one is
+# refused with FieldTooLarge or TooMany (docs/protocol.md lists them). They bound the state, and
+# so every snapshot, whatever the chain carries; each is far above what an honest run needs.
+MAX_SPEC_BYTES = 16 * 1024  # a registration's canonical spec CBOR
+MAX_ENDPOINT_BYTES = 512  # a run's endpoint (UTF-8)
+MAX_URI_BYTES = 512  # an opening's URI (UTF-8)
+MAX_LEAF_BYTES = 1024  # an opened step leaf
+MAX_DECLARED_STEPS = 100_000_000  # a run's declared steps
+MAX_OPEN_RUNS_PER_MINER = 256  # runs of one miner whose challenges are not all resolved
+MAX_WITNESSES_PER_CHALLENGE = 1024  # witness commitments of one challenge
+MAX_CHALLENGES_PER_RUN = 64  # challenges_per_run and forced_challenge_steps
+MAX_REASON_CHARS = 300  # the reason text a CallRefused event keeps
+
 
 @dataclass(frozen=True)
 class ProtocolParams:
@@ -41,6 +54,8 @@ class ProtocolParams:
             raise ValueError(f"protocol parameter quorum_share must be in (0, 1], got {self.quorum_share}")
         if any(isinstance(t, bool) or not isinstance(t, int) or t < 1 for t in self.forced_challenge_steps):
             raise ValueError("forced_challenge_steps must be steps >= 1")
+        if self.challenges_per_run > MAX_CHALLENGES_PER_RUN or len(self.forced_challenge_steps) > MAX_CHALLENGES_PER_RUN:
+            raise ValueError(f"challenges_per_run and forced_challenge_steps are capped at {MAX_CHALLENGES_PER_RUN}")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

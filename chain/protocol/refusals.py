@@ -172,6 +172,18 @@ class UnknownCall(Refused):
     code = "UnknownCall"
 
 
+class FieldTooLarge(Refused):
+    """A field over the size the protocol state keeps (spec bytes, endpoint, URI, leaf, steps)."""
+
+    code = "FieldTooLarge"
+
+
+class TooMany(Refused):
+    """A list or count the protocol state keeps is full (runs per miner, witnesses per challenge)."""
+
+    code = "TooMany"
+
+
 class ProtocolError(Refused):
     """Never raised by the rules: a follower records it when applying a call crashed inside the
     protocol (a bug), so one bad call cannot stop the node at that block."""
@@ -186,7 +198,7 @@ REFUSAL_TYPES: dict[str, type[Refused]] = {
         RootNotAppendOnly, UnknownChallenge, ChallengeClosed, OpeningTooLate, AlreadyOpened, BadLeafProof,
         BadLeaf, OwnChallenge, CommitWindowClosed, AlreadyCommitted, NoCommitment, RevealTooEarly,
         RevealTooLate, CommitmentMismatch, NotCrossArchitecture, DeclarationTooLate, AlreadyDeclared,
-        UnknownCall, ProtocolError,
+        UnknownCall, FieldTooLarge, TooMany, ProtocolError,
     )
 }
 

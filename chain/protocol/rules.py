@@ -14,6 +14,7 @@ from chain.calls import (
     StartTrainingCommitment,
     SubmitCheckpointRoot,
     SubmitOpening,
+    screen_cbor,
 )
 from chain.protocol.events import (
     CallRefused,
@@ -30,6 +31,16 @@ from chain.protocol.events import (
     WitnessCommitted,
     WitnessRevealed,
 )
+from chain.protocol.params import (
+    MAX_DECLARED_STEPS,
+    MAX_ENDPOINT_BYTES,
+    MAX_LEAF_BYTES,
+    MAX_OPEN_RUNS_PER_MINER,
+    MAX_REASON_CHARS,
+    MAX_SPEC_BYTES,
+    MAX_URI_BYTES,
+    MAX_WITNESSES_PER_CHALLENGE,
+)
 from chain.protocol.refusals import (
     AlreadyCommitted,
     AlreadyDeclared,
@@ -42,6 +53,7 @@ from chain.protocol.refusals import (
     CommitmentMismatch,
     CommitWindowClosed,
     DeclarationTooLate,
+    FieldTooLarge,
     InvalidCall,
     NoCommitment,
     NotCrossArchitecture,
@@ -53,11 +65,12 @@ from chain.protocol.refusals import (
     RevealTooLate,
     RootNotAppendOnly,
     RunExists,
+    TooMany,
     UnknownCall,
     UnknownChallenge,
     UnknownRun,
 )
-from chain.protocol.state import ChallengeState, ProtocolState, RunState
+from chain.protocol.state import ChallengeState, ProtocolState, RunState, registration_digest
 from challenges.derive import challenge_id as derive_challenge_id
 from challenges.derive import challenge_steps
 from challenges.verdict import FRAUD, Reveal, decide
@@ -93,17 +106,39 @@ def apply_recorded(state: ProtocolState, call: Call, origin: str, block: Any) ->
         return apply(state, call, origin, block)
     except Refused as exc:
         name = getattr(call, "NAME", type(call).__name__)
-        return [*exc.events, CallRefused(_number(block), origin, name, exc.code, exc.reason)]
+        reason = exc.reason if len(exc.reason) <= MAX_REASON_CHARS else exc.reason[: MAX_REASON_CHARS - 3] + "..."
+        return [*exc.events, CallRefused(_number(block), origin, name, exc.code, reason)]
+
+
+def _cap(name: str, size: int, limit: int) -> None:
+    if size > limit:
+        raise FieldTooLarge(f"{name} is {size} bytes; the protocol keeps at most {limit}")
+
+
+def _open_runs(state: ProtocolState, miner: str) -> int:
+    return sum(
+        1 for r in state.runs.values()
+        if r.miner == miner and (not r.challenges or any(state.challenges[c].verdict is None for c in r.challenges))
+    )
 
 
 def _start(state: ProtocolState, c: StartTrainingCommitment, origin: str, n: int) -> list[Event]:
-    registration = cbor.encode(c.to_wire())
+    registration = registration_digest(cbor.encode(c.to_wire()))
     existing = state.runs.get(c.run_id)
     if existing is not None:
         if existing.miner == origin and existing.registration == registration:
             return []
         how = f"by {existing.miner!r}" if existing.miner != origin else "with different commitments"
         raise RunExists(f"run {c.run_id.hex()[:16]} is already registered {how}")
+    _cap("the spec", len(c.spec), MAX_SPEC_BYTES)
+    _cap("the endpoint", len(c.endpoint.encode("utf-8")), MAX_ENDPOINT_BYTES)
+    if c.declared_steps > MAX_DECLARED_STEPS:
+        raise FieldTooLarge(f"declared_steps is over the protocol's limit of {MAX_DECLARED_STEPS}")
+    if _open_runs(state, origin) >= MAX_OPEN_RUNS_PER_MINER:
+        raise TooMany(f"{origin!r} has {MAX_OPEN_RUNS_PER_MINER} runs whose challenges are not all resolved")
+    problem = screen_cbor(c.spec, max_items=len(c.spec), max_nesting=16)
+    if problem is not None:
+        raise InvalidCall(f"run {c.run_id.hex()[:16]}: the spec is not canonical CBOR: {problem}")
     try:
         spec = Spec.from_cbor(c.spec)
     except CommitmentError as exc:
@@ -182,8 +217,13 @@ def _opening(state: ProtocolState, c: SubmitOpening, origin: str, n: int) -> lis
         if all(ch.opening[k] == v for k, v in fields_.items()):
             return []
         raise AlreadyOpened(f"challenge {c.challenge_id.hex()[:16]} already has an opening")
+    _cap("the opening URI", len(c.uri.encode("utf-8")), MAX_URI_BYTES)
+    _cap("the leaf", len(c.leaf), MAX_LEAF_BYTES)
     if not verify_inclusion(c.leaf, ch.step, ch.size, list(c.leaf_proof), ch.root):
         raise BadLeafProof(f"the leaf proof does not show the leaf at index {ch.step} of the challenged root")
+    problem = screen_cbor(c.leaf, max_items=16, max_nesting=2)
+    if problem is not None:
+        raise BadLeaf(f"leaf {ch.step} is not a step leaf: {problem}")
     try:
         leaf = parse_step_leaf(c.leaf)
     except CommitmentError as exc:
@@ -223,6 +263,8 @@ def _commit(state: ProtocolState, c: CommitWitness, origin: str, n: int) -> list
         if prior == c.commitment:
             return []
         raise AlreadyCommitted(f"{origin!r} has already committed to this challenge")
+    if len(ch.commitments) >= MAX_WITNESSES_PER_CHALLENGE:
+        raise TooMany(f"the challenge has {MAX_WITNESSES_PER_CHALLENGE} witness commitments already")
     bonded = 0
     if origin not in state.verifiers:
         bonded = state.params.verifier_stake
@@ -244,7 +286,8 @@ def _reveal(state: ProtocolState, c: RevealWitnessValue, origin: str, n: int) ->
     _open_challenge(state, c.challenge_id)
     if not verify_witness(commitment, c.challenge_id, c.value_hash, c.norm_bucket, c.salt, origin):
         reason = "the revealed value, bucket and salt do not open the commitment"
-        ch.rejected.append([n, origin, reason])
+        if all(r[1] != origin for r in ch.rejected):  # one record per verifier keeps the list bounded
+            ch.rejected.append([n, origin, reason])
         raise CommitmentMismatch(reason, [RevealRejected(n, c.challenge_id, origin, reason)])
     if origin in ch.reveals:
         return []

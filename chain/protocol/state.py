@@ -9,6 +9,7 @@ from typing import Any
 from chain.protocol.params import ProtocolParams
 from commitments import cbor
 from commitments.errors import CommitmentError
+from commitments.hashing import digest
 
 SNAPSHOT_VERSION = "pot/protocol-state/v1"
 
@@ -17,7 +18,7 @@ SNAPSHOT_VERSION = "pot/protocol-state/v1"
 class RunState:
     run_id: bytes
     miner: str
-    registration: bytes  # the encoded registration fields: an identical repeat is a no-op
+    registration: bytes  # digest of the encoded registration fields: an identical repeat is a no-op
     spec_digest: bytes
     mode: str
     declared_steps: int
@@ -83,6 +84,9 @@ class ProtocolState:
             if not isinstance(obj, dict) or obj.get("version") != SNAPSHOT_VERSION:
                 raise ValueError(f"not a {SNAPSHOT_VERSION} snapshot")
             runs = [RunState(**r) for r in obj["runs"]]
+            for r in runs:  # snapshots of older nodes kept the whole encoded registration
+                if len(r.registration) != 32:
+                    r.registration = registration_digest(r.registration)
             challenges = [ChallengeState(**c) for c in obj["challenges"]]
             return cls(
                 params=ProtocolParams.from_dict(obj["params"]),
@@ -99,6 +103,12 @@ class ProtocolState:
 
 class SnapshotError(ValueError):
     """A persisted protocol state that cannot be restored, with the reason."""
+
+
+def registration_digest(encoded: bytes) -> bytes:
+    """What a run keeps of its registration: enough to know an identical repeat, 32 bytes
+    whatever the spec's size."""
+    return digest("pot/registration/v1", bytes(encoded))
 
 
 def _row(obj: Any) -> dict[str, Any]:

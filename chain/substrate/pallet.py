@@ -11,7 +11,7 @@ from typing import Any
 from scalecodec.utils.ss58 import ss58_encode
 from substrateinterface import Keypair, SubstrateInterface
 
-from chain.calls import CALL_TYPES, Call, CallError
+from chain.calls import CALL_TYPES, Call, CallError, Ignored
 from chain.substrate.base import SubstrateTransport
 from chain.substrate.blocks import Executed
 from chain.substrate.client import SubstrateClient
@@ -129,11 +129,17 @@ class PalletTransport(SubstrateTransport):
         block_hash, decoded, outcome, timestamp = self._read_block(number)
         by_chain_name = {v: k for k, v in self.config.calls.items()}
         calls: list[tuple[str, Any]] = []
+        ignored: list[Ignored] = []
+        position = 0  # executed pallet calls seen so far in this block
         for idx, ext in enumerate(decoded):
             if not ext or "address" not in ext:
                 continue
             where = f"block {number} extrinsic {idx}"
-            found = list(_walk_pallet(ext.get("call") or {}, self.config.pallet, batch=False))
+            try:
+                found = list(_walk_pallet(ext.get("call") or {}, self.config.pallet, batch=False))
+            except Exception as exc:  # one odd call tree must not stop the block
+                log.warning("%s: skipped: reading its calls failed (%s)", where, type(exc).__name__)
+                continue
             if not found:
                 continue
             ex = outcome.get(idx, Executed())
@@ -153,11 +159,17 @@ class PalletTransport(SubstrateTransport):
                 if proto is None:
                     log.info("%s: skipped pallet call %s (not configured)", where, pcall.get("function"))
                     continue
+                at, position = position, position + 1
                 try:
                     calls.append((origin, self._decode_pallet_call(proto, pcall)))
-                except (CallError, ValueError, TypeError) as exc:
-                    log.warning("%s: skipped malformed %s call: %s", where, proto, exc)
-        return Block(number=number, hash=hex_bytes(block_hash), calls=tuple(calls), timestamp=timestamp)
+                except TransportError:
+                    raise  # the connection, not the call: the block is read again, never half-read
+                except Exception as exc:
+                    reason = "bad_fields" if isinstance(exc, (CallError, ValueError, TypeError)) else "decoder_fault"
+                    log.warning("%s: skipped malformed %s call (%s): %s", where, proto, reason, type(exc).__name__)
+                    ignored.append(Ignored.of(at, origin, pcall.get("raw"), reason))
+        return Block(number=number, hash=hex_bytes(block_hash), calls=tuple(calls), timestamp=timestamp,
+                     ignored=tuple(ignored))
 
     def events(self, number: int) -> list[tuple[str, Any]]:
         """The configured pallet events of finalized block `number`, as (name, attributes)."""

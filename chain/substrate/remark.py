@@ -11,7 +11,7 @@ from typing import Any
 from scalecodec.utils.ss58 import ss58_encode
 from substrateinterface import SubstrateInterface
 
-from chain.calls import CallDecodeError, CallError, decode_call, encode_call, is_pot_payload
+from chain.calls import CallDecodeError, CallError, Ignored, decode_call, encode_call, is_pot_payload
 from chain.substrate.base import SubstrateTransport
 from chain.substrate.blocks import Executed
 from chain.substrate.scale import blake2_256, hex_bytes, pubkey
@@ -63,43 +63,53 @@ class RemarkTransport(SubstrateTransport):
     def block(self, number: int) -> Block:
         block_hash, decoded, outcome, timestamp = self._read_block(number)
         calls: list[tuple[str, Any]] = []
+        ignored: list[Ignored] = []
+        position = [0]  # executed remarks seen so far in this block, foreign ones included
         for idx, ext in enumerate(decoded):
             if not ext or "address" not in ext:
                 continue  # inherents and undecodable extrinsics carry no protocol calls
             where = f"block {number} extrinsic {idx}"
-            ex = outcome.get(idx, Executed())
-            remarks = list(_walk_remarks(ext.get("call") or {}, where))
-            if not remarks:
+            try:
+                self._extrinsic(ext, outcome.get(idx, Executed()), where, calls, ignored, position)
+            except Exception as exc:  # one odd extrinsic must not hide the others or stop the block
+                log.warning("%s: skipped: reading it failed (%s)", where, type(exc).__name__)
+        return Block(number=number, hash=hex_bytes(block_hash), calls=tuple(calls), timestamp=timestamp,
+                     ignored=tuple(ignored))
+
+    def _extrinsic(self, ext: Mapping[str, Any], ex: Executed, where: str, calls: list[tuple[str, Any]],
+                   ignored: list[Ignored], position: list[int]) -> None:
+        remarks = list(_walk_remarks(ext.get("call") or {}, where))
+        if not remarks:
+            return
+        if not ex.success:
+            log.info("%s: skipped %d remark(s): the extrinsic failed (%s)", where, len(remarks), ex.failure)
+            return
+        try:
+            signer = pubkey(ext["address"])
+        except ValueError as exc:
+            log.warning("%s: skipped: signer address unusable (%s)", where, exc)
+            return
+        origin = ss58_encode(signer, self.client.ss58_format)
+        # The Remarked events are the executed remarks, in order; a remark inside an
+        # interrupted Utility.batch has none and is left out.
+        pending = list(ex.remarks)
+        for payload in remarks:
+            digest = blake2_256(payload)
+            hit = next((i for i, (who, h) in enumerate(pending) if h == digest and who == signer), None)
+            if hit is None:
+                log.info("%s: skipped a remark that did not execute", where)
                 continue
-            if not ex.success:
-                log.info(
-                    "%s: skipped %d remark(s): the extrinsic failed (%s)", where, len(remarks), ex.failure
-                )
+            del pending[: hit + 1]
+            at = position[0]
+            position[0] += 1
+            if not is_pot_payload(payload):
+                log.info("%s: skipped foreign remark (%d bytes, not pot1)", where, len(payload))
                 continue
             try:
-                signer = pubkey(ext["address"])
-            except ValueError as exc:
-                log.warning("%s: skipped: signer address unusable (%s)", where, exc)
-                continue
-            origin = ss58_encode(signer, self.client.ss58_format)
-            # The Remarked events are the executed remarks, in order; a remark inside an
-            # interrupted Utility.batch has none and is left out.
-            pending = list(ex.remarks)
-            for payload in remarks:
-                digest = blake2_256(payload)
-                hit = next((i for i, (who, h) in enumerate(pending) if h == digest and who == signer), None)
-                if hit is None:
-                    log.info("%s: skipped a remark that did not execute", where)
-                    continue
-                del pending[: hit + 1]
-                if not is_pot_payload(payload):
-                    log.info("%s: skipped foreign remark (%d bytes, not pot1)", where, len(payload))
-                    continue
-                try:
-                    calls.append((origin, decode_call(payload)))
-                except CallDecodeError as exc:
-                    log.warning("%s: skipped malformed pot1 remark from %s: %s", where, origin, exc)
-        return Block(number=number, hash=hex_bytes(block_hash), calls=tuple(calls), timestamp=timestamp)
+                calls.append((origin, decode_call(payload)))
+            except CallDecodeError as exc:
+                log.warning("%s: skipped malformed pot1 remark from %s (%s): %s", where, origin, exc.reason, exc)
+                ignored.append(Ignored.of(at, origin, payload, exc.reason))
 
 
 def _walk_remarks(call: Mapping[str, Any], where: str) -> Iterable[bytes]:

@@ -40,6 +40,8 @@ REFUSAL_CODES = {
     "DeclarationTooLate": "DeclarationTooLate",
     "AlreadyDeclared": "AlreadyDeclared",
     "UnknownCall": "UnknownCall",
+    "FieldTooLarge": "FieldTooLarge",
+    "TooMany": "TooMany",
     "ProtocolError": "ProtocolError",
 }
 EVENT_CODES = {
@@ -55,6 +57,7 @@ EVENT_CODES = {
     "MinerSlashed": "MinerSlashed",
     "VerifierOutlier": "VerifierOutlier",
     "CallRefused": "CallRefused",
+    "RemarkIgnored": "RemarkIgnored",
 }
 
 

@@ -19,7 +19,7 @@ def chain_with_run(path):
     miner = DevTransport(path, "miner")
     miner.submit([run.register()])
     miner.submit([run.submit_root(4)])
-    miner.submit_payloads([b"pot1 not cbor"])  # skipped by the transport, not a crash
+    miner.submit_payloads([b"pot1 not cbor"])  # skipped by the transport and recorded, not a crash
     miner.submit([run.submit_root(2)])  # refused: not append-only
     return run, miner
 
@@ -29,8 +29,9 @@ def test_view_derives_state_and_records_refusals(tmp_path):
     view = ChainView(miner, PARAMS)
     events = view.sync()
     kinds = [type(e).__name__ for e in events]
-    assert kinds == ["RunRegistered", "CheckpointRootUpdated", "CallRefused"]
-    assert events[2].refusal == "RootNotAppendOnly" and events[2].block == 4
+    assert kinds == ["RunRegistered", "CheckpointRootUpdated", "RemarkIgnored", "CallRefused"]
+    assert (events[2].block, events[2].reason, events[2].origin) == (3, "bad_cbor", "miner")
+    assert events[3].refusal == "RootNotAppendOnly" and events[3].block == 4
     assert view.cursor == 4 and view.state.head == 4
     assert view.state.runs[run.run_id].size == 4
     assert view.sync() == []
