@@ -26,6 +26,7 @@ from sqlalchemy import and_, select, update
 from sqlalchemy.engine import Connection, Engine
 
 from chain import protocol as P
+from chain.calls import IGNORE_REASONS
 from chain.protocol import ProtocolState, SnapshotError
 from chain.transport import Block, Transport, TransportError
 from chain.view import ChainView
@@ -36,7 +37,7 @@ from commitments.files import make_private_dir
 from commitments.retry import Backoff
 from node import journal
 from node.config import NodeConfig, Secrets
-from node.db import chain_cursor, chain_events, challenges, runs, stage_log, txs
+from node.db import chain_cursor, chain_events, challenges, count_ignored, runs, stage_log, txs
 from node.fetch import FetchPolicy, FetchStopped, OpeningsFull
 from node.logs import log_event
 from node.pipeline import ChainFacts, ReplayPool, StageOutcome, stage_fetch, stage_losschecks, stage_validate
@@ -51,6 +52,12 @@ MAX_REPLAY_ATTEMPTS = 3
 LOOP_BACKOFF = Backoff(0.5, 30.0)
 STAGE_BACKOFF = Backoff(1.0, 5.0)
 SEND_BACKOFF = Backoff(0.5, 3.0)
+# The protocol-state snapshot is rewritten every SNAPSHOT_MIN_BLOCKS blocks, or more rarely when it
+# is large (about SNAPSHOT_BYTES_PER_BLOCK of snapshot per block, amortised), but at least every
+# SNAPSHOT_MAX_BLOCKS blocks and at shutdown: the blocks since are re-derived from the chain on start.
+SNAPSHOT_MIN_BLOCKS = 16
+SNAPSHOT_MAX_BLOCKS = 256
+SNAPSHOT_BYTES_PER_BLOCK = 64 * 1024
 
 
 @dataclass
@@ -138,6 +145,8 @@ class VerifierNode:
         self.failures = 0
         self._confirmed_commit = False
         self.stage_failures: dict[bytes, int] = {}  # stage thread errors in a row, per job (retry backoff)
+        self.snapshot_block: int | None = None  # the block the database's snapshot is of (None: none yet)
+        self.snapshot_bytes = 0
 
     # --- start-up -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -175,11 +184,22 @@ class VerifierNode:
             if self.transport.block(row.block).hash != bytes(row.block_hash):
                 raise StartupError(f"block {row.block} of this chain differs from the one in the database: "
                                    f"the database belongs to another chain")
+        if state.head > row.block:
+            raise StartupError(f"the database's protocol snapshot is of block {state.head}, after its cursor "
+                               f"{row.block}")
         try:
-            view = ChainView(self.transport, self.params, cursor=row.block, state=state, keep_events=False)
+            view = ChainView(self.transport, self.params, cursor=state.head, state=state, keep_events=False)
         except SnapshotError:
             raise StartupError("the database was built with other protocol parameters than [protocol] gives") from None
+        # The snapshot may be a few blocks older than the cursor: re-derive them (their events and
+        # jobs are in the database already).
+        while view.cursor < row.block:
+            view.process(self.transport.block(view.cursor + 1))
+        if row.block > state.head:
+            log_event(log, "snapshot_rederived", snapshot_block=state.head, cursor=row.block,
+                      blocks=row.block - state.head)
         view.cursor_hash = bytes(row.block_hash) if row.block_hash is not None else None
+        self.snapshot_block, self.snapshot_bytes = state.head, len(row.snapshot)
         return view
 
     def _reconnect(self, why: str) -> None:
@@ -243,6 +263,7 @@ class VerifierNode:
             except Exception:  # still running (a validation ignores `stop`): it dies with the process
                 pass
         self.replays.shutdown()
+        self._final_snapshot()
         if self.transport is not None:
             try:
                 self.transport.close()
@@ -269,10 +290,12 @@ class VerifierNode:
                 events = self.view.process(block)
                 with self.engine.begin() as conn:
                     relevant = self._apply_events(conn, block, events)
-                    self._save_cursor(conn, block)
+                    written = self._save_cursor(conn, block)
             except BaseException:
                 self.view = None  # its state ran ahead of the database: rebuild from the cursor
                 raise
+            if written is not None:
+                self.snapshot_block, self.snapshot_bytes = block.number, written
             self.last_block_at = time.monotonic()
             n += 1
             if relevant:
@@ -281,12 +304,36 @@ class VerifierNode:
                 self._maybe_kill("commit_confirmed")
         return n
 
-    def _save_cursor(self, conn: Connection, block: Block) -> None:
+    def _snapshot_due(self, number: int) -> bool:
+        if self.snapshot_block is None:
+            return True
+        every = min(SNAPSHOT_MAX_BLOCKS, max(SNAPSHOT_MIN_BLOCKS, -(-self.snapshot_bytes // SNAPSHOT_BYTES_PER_BLOCK)))
+        return number - self.snapshot_block >= every
+
+    def _save_cursor(self, conn: Connection, block: Block) -> int | None:
+        """Move the cursor to `block`; with the snapshot too when one is due (its size, else None)."""
         assert self.view is not None
-        values = dict(block=block.number, block_hash=block.hash, snapshot=self.view.state.to_cbor(),
-                      updated_at=time.time())
+        values: dict[str, Any] = dict(block=block.number, block_hash=block.hash, updated_at=time.time())
+        snapshot = self.view.state.to_cbor() if self._snapshot_due(block.number) else None
+        if snapshot is not None:
+            values["snapshot"] = snapshot
         if conn.execute(update(chain_cursor).where(chain_cursor.c.id == 1).values(**values)).rowcount == 0:
+            if snapshot is None:
+                snapshot = values["snapshot"] = self.view.state.to_cbor()
             conn.execute(chain_cursor.insert().values(id=1, **values))
+        return None if snapshot is None else len(snapshot)
+
+    def _final_snapshot(self) -> None:
+        """At shutdown: the snapshot of the cursor itself, so the next start re-derives nothing."""
+        view = self.view
+        if view is None or view.cursor == self.snapshot_block or view.state.head != view.cursor:
+            return
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(update(chain_cursor).where(and_(chain_cursor.c.id == 1, chain_cursor.c.block == view.cursor))
+                             .values(snapshot=view.state.to_cbor()))
+        except Exception as exc:  # the older snapshot still stands; the next start re-derives from it
+            log_event(log, "snapshot_write_failed", level=logging.WARNING, error=type(exc).__name__)
 
     def _apply_events(self, conn: Connection, block: Block, events: list[P.Event]) -> bool:
         """Record a block's events and turn them into job changes. True if one concerned our jobs."""
@@ -349,6 +396,14 @@ class VerifierNode:
             elif isinstance(ev, P.VerifierOutlier) and ev.verifier == self.account:
                 conn.execute(update(challenges).where(challenges.c.challenge_id == ev.challenge_id)
                              .values(outlier=True, updated_at=now))
+            elif isinstance(ev, P.RemarkIgnored):
+                count_ignored(conn, ev.reason if ev.reason in IGNORE_REASONS else "other")
+                log_event(log, "remark_ignored", block=ev.block, position=ev.position, origin=ev.origin,
+                          reason=ev.reason)
+            elif isinstance(ev, P.CallRefused) and ev.refusal == P.ProtocolError.code:
+                count_ignored(conn, "apply_fault")
+                log_event(log, "call_failed", level=logging.ERROR, block=ev.block, origin=ev.origin, call=ev.call,
+                          reason=ev.reason)
             elif isinstance(ev, P.CallRefused) and ev.origin == self.account:
                 # The refusal does not name the challenge; the deadlines settle the tx's fate.
                 log_event(log, "call_refused", level=logging.WARNING, call=ev.call, refusal=ev.refusal,

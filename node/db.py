@@ -28,6 +28,7 @@ from sqlalchemy import (
     event,
     inspect,
     select,
+    update,
 )
 from sqlalchemy.engine import Engine, make_url
 
@@ -45,8 +46,10 @@ node_meta = Table(
     Column("value", Text, nullable=False),
 )
 
-# One row (id = 1): the last finalized block applied and the protocol state after it. It is
-# updated in the same transaction as the jobs that block's events created: exactly once.
+# One row (id = 1): the last finalized block applied, updated in the same transaction as the jobs
+# that block's events created (exactly once), and a protocol-state snapshot. The snapshot is
+# rewritten only every few blocks (its own `head` says which block it is of); a restart re-derives
+# the blocks from there to `block` from the chain, so a block's write does not cost the history.
 chain_cursor = Table(
     "chain_cursor", metadata,
     Column("id", Integer, primary_key=True),
@@ -329,3 +332,22 @@ def open_database(url: str, *, init: bool = False) -> Engine:
         engine.dispose()
         raise
     return engine
+
+
+# Counters of payloads the follower ignored, by reason, kept in node_meta (key prefix below) and
+# bumped in the same transaction as the block that carried them: a bounded set of rows.
+IGNORED_KEY = "remarks_ignored:"
+
+
+def count_ignored(conn, reason: str, n: int = 1) -> None:
+    key = IGNORED_KEY + reason
+    row = conn.execute(select(node_meta.c.value).where(node_meta.c.key == key)).first()
+    if row is None:
+        conn.execute(node_meta.insert().values(key=key, value=str(n)))
+    else:
+        conn.execute(update(node_meta).where(node_meta.c.key == key).values(value=str(int(row.value) + n)))
+
+
+def ignored_counts(conn) -> dict[str, int]:
+    rows = conn.execute(select(node_meta.c.key, node_meta.c.value).where(node_meta.c.key.like(IGNORED_KEY + "%")))
+    return {k[len(IGNORED_KEY):]: int(v) for k, v in rows}

@@ -12,10 +12,15 @@ from fastapi import FastAPI, Request
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 
+from chain.calls import IGNORE_REASONS
 from node import queries as Q
+from node.db import ignored_counts
 from node.stages import STAGES
 
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+# Why the follower ignored a payload: the decode reasons, a call that crashed inside the protocol,
+# and "other" for a code this node does not know (a bounded label set whatever the chain holds).
+IGNORED_REASONS = (*IGNORE_REASONS, "apply_fault", "other")
 
 
 class NodeCollector:
@@ -40,6 +45,7 @@ class NodeCollector:
                 txs = Q.tx_counts(conn)
                 runs = Q.run_count(conn)
                 conflicts = Q.conflict_summary(conn, latest=0)
+                ignored = ignored_counts(conn)
         except Exception:  # any driver error: say the database is down, keep serving the rest
             up.add_metric([], 0.0)
             yield up
@@ -83,6 +89,13 @@ class NodeCollector:
                               "Witness conflicts no operator has acknowledged yet (/readyz fails while > 0).")
         g.add_metric([], conflicts["unacknowledged"])
         yield g
+
+        c = CounterMetricFamily("pot_remarks_ignored",
+                                "Payloads with the pot1 prefix the follower ignored (undecodable, or a call "
+                                "that failed inside the protocol), by reason.", labels=["reason"])
+        for reason in IGNORED_REASONS:
+            c.add_metric([reason], ignored.get(reason, 0))
+        yield c
 
         g = GaugeMetricFamily("pot_runs", "Runs registered on the followed chain.")
         g.add_metric([], runs)

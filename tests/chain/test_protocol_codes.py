@@ -124,3 +124,16 @@ def test_stored_codes_map_back_to_refusals():
         assert P.refusal_type(code) is cls
     with pytest.raises(ValueError, match="unknown refusal code 'Nope'"):
         P.refusal_type("Nope")
+
+
+# The reasons a RemarkIgnored event records (chain.calls.IGNORE_REASONS): pinned like the codes.
+IGNORE_REASON_CODES = ("too_large", "bad_cbor", "bad_shape", "unknown_call", "bad_fields", "decoder_fault",
+                       "transport_fault")
+
+
+def test_ignore_reason_table_is_pinned():
+    from chain.calls import IGNORE_REASONS, Ignored
+
+    assert tuple(IGNORE_REASONS) == IGNORE_REASON_CODES
+    assert all(isinstance(m, str) and 0 < len(m) <= 80 for m in IGNORE_REASONS.values())
+    assert Ignored.of(0, "a", b"x", "no such reason").reason == "decoder_fault"
