@@ -66,36 +66,45 @@ def read_block(
 
     decoded, events = client.call(f"read block {number}", run)
     outcome: dict[int, Executed] = {}
-    for ev in events:
-        if ev.get("phase") != "ApplyExtrinsic" and not (
-            isinstance(ev.get("phase"), dict) and "ApplyExtrinsic" in ev["phase"]
-        ):
-            continue
-        idx = ev.get("extrinsic_idx")
-        if idx is None:
-            continue
-        ex = outcome.setdefault(idx, Executed())
-        mod, name, attrs = ev.get("module_id"), ev.get("event_id"), ev.get("attributes")
-        if mod == "System" and name == "ExtrinsicSuccess":
-            ex.success = True
-        elif mod == "System" and name == "ExtrinsicFailed":
-            ex.failure = attrs
-        elif mod == "System" and name == "Remarked" and isinstance(attrs, dict):
-            try:
-                ex.remarks.append((pubkey(attrs["sender"]), hex_bytes(attrs["hash"])))
-            except (KeyError, ValueError, TypeError):
-                continue
-        elif mod == "Utility" and name in ("BatchInterrupted", "ItemFailed"):
-            ex.batch_interrupted = True
+    for pos, ev in enumerate(events):
+        try:
+            _record_event(ev, outcome)
+        except Exception as exc:  # one odd event must not stop the block (every node skips the same one)
+            log.warning("block %d: event %d skipped: cannot read it (%s)", number, pos, type(exc).__name__)
     timestamp = None
     for ext in decoded:
         call = (ext or {}).get("call") or {}
         if call.get("module") == "Timestamp" and call.get("function") == "set":
             try:
                 timestamp = int(call["args"][0]["value"]) / 1000.0
-            except (KeyError, IndexError, TypeError, ValueError):
+            except Exception:  # an odd timestamp is no timestamp, never a stopped block
                 pass
     return decoded, outcome, timestamp
+
+
+def _record_event(ev: Any, outcome: dict[int, Executed]) -> None:
+    if not isinstance(ev, dict):
+        return
+    if ev.get("phase") != "ApplyExtrinsic" and not (
+        isinstance(ev.get("phase"), dict) and "ApplyExtrinsic" in ev["phase"]
+    ):
+        return
+    idx = ev.get("extrinsic_idx")
+    if not isinstance(idx, int) or isinstance(idx, bool):
+        return
+    ex = outcome.setdefault(idx, Executed())
+    mod, name, attrs = ev.get("module_id"), ev.get("event_id"), ev.get("attributes")
+    if mod == "System" and name == "ExtrinsicSuccess":
+        ex.success = True
+    elif mod == "System" and name == "ExtrinsicFailed":
+        ex.failure = attrs
+    elif mod == "System" and name == "Remarked" and isinstance(attrs, dict):
+        try:
+            ex.remarks.append((pubkey(attrs["sender"]), hex_bytes(attrs["hash"])))
+        except (KeyError, ValueError, TypeError):
+            return
+    elif mod == "Utility" and name in ("BatchInterrupted", "ItemFailed"):
+        ex.batch_interrupted = True
 
 
 def call_tree(si: SubstrateInterface, data: bytes, depth: int = 0) -> dict[str, Any]:

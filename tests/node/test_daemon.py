@@ -143,3 +143,40 @@ def test_watchdog_rebuilds_the_connection(tmp_path):
     assert node.transport is not first and node.view is not None
     node.shutdown()
     engine.dispose()
+
+
+def test_node_reads_past_hostile_remarks_and_still_verifies(tmp_path):
+    from chain.protocol import ProtocolState
+    from node.db import ignored_counts
+    from tests.chain.test_containment import HOSTILE, _bignum_remark, _value_sharing_remark
+
+    net = Network(tmp_path, PARAMS, interval=0.5)
+    try:
+        attacker = DevTransport(net.chain_path, "mallory")
+        attacker.submit_payloads([p for p, _ in HOSTILE.values()])
+        cfg = net.node_config("v1")
+        proc = net.start_node("v1", cfg)
+        run = net.start_run(steps=8)
+        attacker.submit_payloads([_bignum_remark(), _value_sharing_remark()])
+        assert run.opened.wait(120), "the miner never saw its challenge"
+        view = net.wait_resolved(run.challenge_id, 150)
+        ch = view.state.challenges[run.challenge_id]
+        assert ch.verdict == "honest" and "v1" in ch.reveals
+        time.sleep(1.5)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, net.log("v1")[-3000:]
+        assert '"remark_ignored"' in net.log("v1")
+
+        engine = open_database(f"sqlite:///{tmp_path / 'v1-data' / 'node.db'}")
+        with engine.connect() as c:
+            names = [r.name for r in c.execute(sa.select(chain_events.c.name))]
+            counts = ignored_counts(c)
+            cursor = c.execute(sa.select(chain_cursor)).one()
+        engine.dispose()
+        assert names.count("RemarkIgnored") == len(HOSTILE) + 2
+        assert counts["bad_cbor"] == sum(r == "bad_cbor" for _, r in HOSTILE.values()) + 2
+        assert sum(counts.values()) == len(HOSTILE) + 2
+        # A graceful stop leaves the snapshot of the cursor itself.
+        assert ProtocolState.from_cbor(bytes(cursor.snapshot)).head == cursor.block
+    finally:
+        net.close()
