@@ -184,8 +184,9 @@ class VerifierNode:
             if self.transport.block(row.block).hash != bytes(row.block_hash):
                 raise StartupError(f"block {row.block} of this chain differs from the one in the database: "
                                    f"the database belongs to another chain")
-        if state.head > row.block:
-            raise StartupError(f"the database's protocol snapshot is of block {state.head}, after its cursor "
+        snapshot_block = state.head
+        if snapshot_block > row.block:
+            raise StartupError(f"the database's protocol snapshot is of block {snapshot_block}, after its cursor "
                                f"{row.block}")
         try:
             view = ChainView(self.transport, self.params, cursor=state.head, state=state, keep_events=False)
@@ -195,11 +196,11 @@ class VerifierNode:
         # jobs are in the database already).
         while view.cursor < row.block:
             view.process(self.transport.block(view.cursor + 1))
-        if row.block > state.head:
-            log_event(log, "snapshot_rederived", snapshot_block=state.head, cursor=row.block,
-                      blocks=row.block - state.head)
+        if row.block > snapshot_block:
+            log_event(log, "snapshot_rederived", snapshot_block=snapshot_block, cursor=row.block,
+                      blocks=row.block - snapshot_block)
         view.cursor_hash = bytes(row.block_hash) if row.block_hash is not None else None
-        self.snapshot_block, self.snapshot_bytes = state.head, len(row.snapshot)
+        self.snapshot_block, self.snapshot_bytes = snapshot_block, len(row.snapshot)
         return view
 
     def _reconnect(self, why: str) -> None:

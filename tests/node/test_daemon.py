@@ -180,3 +180,40 @@ def test_node_reads_past_hostile_remarks_and_still_verifies(tmp_path):
         assert ProtocolState.from_cbor(bytes(cursor.snapshot)).head == cursor.block
     finally:
         net.close()
+
+
+def test_the_snapshot_is_written_every_few_blocks_and_rederived_on_start(tmp_path):
+    from chain.protocol import ProtocolState
+    from node import daemon
+    from tests.chain.runs import SyntheticRun
+
+    miner = DevTransport(tmp_path / "c.db", "miner")
+    run = SyntheticRun(steps=4)
+    miner.submit([run.register()])
+    for _ in range(daemon.SNAPSHOT_MIN_BLOCKS + 5):
+        miner.seal()
+    node, engine = _node(tmp_path, tmp_path / "c.db")
+    node.start()
+    writes = []
+    real = ProtocolState.to_cbor
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ProtocolState, "to_cbor", lambda self: writes.append(self.head) or real(self))
+        node.ingest()
+    head = miner.finalized_head()
+    assert node.view.cursor == head
+    assert writes == [1, 1 + daemon.SNAPSHOT_MIN_BLOCKS]  # the first block, then every 16th
+    with engine.connect() as c:
+        row = c.execute(sa.select(chain_cursor)).one()
+    assert row.block == head and ProtocolState.from_cbor(bytes(row.snapshot)).head == writes[-1]
+    state_before = node.view.state.to_cbor()
+    node.transport.close()  # a crash: no shutdown, so no final snapshot
+
+    again, _ = _node(tmp_path, tmp_path / "c.db")
+    again.start()  # re-derives the blocks after the snapshot up to the cursor
+    assert again.view.cursor == head and again.view.state.to_cbor() == state_before
+    assert run.run_id in again.view.state.runs
+    again.shutdown()  # a graceful stop writes the snapshot of the cursor itself
+    with engine.connect() as c:
+        row = c.execute(sa.select(chain_cursor)).one()
+    assert ProtocolState.from_cbor(bytes(row.snapshot)).head == head
+    engine.dispose()
