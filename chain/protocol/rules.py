@@ -14,7 +14,6 @@ from chain.calls import (
     StartTrainingCommitment,
     SubmitCheckpointRoot,
     SubmitOpening,
-    screen_cbor,
 )
 from chain.protocol.events import (
     CallRefused,
@@ -136,9 +135,6 @@ def _start(state: ProtocolState, c: StartTrainingCommitment, origin: str, n: int
         raise FieldTooLarge(f"declared_steps is over the protocol's limit of {MAX_DECLARED_STEPS}")
     if _open_runs(state, origin) >= MAX_OPEN_RUNS_PER_MINER:
         raise TooMany(f"{origin!r} has {MAX_OPEN_RUNS_PER_MINER} runs whose challenges are not all resolved")
-    problem = screen_cbor(c.spec, max_items=len(c.spec), max_nesting=16)
-    if problem is not None:
-        raise InvalidCall(f"run {c.run_id.hex()[:16]}: the spec is not canonical CBOR: {problem}")
     try:
         spec = Spec.from_cbor(c.spec)
     except CommitmentError as exc:
@@ -221,9 +217,6 @@ def _opening(state: ProtocolState, c: SubmitOpening, origin: str, n: int) -> lis
     _cap("the leaf", len(c.leaf), MAX_LEAF_BYTES)
     if not verify_inclusion(c.leaf, ch.step, ch.size, list(c.leaf_proof), ch.root):
         raise BadLeafProof(f"the leaf proof does not show the leaf at index {ch.step} of the challenged root")
-    problem = screen_cbor(c.leaf, max_items=16, max_nesting=2)
-    if problem is not None:
-        raise BadLeaf(f"leaf {ch.step} is not a step leaf: {problem}")
     try:
         leaf = parse_step_leaf(c.leaf)
     except CommitmentError as exc:
