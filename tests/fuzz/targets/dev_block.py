@@ -14,8 +14,11 @@ import tempfile
 from pathlib import Path
 
 import chain.dev
+from chain.calls import CallDecodeError, decode_call, is_pot_payload
 from chain.dev import DevTransport
+from chain.protocol.events import CallRefused, RemarkIgnored
 from chain.protocol.params import ProtocolParams
+from chain.protocol.refusals import ProtocolError
 from chain.view import ChainView
 from tests.fuzz.targets._script import Reader, Writer
 
@@ -42,18 +45,19 @@ def apply(data: bytes) -> ChainView:
     transport = DevTransport(path, "miner", sealing="interval")
     try:
         r = Reader(data)
-        records = 0
-        while r.more() and records < MAX_RECORDS:
+        payloads: list[bytes] = []
+        while r.more() and len(payloads) < MAX_RECORDS:
             tag = r.byte()
             if tag & 0x80:
                 transport.chain.seal()
-            transport.chain.append(ACCOUNTS[tag & 7], [r.blob()], seal=False)
-            records += 1
+            payloads.append(r.blob())
+            transport.chain.append(ACCOUNTS[tag & 7], [payloads[-1]], seal=False)
         transport.chain.seal()
         view = ChainView(transport, PARAMS)
         view.sync()
         if view.cursor != transport.finalized_head():
             raise AssertionError(f"the view stopped at block {view.cursor} before the head")
+        _check_events(view, payloads)
         return view
     finally:
         transport.close()
@@ -62,6 +66,25 @@ def apply(data: bytes) -> ChainView:
                 os.unlink(f"{path}{suffix}")
             except FileNotFoundError:
                 pass
+
+
+def _not_a_call(payload: bytes) -> bool:
+    try:
+        decode_call(payload)
+    except CallDecodeError:
+        return True
+    return False
+
+
+def _check_events(view: ChainView, payloads: list[bytes]) -> None:
+    ignored = view.of(RemarkIgnored)
+    expected = sum(1 for p in payloads if is_pot_payload(p) and _not_a_call(p))
+    if len(ignored) != expected:
+        raise AssertionError(f"{len(ignored)} RemarkIgnored events for {expected} pot1 payloads that are no call")
+    faults = [e for e in ignored if e.reason in ("decoder_fault", "transport_fault")]
+    faults += [e for e in view.of(CallRefused) if e.refusal == ProtocolError.code]
+    if faults:
+        raise AssertionError(f"a fault was contained, not refused: {faults[0]!r:.300}")
 
 
 def TestOneInput(data: bytes) -> None:

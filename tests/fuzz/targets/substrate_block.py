@@ -1,7 +1,8 @@
 """The Substrate remark transport's block reading (chain/substrate/blocks.py and remark.py): a
 block's decoded extrinsics and events, built from the fuzz bytes, go through RemarkTransport.block
 exactly as a node's RPC answer would. Nothing may come out but a Block; its calls are only
-executed, well-formed pot1 remarks of a usable signer.
+executed, well-formed pot1 remarks of a usable signer; an ignored remark carries a refusal code,
+never a contained fault.
 
 The RPC choke point (SubstrateClient) answers from the built block; everything behind it is real.
 Input framing (_script.py): extrinsics, then events, each chosen by a byte from the shapes below.
@@ -120,6 +121,10 @@ def TestOneInput(data: bytes) -> None:
     for origin, call in block.calls:
         if not (isinstance(origin, str) and origin and type(call) in CALL_TYPES.values()):
             raise AssertionError(f"a block call is not a protocol call: {origin!r:.60} {call!r:.60}")
+    for ig in block.ignored:
+        # The reader contains its own faults so that a node reads on; here they are crashes.
+        if ig.reason in ("decoder_fault", "transport_fault"):
+            raise AssertionError(f"a fault was contained in block reading: {ig!r:.300}")
 
 
 def seeds() -> dict[str, bytes]:
