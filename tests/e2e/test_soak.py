@@ -82,6 +82,11 @@ def du_bytes(path: Path) -> int:
     return int(out.split()[0]) if out.strip() else 0
 
 
+def node_event_counts(db: Path) -> dict[str, int]:
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as c:
+        return dict(c.execute("SELECT name, count(*) FROM chain_events GROUP BY name").fetchall())
+
+
 def node_cursor(db: Path) -> int | None:
     try:
         with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=2) as c:
@@ -104,6 +109,7 @@ class Soak:
         self.hostile_challenges: dict[bytes, str] = {}
         self.verdicts: dict[bytes, str] = {}  # challenge id -> verdict, as the chain resolved it
         self.remarks = 0
+        self.expected = {"ignored": 0, "refused": 0}
         self.errors: list[str] = []
         self.stop = threading.Event()
         self.prover = Prover()
@@ -204,6 +210,11 @@ class Soak:
     def remark(self, payload: bytes) -> None:
         self.attacker.submit_payloads([payload], wait=False)
         self.remarks += 1
+        # A pot1 payload that is no call leaves one ignored record; a call the protocol refuses, a
+        # refusal; foreign bytes nothing at all.
+        if payload.startswith(b"pot1"):
+            kind = "refused" if payload.startswith(b"pot1\x82\x78\x19start_training") else "ignored"
+            self.expected[kind] += 1
 
     def close(self) -> None:
         self.stop.set()
@@ -273,6 +284,12 @@ def test_soak_hostile_remarks_and_provers_beside_honest_runs(tmp_path):
             time.sleep(1.0)
 
         verdicts = {run: soak.verdicts.get(cid) for run, cid in soak.honest.items() if cid is not None}
+        # The last remarks sealed, and the node past them, before its records are counted.
+        time.sleep(2 * INTERVAL_S)
+        end_head, waited = observer.finalized_head(), time.monotonic() + 15
+        while (node_cursor(db) or 0) < end_head and time.monotonic() < waited:
+            time.sleep(0.5)
+        events = node_event_counts(db)
         third = max(1, len(samples) // 3)
         mib = 2 ** 20
         figures = {
@@ -285,6 +302,8 @@ def test_soak_hostile_remarks_and_provers_beside_honest_runs(tmp_path):
             "hostile_resolved": sum(c in soak.verdicts for c in soak.hostile_challenges),
             "hostile_verdicts": sorted({soak.verdicts[c] for c in soak.hostile_challenges if c in soak.verdicts}),
             "internal_requests": soak.internal.requests,
+            "remarks_ignored": events.get("RemarkIgnored", 0), "remarks_ignored_expected": soak.expected["ignored"],
+            "calls_refused": events.get("CallRefused", 0), "calls_refused_expected": soak.expected["refused"],
             "lag_max_blocks": max(s["lag"] for s in samples),
             "lag_final_blocks": samples[-1]["lag"],
             "rss_first_third_max_mib": round(max(s["rss"] for s in samples[:third]) / mib),
@@ -307,6 +326,8 @@ def test_soak_hostile_remarks_and_provers_beside_honest_runs(tmp_path):
         assert figures["rss_last_third_max_mib"] <= figures["rss_first_third_max_mib"] + MAX_RSS_GROWTH_MIB, report
         assert figures["disk_peak_mib"] <= MAX_DISK_MIB, report
         assert figures["internal_requests"] == 0, report
+        assert figures["remarks_ignored"] == soak.expected["ignored"], report
+        assert figures["calls_refused"] >= soak.expected["refused"], report
         assert proc.poll() is None, net.log(name)[-3000:]
     finally:
         soak.close()
