@@ -89,9 +89,16 @@ def test_sigkill_at_every_stage_then_restart(tmp_path, pg_urls, points):
             reveals = {encode_call(c) for c in calls if isinstance(c, RevealWitnessValue)}
             assert len(commits) == 1 and len(reveals) == 1, f"{name} sent different content"
             engine = open_database(db_urls[name] or f"sqlite:///{tmp_path / f'{name}-data' / 'node.db'}")
-            with engine.connect() as c:
-                job = c.execute(sa.select(challenges)).one()
-                states = {r.kind: r for r in c.execute(sa.select(txs))}
+            # Each node ingests the resolution block on its own next poll, a moment after the chain
+            # has it: wait (bounded) for the node to record it, then check what it recorded.
+            settle = time.monotonic() + 30
+            while True:
+                with engine.connect() as c:
+                    job = c.execute(sa.select(challenges)).one()
+                    states = {r.kind: r for r in c.execute(sa.select(txs))}
+                if job.verdict is not None or time.monotonic() > settle:
+                    break
+                time.sleep(0.2)
             engine.dispose()
             assert job.in_winning_cluster is True and job.verdict == "honest", name
             assert states["commit"].payload in commits and states["reveal"].payload in reveals
