@@ -23,6 +23,7 @@ from chain.calls import (
     encode_call,
 )
 from commitments import cbor
+from tests.fuzz.substrate_rpc import remark_transport
 
 FUZZ = settings(max_examples=150, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
 
@@ -114,35 +115,6 @@ def test_oversized_payload_is_refused_before_parsing():
 # --- the Substrate block-reading path -----------------------------------------------------------
 
 
-class _Client:
-    """The one RPC choke point of the Substrate transports, answering from a fuzzed block."""
-
-    ss58_format = 42
-
-    def __init__(self) -> None:
-        self.block: tuple[list[Any], list[Any]] = ([], [])
-
-    def ensure_connected(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-    def rpc(self, method: str, params: list[Any], *, retry: bool = True) -> Any:
-        return {"chain_getFinalizedHead": "0x" + "11" * 32, "chain_getHeader": {"number": "0x10"},
-                "chain_getBlockHash": "0x" + "22" * 32}[method]
-
-    def call(self, what: str, fn: Any, *, retry: bool = True) -> Any:
-        return self.block
-
-
-def _transport():
-    from substrateinterface import Keypair
-
-    from chain.substrate.remark import RemarkTransport
-
-    client = _Client()
-    return RemarkTransport(client, Keypair.create_from_uri("//Alice")), client
 
 
 ALICE = "5GrwvaEF5zXb26Fz9rcQpDWS57CtERHpNehXCPcNoHGKutQY"
@@ -208,7 +180,7 @@ def events(draw, exts):
 @settings(max_examples=120, deadline=3000, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_decoded_blocks_read_without_crashing(data):
-    transport, client = _transport()
+    transport, client = remark_transport()
     exts = data.draw(st.lists(extrinsics, max_size=4), label="extrinsics")
     evs = data.draw(events(exts), label="events")
     client.block = (exts, evs)
@@ -221,7 +193,7 @@ def test_decoded_blocks_read_without_crashing(data):
 
 
 def test_an_executed_remark_becomes_a_call_and_a_foreign_one_does_not():
-    transport, client = _transport()
+    transport, client = remark_transport()
     good = encode_call(CommitWitness(b"\1" * 32, b"\2" * 32))
     foreign = b"hello"
     broken = PREFIX + b"\xa0"

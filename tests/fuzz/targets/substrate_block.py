@@ -14,6 +14,7 @@ from typing import Any
 
 from chain.calls import CALL_TYPES
 from chain.substrate.scale import blake2_256
+from tests.fuzz.substrate_rpc import remark_transport
 from tests.fuzz.targets._script import Reader, Writer
 
 ALICE = "5GrwvaEF5zXb26Fz9rcQpDWS57CtERHpNehXCPcNoHGKutQY"
@@ -79,38 +80,7 @@ def build(data: bytes) -> tuple[list[Any], list[Any]]:
     return exts, events
 
 
-class _Client:
-    """The one RPC choke point of the Substrate transports, answering from the built block."""
-
-    ss58_format = 42
-
-    def __init__(self) -> None:
-        self.block: tuple[list[Any], list[Any]] = ([], [])
-
-    def ensure_connected(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-    def rpc(self, method: str, params: list[Any], *, retry: bool = True) -> Any:
-        return {"chain_getFinalizedHead": "0x" + "11" * 32, "chain_getHeader": {"number": "0x10"},
-                "chain_getBlockHash": "0x" + "22" * 32}[method]
-
-    def call(self, what: str, fn: Any, *, retry: bool = True) -> Any:
-        return self.block
-
-
-def _transport():
-    from substrateinterface import Keypair
-
-    from chain.substrate.remark import RemarkTransport
-
-    client = _Client()
-    return RemarkTransport(client, Keypair.create_from_uri("//Alice")), client
-
-
-_TRANSPORT, _CLIENT = _transport()
+_TRANSPORT, _CLIENT = remark_transport()
 
 
 def TestOneInput(data: bytes) -> None:
