@@ -10,6 +10,7 @@ from commitments.dataset import Dataset, prepare_default_corpus, train_validatio
 from commitments.leaves import initial_leaf, loss_bits, step_leaf
 from commitments.schedule import Schedule, derive_schedule
 from commitments.spec import Spec
+from miner.trainer import Trainer
 
 RUN_ID = bytes(range(32))
 
@@ -65,3 +66,16 @@ def walk(spec: Spec, corpus_path: Path, steps: int | None = None, *, substitute_
         states.append(state)
         leaves.append(step_leaf(t, state.digest(), loss_bits(loss)))
     return Walk(spec, ds, schedule, states, leaves)
+
+
+def served_run(base: Path) -> tuple[Path, bytes, bytes, bytes, Any]:
+    """Train a 3-step tiny run in base/run and store the opening of step 2 (challenged at index 4),
+    as a prover serves it: (run folder, run id, opening digest, opening bytes, leaves)."""
+    spec = tiny_spec(3)
+    tr = Trainer(spec, Dataset.open(corpus(base), spec.sample_len), base / "run", None, progress=False)
+    tr.prepare()
+    tr.train()
+    d, data = tr.opening_for(2, 4)
+    tr.store.put_opening(d, data)
+    tr.close()
+    return base / "run", tr.run_id, d, data, tr.store.leaves

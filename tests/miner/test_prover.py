@@ -10,23 +10,13 @@ from fastapi.testclient import TestClient
 
 from challenges.opening import load_opening, verify_leaves
 from commitments import merkle
-from commitments.dataset import Dataset
 from miner.prover import BackgroundServer, create_app, parse_range
-from miner.trainer import Trainer
-from tests.miner.helpers import corpus, tiny_spec
+from tests.miner.helpers import served_run
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    base = tmp_path_factory.mktemp("prover")
-    spec = tiny_spec(3)
-    tr = Trainer(spec, Dataset.open(corpus(base), spec.sample_len), base / "run", None, progress=False)
-    tr.prepare()
-    tr.train()
-    d, data = tr.opening_for(2, 4)
-    tr.store.put_opening(d, data)
-    tr.close()
-    return base / "run", tr.run_id, d, data, tr.store.leaves
+    return served_run(tmp_path_factory.mktemp("prover"))
 
 
 def test_healthz_and_whole_opening(run):

@@ -14,35 +14,22 @@ import pytest
 
 from challenges.opening import load_opening, verify_leaves
 from commitments import merkle
-from commitments.dataset import Dataset
-from miner.trainer import Trainer
-from node.config import FetchSection, NodeConfig
-from node.fetch import FetchPolicy
+from node.config import NodeConfig
 from node.pipeline import stage_fetch
-from tests.miner.helpers import corpus, tiny_spec
+from tests.miner.helpers import served_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _node_policy():
-    """The node's own fetch policy with 127.0.0.1 opened, as the tests and the demo name it (the
-    egress allow-list, where this node has one)."""
-    if "allow" in FetchSection.model_fields:
-        return NodeConfig.model_validate({"fetch": {"allow": ["127.0.0.1"], "attempts": 1}}).fetch.policy()
-    return FetchPolicy(attempts=1)
+    """The node's own fetch policy with 127.0.0.1 opened in its egress allow-list, as the tests and
+    the demo name it."""
+    return NodeConfig.model_validate({"fetch": {"allow": ["127.0.0.1"], "attempts": 1}}).fetch.policy()
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    base = tmp_path_factory.mktemp("prover-token")
-    spec = tiny_spec(3)
-    tr = Trainer(spec, Dataset.open(corpus(base), spec.sample_len), base / "run", None, progress=False)
-    tr.prepare()
-    tr.train()
-    d, data = tr.opening_for(2, 4)
-    tr.store.put_opening(d, data)
-    tr.close()
-    return base / "run", tr.run_id, d, data, tr.store.leaves
+    return served_run(tmp_path_factory.mktemp("prover-token"))
 
 
 def test_a_node_fetch_succeeds_against_a_prover_started_with_a_token(run, tmp_path):
