@@ -28,8 +28,16 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
+# Fields of the Llama family only; a GPT or MLP spec refuses them and omits them from its canonical
+# form, so the encoding of those specs is unchanged.
+LLAMA_FIELDS = ("n_kv_head", "intermediate_size", "rope_theta", "rms_eps")
+# Fields a Llama spec refuses (it has no biases, a SwiGLU MLP, no token-level hidden widths).
+NOT_LLAMA_FIELDS = ("hidden", "bias", "gelu")
+ROPE_MAX_POSITIONS = 1 << 20
+
+
 class ModelSpec(_Strict):
-    kind: Literal["gpt", "mlp"] = "gpt"
+    kind: Literal["gpt", "mlp", "llama"] = "gpt"
     vocab_size: int = Field(256, gt=0)
     block_size: int = Field(64, gt=0, description="context length (positions)")
     n_layer: int = Field(2, gt=0)
@@ -42,12 +50,60 @@ class ModelSpec(_Strict):
     tie_weights: bool = True
     gelu: Literal["tanh", "erf"] = "tanh"
     init_std: float = Field(0.02, gt=0.0)
+    # Llama only (None elsewhere): key/value heads (grouped-query attention; default n_head), the
+    # SwiGLU width, the rotary base and the RMSNorm epsilon.
+    n_kv_head: int | None = Field(None, gt=0)
+    intermediate_size: int | None = Field(None, gt=0)
+    rope_theta: float | None = Field(None, gt=1.0)
+    rms_eps: float | None = Field(None, gt=0.0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _llama_defaults(cls, data: Any) -> Any:
+        """A Llama spec's optional fields take their defaults here, so that a spec and the one
+        decoded from its CBOR are equal."""
+        if isinstance(data, dict) and data.get("kind") == "llama":
+            data = dict(data)
+            if data.get("n_kv_head") is None and isinstance(data.get("n_head", 4), int):
+                data["n_kv_head"] = data.get("n_head", 4)
+            data.setdefault("rope_theta", 10000.0)
+            data.setdefault("rms_eps", 1e-6)
+        return data
 
     @model_validator(mode="after")
     def _heads_divide(self) -> ModelSpec:
-        if self.kind == "gpt" and self.n_embd % self.n_head != 0:
+        if self.kind in ("gpt", "llama") and self.n_embd % self.n_head != 0:
             raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        if self.kind != "llama":
+            given = [f for f in LLAMA_FIELDS if getattr(self, f) is not None]
+            if given:
+                raise ValueError(f"{', '.join(given)}: only for kind 'llama'")
+            return self
+        wrong = [f for f in NOT_LLAMA_FIELDS if f in self.model_fields_set and not (f == "bias" and not self.bias)]
+        if wrong:
+            raise ValueError(f"{', '.join(wrong)}: not a field of kind 'llama' (no biases, SwiGLU MLP)")
+        if self.intermediate_size is None:
+            raise ValueError("intermediate_size: required for kind 'llama' (the SwiGLU MLP's width)")
+        if self.n_head % self.n_kv_head != 0:
+            raise ValueError(f"n_kv_head ({self.n_kv_head}) must divide n_head ({self.n_head})")
+        if (self.n_embd // self.n_head) % 2:
+            raise ValueError(f"the head size n_embd / n_head ({self.n_embd // self.n_head}) must be even (rotary)")
+        if self.block_size > ROPE_MAX_POSITIONS:
+            raise ValueError(f"block_size ({self.block_size}) exceeds {ROPE_MAX_POSITIONS} positions, the range "
+                             f"of the exact rotary tables")
         return self
+
+    def canonical(self) -> dict[str, Any]:
+        """Plain dict of the fields that define this kind (defaults included)."""
+        d = self.model_dump(mode="python")
+        d["hidden"] = list(d["hidden"])
+        if self.kind != "llama":
+            for f in LLAMA_FIELDS:
+                del d[f]
+            return d
+        for f in NOT_LLAMA_FIELDS:
+            del d[f]
+        return d
 
 
 class OptimizerSpec(_Strict):
@@ -106,7 +162,7 @@ class Spec(_Strict):
             raise ValueError("non-zero dropout needs an RNG seed policy (rng.policy = 'philox-v1')")
         if self.profile == "torch-native" and self.hardware is None:
             raise ValueError("profile 'torch-native' is exact only on one hardware class: add [hardware]")
-        if self.model.kind == "gpt" and self.batch.seq_len > self.model.block_size:
+        if self.model.kind in ("gpt", "llama") and self.batch.seq_len > self.model.block_size:
             raise ValueError(
                 f"batch.seq_len ({self.batch.seq_len}) exceeds model.block_size ({self.model.block_size})"
             )
@@ -116,7 +172,7 @@ class Spec(_Strict):
     def canonical(self) -> dict[str, Any]:
         """Plain dict of every field (defaults included), the input to CBOR."""
         d = self.model_dump(mode="python")
-        d["model"]["hidden"] = list(d["model"]["hidden"])
+        d["model"] = self.model.canonical()
         return d
 
     def to_cbor(self) -> bytes:

@@ -1,4 +1,5 @@
-"""The models: a GPT in nanoGPT's shape and a token-level MLP language model.
+"""The models: a GPT in nanoGPT's shape, a Llama-family decoder and a token-level MLP language
+model.
 
 Parameters are plain tensors in one canonical order (the state's order); initialisation draws from
 Philox keyed by the parameter's name, and the forward pass is written over an op namespace
@@ -183,11 +184,96 @@ class MLPLM:
         return ops.linear(x, P["head.weight"], P.get("head.bias"), variant=self.matmul)
 
 
-def build(cfg: ModelSpec, *, matmul: str = "single") -> GPT | MLPLM:
+class Llama:
+    """A Llama-family decoder. Pre-norm blocks: x + o(attn(rope(q), rope(k), v)) and x + down(silu(gate) * up) (SwiGLU),
+    with RMSNorm, rotary position embeddings, grouped-query attention (n_kv_head kv heads), no
+    biases and a tied or untied head. Parameter names are transformers' `LlamaForCausalLM` names
+    without its "model." prefix, so a Hugging Face checkpoint maps onto them one to one; under
+    exact-v1 the rotary tables come from the exact algorithm of docs/exact-v1.md §3."""
+
+    def __init__(self, cfg: ModelSpec, *, matmul: str = "single") -> None:
+        if cfg.kind != "llama":
+            raise ModelError(f"Llama needs a model of kind 'llama', got {cfg.kind!r}")
+        self.cfg = cfg
+        self.matmul = matmul
+
+    @property
+    def head_dim(self) -> int:
+        return self.cfg.n_embd // self.cfg.n_head
+
+    def param_specs(self) -> list[ParamSpec]:
+        c = self.cfg
+        C, std, kv = c.n_embd, c.init_std, c.n_kv_head * self.head_dim
+        specs = [ParamSpec("embed_tokens.weight", (c.vocab_size, C), "normal", std)]
+        for i in range(c.n_layer):
+            p = f"layers.{i}."
+            specs += [
+                ParamSpec(p + "input_layernorm.weight", (C,), "ones"),
+                ParamSpec(p + "self_attn.q_proj.weight", (C, C), "normal", std),
+                ParamSpec(p + "self_attn.k_proj.weight", (kv, C), "normal", std),
+                ParamSpec(p + "self_attn.v_proj.weight", (kv, C), "normal", std),
+                ParamSpec(p + "self_attn.o_proj.weight", (C, C), "normal", std),
+                ParamSpec(p + "post_attention_layernorm.weight", (C,), "ones"),
+                ParamSpec(p + "mlp.gate_proj.weight", (c.intermediate_size, C), "normal", std),
+                ParamSpec(p + "mlp.up_proj.weight", (c.intermediate_size, C), "normal", std),
+                ParamSpec(p + "mlp.down_proj.weight", (C, c.intermediate_size), "normal", std),
+            ]
+        specs.append(ParamSpec("norm.weight", (C,), "ones"))
+        if not c.tie_weights:
+            specs.append(ParamSpec("lm_head.weight", (c.vocab_size, C), "normal", std))
+        return specs
+
+    def forward(self, ops, P: dict[str, torch.Tensor], idx: torch.Tensor,
+                drop: Dropout | None = None) -> torch.Tensor:
+        """Logits [B, T, vocab] for token ids [B, T]."""
+        c = self.cfg
+        B, T = idx.shape
+        if T > c.block_size:
+            raise ModelError(f"sequence length {T} exceeds block_size {c.block_size}")
+        C, H, Hkv, D = c.n_embd, c.n_head, c.n_kv_head, self.head_dim
+        mm, eps = self.matmul, c.rms_eps
+        if drop is not None and drop.p == 0.0:
+            drop = None
+        cos, sin = ops.rope_tables(T, D, c.rope_theta, device=idx.device)
+        x = ops.embedding(idx, P["embed_tokens.weight"])
+        for i in range(c.n_layer):
+            p = f"layers.{i}."
+            h = ops.rms_norm(x, P[p + "input_layernorm.weight"], eps)
+            q = ops.linear(h, P[p + "self_attn.q_proj.weight"], None, variant=mm)
+            k = ops.linear(h, P[p + "self_attn.k_proj.weight"], None, variant=mm)
+            v = ops.linear(h, P[p + "self_attn.v_proj.weight"], None, variant=mm)
+            q = ops.rope(q.reshape(B, T, H, D).transpose(1, 2), cos, sin)
+            k = ops.rope(k.reshape(B, T, Hkv, D).transpose(1, 2), cos, sin)
+            v = v.reshape(B, T, Hkv, D).transpose(1, 2)
+            if drop:
+                att_mask = drop.mask(p + "attn", (B, H, T, T), idx.device)
+                y = ops.causal_attention(q, k, v, variant=mm, dropout_p=drop.p, dropout_mask=att_mask)
+            else:
+                y = ops.causal_attention(q, k, v, variant=mm, dropout_p=0.0, dropout_mask=None)
+            y = ops.linear(y.transpose(1, 2).reshape(B, T, C), P[p + "self_attn.o_proj.weight"], None, variant=mm)
+            if drop:
+                y = drop.apply(ops, y, p + "attn_resid")
+            x = ops.add(x, y)
+            h = ops.rms_norm(x, P[p + "post_attention_layernorm.weight"], eps)
+            gate = ops.linear(h, P[p + "mlp.gate_proj.weight"], None, variant=mm)
+            up = ops.linear(h, P[p + "mlp.up_proj.weight"], None, variant=mm)
+            h = ops.linear(ops.mul(ops.silu(gate), up), P[p + "mlp.down_proj.weight"], None, variant=mm)
+            if drop:
+                h = drop.apply(ops, h, p + "mlp_resid")
+            x = ops.add(x, h)
+        x = ops.rms_norm(x, P["norm.weight"], eps)
+        head = P["embed_tokens.weight"] if c.tie_weights else P["lm_head.weight"]
+        return ops.linear(x, head, None, variant=mm)
+
+
+def build(cfg: ModelSpec, *, matmul: str = "single"):
+    """The model a spec names: GPT, Llama or MLPLM."""
     if cfg.kind == "gpt":
         return GPT(cfg, matmul=matmul)
     if cfg.kind == "mlp":
         return MLPLM(cfg, matmul=matmul)
+    if cfg.kind == "llama":
+        return Llama(cfg, matmul=matmul)
     raise ModelError(f"unknown model kind {cfg.kind!r}")
 
 
@@ -195,6 +281,8 @@ def dropout_sites(cfg: ModelSpec) -> list[str]:
     """Every dropout site name of a model (each distinct, hence distinct Philox streams)."""
     if cfg.kind == "mlp":
         return [f"dropout/fc.{i}" for i in range(len(cfg.hidden))]
+    if cfg.kind == "llama":
+        return [f"dropout/layers.{i}.{s}" for i in range(cfg.n_layer) for s in ("attn", "attn_resid", "mlp_resid")]
     sites = ["dropout/emb"]
     for i in range(cfg.n_layer):
         sites += [f"dropout/h.{i}.{s}" for s in ("attn", "attn_resid", "mlp_resid")]

@@ -47,6 +47,47 @@ def gelu(x, form="tanh"):
 exp, log, tanh, erf = torch.exp, torch.log, torch.tanh, torch.erf
 
 
+def sigmoid(x):
+    return torch.sigmoid(x)
+
+
+def silu(x):
+    return F.silu(x)
+
+
+def mul(a, b):
+    return a * b
+
+
+def rms_norm(x, w, eps=1e-6):
+    """Llama's RMSNorm: x * rsqrt(mean(x^2) + eps), times the weight."""
+    y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return y if w is None else w * y
+
+
+def rope(x, cos, sin):
+    """Rotary embedding, halves convention: x * cos + rotate_half(x) * sin."""
+    h = x.shape[-1] // 2
+    c, s = torch.cat([cos, cos], dim=-1), torch.cat([sin, sin], dim=-1)
+    rot = torch.cat([-x[..., h:], x[..., :h]], dim=-1)
+    return x * c + rot * s
+
+
+def rope_tables(n_pos, head_dim, theta, device=None):
+    """(cos, sin) [n_pos, D/2] as transformers computes them: float32 inverse frequencies
+    1 / theta^(2i/D), float32 angles p * inv_freq, torch.cos and torch.sin."""
+    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64, device=device).float() / head_dim))
+    ang = torch.arange(n_pos, device=device).float().reshape(-1, 1) * inv.reshape(1, -1)
+    return torch.cos(ang), torch.sin(ang)
+
+
+def repeat_heads(x, n_rep):
+    if n_rep == 1:
+        return x
+    B, H, T, D = x.shape
+    return x.unsqueeze(2).expand(B, H, n_rep, T, D).reshape(B, H * n_rep, T, D)
+
+
 def embedding(idx, w):
     return F.embedding(idx, w)
 
@@ -76,6 +117,8 @@ def cross_entropy(logits, targets, *, total_count=None):
 
 def causal_attention(q, k, v, *, variant="single", dropout_p=0.0, dropout_mask=None):
     """Math-form causal attention over [B, H, T, D] (no fused SDPA kernels)."""
+    if k.shape[1] != q.shape[1]:
+        k, v = repeat_heads(k, q.shape[1] // k.shape[1]), repeat_heads(v, q.shape[1] // k.shape[1])
     T, D = q.shape[-2], q.shape[-1]
     scale = torch.tensor(D**-0.5, dtype=q.dtype, device=q.device)
     att = torch.matmul(q, k.transpose(-2, -1)) * scale

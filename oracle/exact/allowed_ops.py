@@ -53,7 +53,7 @@ TENSOR_METHODS = {
     "movedim": DATA, "numel": DATA, "numpy": DATA, "reshape": DATA, "split": DATA, "squeeze": DATA,
     "t": DATA, "tolist": DATA, "transpose": DATA, "tril": DATA, "unsqueeze": DATA, "view": DATA,
     "index_select": DATA, "scatter_": DATA, "all": DATA, "any": DATA,
-    "add": IEEE, "add_": IEEE, "sub_": IEEE, "mul_": IEEE, "floor_": IEEE, "round_": IEEE, "to": IEEE,
+    "add": IEEE, "add_": IEEE, "sub_": IEEE, "mul": IEEE, "mul_": IEEE, "floor_": IEEE, "round_": IEEE, "to": IEEE,
     "max": IEEE, "min": IEEE,
     "index_add_": EXACT_SUM,
 }

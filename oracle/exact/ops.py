@@ -590,6 +590,208 @@ def cos(x):
     return _Trig.apply(_f32("cos x", x), True)
 
 
+class _Sigmoid(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return tx.sigmoid32(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return tx.sigmoid_grad32(x, g)
+
+
+class _Silu(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return tx.silu32(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return tx.silu_grad32(x, g)
+
+
+def sigmoid(x):
+    """1 / (1 + e^-x) from t = exp64(-|x|) (no overflow, no cancellation), rounded once; grad
+    fp32(g s (1 - s)) in float64."""
+    return _Sigmoid.apply(_f32("sigmoid x", x))
+
+
+def silu(x):
+    """SiLU x sigmoid(x) in float64, rounded once; grad fp32(g s (1 + x (1 - s))); the
+    infinities take their limits (silu(-inf) = -0, silu'(+inf) = 1, silu'(-inf) = 0)."""
+    return _Silu.apply(_f32("silu x", x))
+
+
+class _Mul(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return canon_nan(a * b)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        return canon_nan(g * b), canon_nan(g * a)
+
+
+def mul(a, b):
+    """a * b for same-shaped float32 tensors (one IEEE multiplication); grads g * b and g * a."""
+    _f32("mul a", a)
+    _f32("mul b", b)
+    if a.shape != b.shape:
+        raise ExactError(f"mul: shapes differ ({list(a.shape)} vs {list(b.shape)})")
+    return _Mul.apply(a, b)
+
+
+# --- RMSNorm ---------------------------------------------------------------------------------
+
+
+def rms_norm_eager(x: torch.Tensor, w: torch.Tensor | None, eps: float):
+    """(y, rstd): ms = S(x * x) / C, rstd = 1 / sqrt(ms + eps), y = RN32((x * rstd) * w)."""
+    x64 = x.to(F64)
+    n = _const(float(x.shape[-1]), x64)
+    ms = exact_sum64(x64 * x64, -1, True) / n
+    rstd = torch.div(_const(1.0, x64), xsqrt.sqrt64(ms + _const(eps, x64)))
+    y = x64 * rstd
+    if w is not None:
+        y = y * w.to(F64)
+    return canon_nan(y.to(F32)), rstd
+
+
+def rms_norm_bwd_eager(x, g, w, rstd):
+    """(dx, per-token products g * xhat): gh = g * w, m = S(gh * xhat) / C,
+    dx = RN32(rstd * (gh - xhat * m))."""
+    x64, g64 = x.to(F64), g.to(F64)
+    xhat = x64 * rstd
+    n = _const(float(x.shape[-1]), x64)
+    gh = g64 * w.to(F64) if w is not None else g64
+    m = exact_sum64(gh * xhat, -1, True) / n
+    return canon_nan((rstd * (gh - xhat * m)).to(F32)), g64 * xhat
+
+
+class _RMSNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, eps):
+        ctx.w = w
+        y, rstd = rms_norm_eager(x, w, eps)
+        ctx.save_for_backward(x, rstd)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, rstd = ctx.saved_tensors
+        w = ctx.w
+        gx, prod = rms_norm_bwd_eager(x, g.contiguous(), w, rstd)
+        gw = None
+        if w is not None and ctx.needs_input_grad[1]:
+            per_seq_w = _seq_sums(_sequences(prod))
+            gw = _param_grad(w, lambda fold: fold.add_many(per_seq_w))
+        return gx, gw, None
+
+
+def rms_norm(x, weight, eps=1e-6):
+    """RMSNorm over the last dim in float64: ms = S(x^2)/C (squares exact), rstd =
+    1/sqrt(ms + eps), y = fp32(x rstd w); weight may be None. Backward as docs/exact-v1.md §2."""
+    _f32("rms_norm x", x)
+    C = x.shape[-1] if x.dim() else 0
+    if weight is not None:
+        _f32("rms_norm weight", weight)
+        if tuple(weight.shape) != (C,):
+            raise ExactError(f"rms_norm weight shape {list(weight.shape)} != [{C}]")
+    if not (isinstance(eps, float | int) and eps > 0):
+        raise ExactError(f"rms_norm eps must be a positive number, got {eps!r}")
+    return _RMSNorm.apply(x, weight, float(eps))
+
+
+# --- rotary position embeddings and grouped-query heads ---------------------------------------
+
+
+def rope_eager(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate halves (x1, x2) of the last dim: y1 = x1 c - x2 s, y2 = x2 c + x1 s in float64
+    (products exact), each rounded to float32."""
+    h = x.shape[-1] // 2
+    x64, c, s = x.to(F64), cos.to(F64), sin.to(F64)
+    x1, x2 = x64[..., :h], x64[..., h:]
+    return canon_nan(torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1).to(F32))
+
+
+def rope_bwd_eager(g: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """The transposed rotation: dx1 = g1 c + g2 s, dx2 = g2 c - g1 s."""
+    h = g.shape[-1] // 2
+    g64, c, s = g.to(F64), cos.to(F64), sin.to(F64)
+    g1, g2 = g64[..., :h], g64[..., h:]
+    return canon_nan(torch.cat([g1 * c + g2 * s, g2 * c - g1 * s], dim=-1).to(F32))
+
+
+class _Rope(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, cos, sin):
+        ctx.save_for_backward(cos, sin)
+        return rope_eager(x, cos, sin)
+
+    @staticmethod
+    def backward(ctx, g):
+        cos, sin = ctx.saved_tensors
+        return rope_bwd_eager(g, cos, sin), None, None
+
+
+def rope(x, cos, sin):
+    """Rotary embedding of x [..., T, D] (halves convention) with float32 tables cos, sin
+    [T, D/2] (oracle.exact.transcendental.rope_tables); the tables are constants (no gradient)."""
+    _f32("rope x", x)
+    _f32("rope cos", cos)
+    _f32("rope sin", sin)
+    if x.dim() < 2 or x.shape[-1] % 2:
+        raise ExactError(f"rope: x must be [..., T, D] with D even, got {list(x.shape)}")
+    want = (x.shape[-2], x.shape[-1] // 2)
+    if tuple(cos.shape) != want or tuple(sin.shape) != want:
+        raise ExactError(f"rope: tables must be {list(want)}, got {list(cos.shape)} and {list(sin.shape)}")
+    return _Rope.apply(x, cos, sin)
+
+
+def rope_tables(n_pos: int, head_dim: int, theta: float, device=None):
+    """(cos, sin) float32 [n_pos, D/2] by the exact algorithm of transcendental.rope_tables."""
+    if not isinstance(head_dim, int) or head_dim < 2 or head_dim % 2:
+        raise ExactError(f"rope_tables: head_dim must be an even int >= 2, got {head_dim!r}")
+    if not isinstance(n_pos, int) or not 0 < n_pos <= tx.ROPE_MAX_POSITIONS:
+        raise ExactError(f"rope_tables: n_pos must be in [1, {tx.ROPE_MAX_POSITIONS}], got {n_pos!r}")
+    if not (isinstance(theta, float | int) and theta > 1):
+        raise ExactError(f"rope_tables: theta must be a number > 1, got {theta!r}")
+    return tx.rope_tables(n_pos, head_dim, float(theta), device)
+
+
+class _RepeatHeads(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, n_rep):
+        B, Hk, T, D = x.shape
+        ctx.n_rep = n_rep
+        return x.unsqueeze(2).expand(B, Hk, n_rep, T, D).reshape(B, Hk * n_rep, T, D)
+
+    @staticmethod
+    def backward(ctx, g):
+        B, H, T, D = g.shape
+        n = ctx.n_rep
+        s = exact_sum64(g.reshape(B, H // n, n, T, D), 2)
+        return canon_nan(s.to(F32)), None
+
+
+def repeat_heads(x, n_rep: int):
+    """Grouped-query heads: x [B, Hkv, T, D] -> [B, Hkv * n_rep, T, D], head h reading kv head
+    h // n_rep; the backward sums each group's n_rep gradients exactly, rounded once."""
+    _f32("repeat_heads x", x)
+    if x.dim() != 4:
+        raise ExactError(f"repeat_heads: x must be [B, H, T, D], got {list(x.shape)}")
+    if not isinstance(n_rep, int) or isinstance(n_rep, bool) or n_rep < 1:
+        raise ExactError(f"repeat_heads: n_rep must be a positive int, got {n_rep!r}")
+    if n_rep == 1:
+        return x
+    return _RepeatHeads.apply(x, n_rep)
+
+
 # --- embedding -------------------------------------------------------------------------------
 
 
@@ -718,12 +920,17 @@ class _DivConst(torch.autograd.Function):
 def causal_attention(q, k, v, *, variant="single", dropout_p=0.0, dropout_mask=None):
     """Math-form causal attention over [B, H, T, D]: softmax(mask(q k^T / sqrt(D))) v, each step an
     exact op; sqrt(D) is the correctly rounded float32 sqrt of D, applied as a float32 division. Dropout on the
-    attention weights uses the caller's keep mask [B, H, T, T]."""
+    attention weights uses the caller's keep mask [B, H, T, T]. k and v may have fewer heads than q
+    (grouped-query attention, Hkv dividing H): they are widened by repeat_heads."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         _f32(f"causal_attention {name}", t)
-    if q.dim() != 4 or k.shape != q.shape or v.shape[:-1] != q.shape[:-1]:
-        raise ExactError(f"causal_attention: q, k, v must be [B, H, T, D] of one shape, got "
-                         f"{list(q.shape)}, {list(k.shape)}, {list(v.shape)}")
+    if (q.dim() != 4 or k.dim() != 4 or k.shape != v.shape or k.shape[0] != q.shape[0]
+            or k.shape[2:] != q.shape[2:] or k.shape[1] < 1 or q.shape[1] % k.shape[1]):
+        raise ExactError(f"causal_attention: q must be [B, H, T, D] and k, v [B, Hkv, T, D] with Hkv "
+                         f"dividing H, got {list(q.shape)}, {list(k.shape)}, {list(v.shape)}")
+    if k.shape[1] != q.shape[1]:  # grouped-query attention: each kv head serves H / Hkv heads
+        n_rep = q.shape[1] // k.shape[1]
+        k, v = repeat_heads(k, n_rep), repeat_heads(v, n_rep)
     T, D = q.shape[-2], q.shape[-1]
     att = matmul(q, k.transpose(-2, -1), variant=variant)
     att = _DivConst.apply(att, xsqrt.sqrt32(_const(float(D), q, F32)))
@@ -787,6 +994,6 @@ def sum_of_squares(tensors) -> torch.Tensor:
 
 __all__ = [
     "linear", "matmul", "sum", "mean", "softmax", "log_softmax", "layer_norm", "gelu", "exp", "log",
-    "tanh", "erf", "sin", "cos", "embedding", "cross_entropy", "dropout", "causal_attention", "add",
+    "tanh", "erf", "sin", "cos", "sigmoid", "silu", "mul", "rms_norm", "rope", "rope_tables", "repeat_heads", "embedding", "cross_entropy", "dropout", "causal_attention", "add",
     "sum_of_squares", "NAME", "VARIANTS",
 ]

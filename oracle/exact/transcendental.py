@@ -233,6 +233,59 @@ def gelu_erf_grad_f64(x: torch.Tensor) -> torch.Tensor:
     return 0.5 * erfc_f64(-(x * INV_SQRT2)) + (x * exp_f64(-0.5 * (x * x))) * INV_SQRT_2PI
 
 
+# --- sigmoid and SiLU in float64 ------------------------------------------------------------
+
+
+def _sigmoid_parts(x: torch.Tensor):
+    """(s, u) = (sigmoid x, 1 - sigmoid x) without overflow or cancellation: t = exp(-|x|),
+    s = 1/(1+t), u = t/(1+t) for x >= 0 and the two swapped for x < 0. NaN in -> NaN out."""
+    t = exp_f64(-torch.abs(x))
+    d = 1.0 + t
+    big = torch.div(_c(1.0, x), d)
+    small = t / d
+    pos = x >= 0
+    return torch.where(pos, big, small), torch.where(pos, small, big)
+
+
+def sigmoid_f64(x: torch.Tensor) -> torch.Tensor:
+    return _sigmoid_parts(x)[0]
+
+
+def silu_f64(x: torch.Tensor) -> torch.Tensor:
+    """x sigmoid(x); silu(-inf) = -0 (its limit), silu(+inf) = +inf."""
+    y = x * sigmoid_f64(x)
+    return torch.where(x == -math.inf, _c(-0.0, x), y)
+
+
+def silu_grad_f64(x: torch.Tensor) -> torch.Tensor:
+    """d/dx [x s] = s (1 + x u) with u = 1 - s; the limits 1 at +inf and 0 at -inf."""
+    s, u = _sigmoid_parts(x)
+    d = s * (1.0 + x * u)
+    return torch.where(x == math.inf, _c(1.0, x), torch.where(x == -math.inf, _c(0.0, x), d))
+
+
+# --- rotary position embeddings ----------------------------------------------------------------
+
+ROPE_MAX_POSITIONS = 1 << 20  # angles stay below 2^20, where sin64/cos64 reduce exactly
+
+
+def rope_inv_freq_f64(head_dim: int, theta: float, device=None) -> torch.Tensor:
+    """inv_freq_i = exp64(-(RN64(2i / D) * log64(theta))) for i = 0 .. D/2 - 1 (float64)."""
+    two_i = torch.arange(0, head_dim, 2, dtype=F64, device=device)
+    a = two_i / torch.full((), float(head_dim), dtype=F64, device=device)
+    lt = log_f64(torch.full((), float(theta), dtype=F64, device=device))
+    return exp_f64(-(a * lt))
+
+
+def rope_tables(n_pos: int, head_dim: int, theta: float, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cos, sin), float32 [n_pos, D/2]: angle(p, i) = RN64(p * inv_freq_i) for positions
+    p = 0 .. n_pos - 1, then RN32(cos64(angle)) and RN32(sin64(angle))."""
+    inv = rope_inv_freq_f64(head_dim, theta, device)
+    pos = torch.arange(n_pos, dtype=F64, device=device).reshape(n_pos, 1)
+    ang = pos * inv.reshape(1, -1)
+    return canon_nan(cos_f64(ang).to(F32)), canon_nan(sin_f64(ang).to(F32))
+
+
 # --- float32 in, float32 out (one rounding), canonical NaN -----------------------------------
 
 
@@ -279,3 +332,22 @@ def gelu_grad32(x, g, form: str):
     d = gelu_tanh_grad_f64(x64) if form == "tanh" else gelu_erf_grad_f64(x64)
     d = torch.where(x64 == math.inf, _c(1.0, x64), torch.where(x64 == -math.inf, _c(0.0, x64), d))
     return canon_nan((g.to(F64) * d).to(F32))
+
+
+def sigmoid32(x):
+    return _f32(sigmoid_f64, x)
+
+
+def sigmoid_grad32(x, g):
+    """RN32(f64(g) * (s * u)), s = sigmoid x, u = 1 - s (from x, not from the rounded output)."""
+    s, u = _sigmoid_parts(x.to(F64))
+    return canon_nan((g.to(F64) * (s * u)).to(F32))
+
+
+def silu32(x):
+    return _f32(silu_f64, x)
+
+
+def silu_grad32(x, g):
+    """RN32(f64(g) * silu'(x)), the derivative in float64."""
+    return canon_nan((g.to(F64) * silu_grad_f64(x.to(F64))).to(F32))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -190,3 +191,53 @@ def test_shipped_bad_examples_are_refused_with_their_documented_reason(path):
     with pytest.raises(SpecError) as info:
         Spec.from_toml(path)
     assert expected in str(info.value)
+
+
+# --- the Llama family ---------------------------------------------------------------------------
+
+LLAMA = {"kind": "llama", "vocab_size": 64, "block_size": 32, "n_layer": 2, "n_head": 4, "n_kv_head": 2,
+         "n_embd": 32, "intermediate_size": 48}
+
+
+def test_existing_spec_encodings_are_unchanged():
+    """The Llama fields are absent from a GPT's or MLP's canonical form: digests pinned from
+    before they existed."""
+    assert Spec().digest().hex() == "5429195e80d2dd7449b19ce427c289f091c68a9125abd53b19349e128ba73f40"
+    assert Spec.from_dict({"model": {"kind": "mlp"}}).digest().hex() == \
+        "4a24bf66043439739301f809205fa1a3e31d52758c48a0573f8fb50a8d20894d"
+    assert not set(Spec().canonical()["model"]) & {"n_kv_head", "intermediate_size", "rope_theta", "rms_eps"}
+
+
+def test_llama_spec_defaults_round_trip_and_digest():
+    s = Spec.from_dict({"model": LLAMA, "batch": {"seq_len": 16}})
+    m = s.canonical()["model"]
+    assert m["rope_theta"] == 10000.0 and m["rms_eps"] == 1e-6 and m["n_kv_head"] == 2
+    assert not {"bias", "gelu", "hidden"} & set(m)
+    assert Spec.from_cbor(s.to_cbor()) == s
+    # n_kv_head defaults to n_head, and stating the default gives the same digest
+    a = Spec.from_dict({"model": {**LLAMA, "n_kv_head": 4}, "batch": {"seq_len": 16}})
+    b = Spec.from_dict({"model": {k: v for k, v in LLAMA.items() if k != "n_kv_head"}, "batch": {"seq_len": 16}})
+    assert a.digest() == b.digest() != s.digest()
+    for field, value in (("rope_theta", 500000.0), ("rms_eps", 1e-5), ("intermediate_size", 64),
+                         ("tie_weights", False)):
+        assert Spec.from_dict({"model": {**LLAMA, field: value}, "batch": {"seq_len": 16}}).digest() != s.digest()
+
+
+@pytest.mark.parametrize("model, reason", [
+    ({"kind": "gpt", "n_kv_head": 2}, "n_kv_head: only for kind 'llama'"),
+    ({"kind": "mlp", "rope_theta": 1e4}, "rope_theta: only for kind 'llama'"),
+    ({**LLAMA, "intermediate_size": None}, "intermediate_size: required"),
+    ({**LLAMA, "n_kv_head": 3}, "n_kv_head (3) must divide n_head (4)"),
+    ({**LLAMA, "gelu": "erf"}, "gelu: not a field of kind 'llama'"),
+    ({**LLAMA, "bias": True}, "bias: not a field of kind 'llama'"),
+    ({**LLAMA, "n_embd": 36, "n_head": 4, "n_kv_head": 4}, "must be even"),
+    ({**LLAMA, "block_size": 2**21}, "exceeds 1048576 positions"),
+])
+def test_llama_refusals_name_the_field(model, reason):
+    with pytest.raises(SpecError, match=re.escape(reason)):
+        Spec.from_dict({"model": model, "batch": {"seq_len": 16}})
+
+
+def test_llama_seq_len_beyond_block_size_is_refused():
+    with pytest.raises(SpecError, match="exceeds model.block_size"):
+        Spec.from_dict({"model": LLAMA, "batch": {"seq_len": 33}})

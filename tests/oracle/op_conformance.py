@@ -126,12 +126,12 @@ for _dt, _tdt, _sfx in ((np.float32, F32, "f32"), (np.float64, F64, "f64")):
                 (_np(x + y), ref(np.add)), (_np(x.add(y)), ref(np.add)), (_np(x.clone().add_(y)), ref(np.add)),
                 (_np(x - y), ref(np.subtract)), (_np(x.clone().sub_(y)), ref(np.subtract)),
                 (_np(x * y), ref(np.multiply)), (_np(torch.mul(x, y)), ref(np.multiply)),
-                (_np(x.clone().mul_(y)), ref(np.multiply)),
+                (_np(x.clone().mul_(y)), ref(np.multiply)), (_np(x.mul(y)), ref(np.multiply)),
                 (_np(x / y), ref(np.divide)), (_np(torch.div(x, y)), ref(np.divide)),
                 (_np(torch.copysign(x, y)), np.copysign(a, b)),
             ]
         return ops
-    case(f"arith_{_sfx}", "+", "-", "*", "/", "add", "add_", "sub_", "mul_", "torch.mul", "torch.div",
+    case(f"arith_{_sfx}", "+", "-", "*", "/", "add", "add_", "sub_", "mul", "mul_", "torch.mul", "torch.div",
          "torch.copysign")(_binary())
 
     def _unary(dt=_dt):

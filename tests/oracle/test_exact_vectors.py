@@ -78,3 +78,55 @@ def test_matmul_and_sum():
         x = unhx(case["x"], case["shape"])
         _eq(Q.exact_sum64(x, 1).float(), case["sum_dim1"], "sum dim 1")
         _eq(Q.exact_sum64(x, None).float(), case["sum_all"], "sum all")
+
+
+# --- the Llama family's ops: forward and backward through the autograd ops --------------------
+
+
+def _through(op, *inputs):
+    """op(*inputs) with float32 inputs needing grad; returns (output, the function taking g to
+    the input gradients)."""
+    xs = [t.clone().requires_grad_(True) for t in inputs]
+    y = op(*xs)
+
+    def grads(g):
+        return torch.autograd.grad(y, xs, g)
+    return y.detach(), grads
+
+
+@pytest.mark.parametrize("name", ["sigmoid", "silu"])
+def test_sigmoid_silu_ops(name):
+    x, g = unhx(DOC["elementwise"]["x"]), unhx(DOC["elementwise"]["g"])
+    y, grads = _through(getattr(ops, name), x)
+    _eq(y, DOC["elementwise"][name], f"{name} op")
+    _eq(grads(g)[0], DOC["elementwise"][f"{name}_grad"], f"{name} op backward")
+
+
+def test_rms_norm_op():
+    assert len(DOC["rms_norm"]) >= 15
+    for case in DOC["rms_norm"]:
+        x, g = unhx(case["x"], case["shape"]), unhx(case["g"], case["shape"])
+        if "w" in case:
+            w = unhx(case["w"])
+            y, grads = _through(lambda x, w, e=case["eps"]: ops.rms_norm(x, w, e), x, w)
+            dx, dw = grads(g)
+            _eq(dw, case["dw"], f"rms_norm dw {case['shape']}")
+        else:
+            y, grads = _through(lambda x, e=case["eps"]: ops.rms_norm(x, None, e), x)
+            (dx,) = grads(g)
+        _eq(y, case["y"], f"rms_norm {case['shape']}")
+        _eq(dx, case["dx"], f"rms_norm dx {case['shape']}")
+
+
+def test_rope_op_and_tables():
+    for case in DOC["rope"]:
+        x, g = unhx(case["x"], case["shape"]), unhx(case["g"], case["shape"])
+        half = [case["shape"][0], case["shape"][1] // 2]
+        c, s = unhx(case["cos"], half), unhx(case["sin"], half)
+        y, grads = _through(lambda x, c=c, s=s: ops.rope(x, c, s), x)
+        _eq(y, case["y"], f"rope {case['shape']}")
+        _eq(grads(g)[0], case["dx"], f"rope dx {case['shape']}")
+    for case in DOC["rope_tables"]:
+        c, s = ops.rope_tables(case["n_pos"], case["head_dim"], case["theta"])
+        _eq(c, case["cos"], f"rope cos table {case['n_pos']}x{case['head_dim']}")
+        _eq(s, case["sin"], f"rope sin table {case['n_pos']}x{case['head_dim']}")

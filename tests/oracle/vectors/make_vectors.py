@@ -51,7 +51,10 @@ def elementwise_inputs() -> torch.Tensor:
 ELEMENTWISE = {
     "exp": tx.exp32, "log": tx.log32, "tanh": tx.tanh32, "erf": tx.erf32, "sin": tx.sin32, "cos": tx.cos32,
     "gelu_tanh": lambda x: tx.gelu32(x, "tanh"), "gelu_erf": lambda x: tx.gelu32(x, "erf"),
+    "sigmoid": tx.sigmoid32, "silu": tx.silu32,
 }
+# gradients g * f'(x) of the elementwise functions with a float64 derivative
+ELEMENTWISE_GRAD = {"sigmoid_grad": tx.sigmoid_grad32, "silu_grad": tx.silu_grad32}
 
 
 def grad_inputs(x: torch.Tensor) -> torch.Tensor:
@@ -131,6 +134,38 @@ def layer_norm_cases():
     return out
 
 
+def rms_norm_cases():
+    """(x, w) rows: every edge row (non-finite ones included), a zero row, subnormal and huge rows,
+    random rows at several scales with and without a weight."""
+    g = torch.Generator().manual_seed(23)
+    out = [(r.unsqueeze(0), None) for r in edge_rows()]
+    out.append((torch.zeros(1, 5), None))
+    out.append((torch.tensor([[1e-45, -3e-45, 1e-40, 0.0]]), None))
+    out.append((torch.tensor([[3.4e38, -3.4e38, 1.0]]), None))
+    for n, c, scale in ((4, 37, 6.0), (3, 64, 1e-3), (2, 768, 30.0)):
+        x = (torch.randn(n, c, generator=g) * scale).float()
+        out.append((x, (1.0 + 0.1 * torch.randn(c, generator=g)).float()))
+    return out
+
+
+def rope_cases():
+    """(x [T, D], cos, sin): random rows on real tables (two bases), and edge values rotated."""
+    g = torch.Generator().manual_seed(29)
+    out = []
+    for t, d, theta in ((7, 8, 10000.0), (5, 16, 500000.0)):
+        c, s = tx.rope_tables(t, d, theta)
+        out.append(((torch.randn(t, d, generator=g) * 3).float(), c, s))
+    e = edge_values()
+    n = (e.numel() // 8) * 8
+    x = e[:n].reshape(-1, 8)
+    c, s = tx.rope_tables(x.shape[0], 8, 10000.0)
+    out.append((x, c, s))
+    return out
+
+
+ROPE_TABLES = ((64, 8, 10000.0), (33, 64, 500000.0), (4096, 2, 10000.0))
+
+
 def build() -> dict:
     with kernels.disabled():
         x = elementwise_inputs()
@@ -141,6 +176,8 @@ def build() -> dict:
             doc["elementwise"][name] = hx(fn(x))
         for form in ("tanh", "erf"):
             doc["elementwise"][f"gelu_{form}_grad"] = hx(tx.gelu_grad32(x, gi, form))
+        for name, fn in ELEMENTWISE_GRAD.items():
+            doc["elementwise"][name] = hx(fn(x, gi))
         for r in row_cases():
             gr = grad_inputs(r)
             p, y = ops.softmax_rows_eager(r), ops.log_softmax_rows_eager(r)
@@ -162,6 +199,24 @@ def build() -> dict:
             if w is not None:
                 case |= {"w": hx(w), "b": hx(b)}
             doc["layer_norm"].append(case)
+        doc["rms_norm"] = []
+        for x, w in rms_norm_cases():
+            gr = grad_inputs(x)
+            y, rstd = ops.rms_norm_eager(x, w, 1e-6)
+            dx, prod = ops.rms_norm_bwd_eager(x, gr, w, rstd)
+            case = {"shape": list(x.shape), "eps": 1e-6, "x": hx(x), "g": hx(gr), "y": hx(y), "dx": hx(dx)}
+            if w is not None:
+                case |= {"w": hx(w), "dw": hx(Q.exact_sum64(prod, 0).float())}
+            doc["rms_norm"].append(case)
+        doc["rope"] = []
+        for x, c, sn in rope_cases():
+            gr = grad_inputs(x)
+            doc["rope"].append({"shape": list(x.shape), "x": hx(x), "cos": hx(c), "sin": hx(sn), "g": hx(gr),
+                                "y": hx(ops.rope_eager(x, c, sn)), "dx": hx(ops.rope_bwd_eager(gr, c, sn))})
+        doc["rope_tables"] = []
+        for t, d, theta in ROPE_TABLES:
+            c, sn = tx.rope_tables(t, d, theta)
+            doc["rope_tables"].append({"n_pos": t, "head_dim": d, "theta": theta, "cos": hx(c), "sin": hx(sn)})
         for s in sum_cases():
             doc["sum"].append({"shape": list(s.shape), "x": hx(s), "sum_dim1": hx(Q.exact_sum64(s, 1).float()),
                                "sum_all": hx(Q.exact_sum64(s, None).float())})
