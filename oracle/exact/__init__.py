@@ -10,11 +10,13 @@ How to use it (the model and step code):
     ``exact.matmul``: "single" (one slice) or "hilo" (two slices, three GEMMs, ~2x the bits).
   - ``sum(x, dim=None, keepdim=False)``, ``mean(...)``, ``softmax(x, dim=-1)``,
     ``log_softmax(x, dim=-1)``, ``layer_norm(x, weight, bias, eps=1e-5)`` (weight/bias may be
-    None), ``gelu(x, form="tanh"|"erf")``, ``exp``, ``log``, ``tanh``, ``erf``, ``sin``, ``cos``.
+    None), ``gelu(x, form="tanh"|"erf")``, ``exp``, ``log``, ``tanh``, ``erf``, ``sin``, ``cos``,
+    ``sigmoid``, ``silu``, ``mul(a, b)`` (same shapes), ``rms_norm(x, weight, eps=1e-6)``,
+    ``rope(x, cos, sin)`` with ``rope_tables(n_pos, head_dim, theta)``, ``repeat_heads(x, n_rep)``.
   - ``embedding(idx, weight)``; ``cross_entropy(logits[..., V], targets[...], *, total_count=None)``
     (mean over tokens, or the sum over ``total_count`` when given); ``dropout(x, p, keep_mask)``
     (the caller draws ``keep_mask`` from Philox); ``causal_attention(q, k, v, *, variant,
-    dropout_p=0.0, dropout_mask=None)`` on [B, H, T, D]; ``add(a, b)`` (same shapes only);
+    dropout_p=0.0, dropout_mask=None)`` on [B, H, T, D] (k, v may have fewer heads); ``add(a, b)`` (same shapes only);
     ``sum_of_squares(tensors)`` -> float32 scalar, exact over the list (canonical order).
   - Errors: bad input raises ``oracle.exact.ExactError`` (a ValueError) naming the problem.
 
