@@ -76,14 +76,32 @@ def train(
     params_path: Path | None = typer.Option(
         None, "--params", help="protocol parameters TOML (top level or a protocol table); default: those a dev "
                                "chain records, else the built-in ones"),
+    nproc: int = typer.Option(
+        1, "--nproc", min=1, help="data-parallel ranks on this machine (started through torchrun; gloo on CPU, "
+                                  "NCCL on GPUs); under torchrun the ranks come from its environment"),
 ) -> None:
     """Train with commitments, then answer the run's challenges until they resolve."""
+    import os
+
+    if nproc > 1 and "WORLD_SIZE" not in os.environ:
+        _relaunch(nproc)
     server = None
     trainer = None
+    ranks = None
     try:
         from chain.connect import connect
         from miner.trainer import Trainer
+        from oracle.parallel import Ranks
 
+        ranks = Ranks.from_env()
+        if ranks is not None and nproc > 1 and ranks.world != nproc:
+            _fail(f"--nproc {nproc} but torchrun started {ranks.world} ranks")
+        if ranks is not None and not ranks.leader:
+            # the other ranks only compute their shards of each step: rank 0 commits and serves
+            spec, ds = _open(spec_path, data)
+            Trainer(spec, ds, out, None, substitute_batch_at=substitute_batch_at, progress=False,
+                    ranks=ranks).run(follow=False)
+            return
         spec, ds = _open(spec_path, data)
         transport = connect(chain, account=account, key=key)
         # A Substrate chain records no parameters: the miner must derive challenges as verifiers do.
@@ -99,7 +117,7 @@ def train(
             server = BackgroundServer(out, host, port, token).start()
         trainer = Trainer(spec, ds, out, transport, endpoint=endpoint or f"http://{host}:{port}",
                           keep_every=keep_every, root_every=root_every, substitute_batch_at=substitute_batch_at,
-                          params=params, progress=not as_json)
+                          params=params, progress=not as_json, ranks=ranks)
         if substitute_batch_at is not None:
             typer.echo(f"FAULT INJECTION: step {substitute_batch_at} trains on a substituted batch", err=True)
         verdicts = trainer.run(follow=follow, timeout=timeout)
@@ -121,6 +139,18 @@ def train(
             trainer.close()
         if server is not None:
             server.stop()
+        if ranks is not None:
+            ranks.close()
+
+
+def _relaunch(nproc: int) -> None:
+    """Run this very command as `nproc` ranks under torchrun (standalone: a local rendezvous on
+    a free port) and exit with its status."""
+    import subprocess
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+           "-m", "pot", "--", *sys.argv[1:]]
+    raise typer.Exit(subprocess.call(cmd))
 
 
 @miner_app.command("serve")

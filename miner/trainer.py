@@ -3,6 +3,9 @@
 Before step 1 it registers the run (start_training_commitment); after every step it appends the
 leaf to the checkpoint tree and the signed transcript, moves the root on chain at a cadence (with
 consistency proofs) and at the end, then follows the chain and opens every challenged step.
+Data-parallel (`ranks`, oracle.parallel): every rank computes each step's shard; rank 0 alone
+keeps the run directory, talks to the chain and serves, and its commitments do not depend on
+the number of ranks (the steps are byte-identical to one process).
 """
 
 from __future__ import annotations
@@ -66,7 +69,8 @@ class Trainer:
     def __init__(self, spec: Spec, dataset: Dataset, run_dir: str | os.PathLike[str], transport: Any = None, *,
                  endpoint: str = DEFAULT_ENDPOINT, keep_every: int = 10, root_every: int | None = None,
                  substitute_batch_at: int | None = None, params: Any = None, progress: bool = True,
-                 log: Callable[[str], None] | None = None, submit_timeout: float = 60.0) -> None:
+                 log: Callable[[str], None] | None = None, submit_timeout: float = 60.0,
+                 ranks: Any = None) -> None:
         if dataset.sample_len != spec.sample_len:
             raise TrainerError(f"the dataset's samples hold {dataset.sample_len} tokens, the spec needs "
                                f"{spec.sample_len} (seq_len + 1)")
@@ -76,16 +80,23 @@ class Trainer:
             raise TrainerError(f"root_every must be positive, got {root_every}")
         self.spec = spec
         self.dataset = dataset
+        self.ranks = ranks if ranks is not None and ranks.world > 1 else None
+        self.leader = self.ranks is None or self.ranks.leader
+        self.device = self.ranks.device if self.ranks is not None else None
+        if not self.leader and transport is not None:
+            raise TrainerError("only rank 0 talks to the chain: pass no transport to the other ranks")
         self.transport = transport
         self.endpoint = endpoint.rstrip("/")
         self.root_every = root_every or max(1, spec.steps // 4)
         self.substitute_batch_at = substitute_batch_at
-        self.progress = progress
+        self.progress = progress and self.leader
         self.submit_timeout = submit_timeout
         self._log = log or (lambda msg: print(msg, file=sys.stderr))
         self.schedule = run_schedule(spec, dataset)
         self._train_n = self.schedule.num_samples
-        self.store = CheckpointStore(run_dir, keep_every=keep_every, spec=spec, batch_fn=self.batch)
+        # the other ranks keep nothing: the run directory is rank 0's
+        self.store: Any = (CheckpointStore(run_dir, keep_every=keep_every, spec=spec, batch_fn=self.batch)
+                           if self.leader else None)
         self._params = params
         self.view: Any = None
         self.run_id: bytes = b""
@@ -116,7 +127,22 @@ class Trainer:
         return self.transport.account if self.transport is not None else ""
 
     def prepare(self) -> None:
-        """Create the run (initial state, leaf 0, run id, transcript) or resume it from run_dir."""
+        """Create the run (initial state, leaf 0, run id, transcript) or resume it from run_dir.
+        Data-parallel, every rank calls it: the others take rank 0's state."""
+        if self.leader:
+            self._prepare_run()
+        if self.ranks is not None:
+            from oracle import parallel
+
+            last = parallel.broadcast_object(self.ranks, self.state.step if self.leader else None)
+            state = (self.state if self.leader else init_state(self.spec)).to(self.device)
+            parallel.broadcast_state(self.ranks, state.tensors)
+            if state.step != last:
+                raise TrainerError(f"rank {self.ranks.rank} holds the state after step {state.step}, "
+                                   f"rank 0 resumes after {last}")
+            self.state = state
+
+    def _prepare_run(self) -> None:
         meta = self.store.read_meta()
         key_path = self.store.dir / "session.key"
         transcript_path = self.store.dir / "transcript.cbor"
@@ -253,10 +279,13 @@ class Trainer:
         if self.progress:
             rng = tqdm(rng, desc="train", unit="step", file=sys.stderr, initial=first - 1, total=last)
         for t in rng:
-            self.state, loss = oracle_step(self.state, self.batch(t), self.spec, t)
-            leaf = step_leaf(t, self.state.digest(), loss_bits(loss))
+            self.state, loss = oracle_step(self.state, self.batch(t), self.spec, t, ranks=self.ranks)
+            if not self.leader:
+                continue
+            here = self.state if self.state.device.type == "cpu" else self.state.to("cpu")
+            leaf = step_leaf(t, here.digest(), loss_bits(loss.cpu()))
             if self.store.should_keep(t, self.spec.steps):
-                self.store.save_state(self.state)
+                self.store.save_state(here)
             self.store.append_leaf(leaf)
             self.tree.append(leaf)
             self.transcript.append("step", {"t": t, "leaf": leaf})
@@ -332,6 +361,10 @@ class Trainer:
         if self.transport is not None:
             self.register()
         self.train()
+        if self.ranks is not None:
+            self.ranks.barrier()  # every rank is done training; only rank 0 goes on
+            if not self.leader:
+                return {}
         if self.transport is not None:
             self.submit_root()
             if follow:

@@ -51,8 +51,12 @@ def as_batch(batch, spec: Spec, device=None) -> torch.Tensor:
 
 
 def step(state: TrainState, batch, spec: Spec, step_index: int, *,
-         micro_batches: int = 1) -> tuple[TrainState, torch.Tensor]:
-    """Run training step `step_index` (1-based) on `state`; returns (new state, float32 loss)."""
+         micro_batches: int = 1, ranks=None) -> tuple[TrainState, torch.Tensor]:
+    """Run training step `step_index` (1-based) on `state`; returns (new state, float32 loss).
+
+    With `ranks` (an oracle.parallel.Ranks of world size > 1) every rank of the group calls this
+    with the same state and batch; each computes the gradients of its shard and all get the
+    bytes of the one-process step (exact-v1 only)."""
     if not isinstance(step_index, int) or isinstance(step_index, bool) or not 1 <= step_index < 2**32:
         raise StepError(f"step_index must be an int in [1, 2^32), got {step_index!r}")
     try:
@@ -62,6 +66,12 @@ def step(state: TrainState, batch, spec: Spec, step_index: int, *,
     if not isinstance(micro_batches, int) or not 1 <= micro_batches <= spec.batch.batch_size:
         raise StepError(f"micro_batches must be between 1 and batch_size {spec.batch.batch_size}, "
                         f"got {micro_batches!r}")
+    parallel = ranks is not None and ranks.world > 1
+    if parallel and spec.profile != "exact-v1":
+        raise StepError(f"data-parallel training needs profile exact-v1 (its reductions are exact in any "
+                        f"split); this spec is {spec.profile}")
+    if parallel and ranks.world > spec.batch.batch_size:
+        raise StepError(f"{ranks.world} ranks cannot share a batch of {spec.batch.batch_size} sequences")
     if state.step != step_index - 1:
         raise StepError(f"step {step_index} needs the state after step {step_index - 1}; "
                         f"this state is after step {state.step}")
@@ -78,7 +88,12 @@ def step(state: TrainState, batch, spec: Spec, step_index: int, *,
             return None
         return models.Dropout(seed, step_index, spec.model.dropout, row_offset)
 
-    loss, grads = prof.grads(model, params, inputs, targets, drop_for, micro_batches)
+    if parallel:
+        from oracle import parallel as dp
+
+        loss, grads = dp.exact_grads(ranks, model, params, inputs, targets, drop_for, micro_batches)
+    else:
+        loss, grads = prof.grads(model, params, inputs, targets, drop_for, micro_batches)
     names = list(params)
     with torch.no_grad():
         grads, _ = optim.clip(prof.ops, grads, spec.optimizer.grad_clip)

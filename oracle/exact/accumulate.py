@@ -134,10 +134,28 @@ def fold_rows(values: torch.Tensor) -> torch.Tensor:
     return f.result()
 
 
+class FoldState:
+    """The folds of an accumulator after some leading sequences of a step: per use site
+    (param index, site) and for the loss, (hi, lo, count, inexact) as Fold keeps them."""
+
+    def __init__(self, sites: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor, int, int]],
+                 loss: tuple[torch.Tensor, torch.Tensor, int, int] | None, loss_total) -> None:
+        self.sites = sites
+        self.loss = loss
+        self.loss_total = loss_total
+
+
+def _restored(hi: torch.Tensor, lo: torch.Tensor, count: int, bad: int) -> Fold:
+    f = Fold(hi.shape, hi.device)
+    f.hi, f.lo, f.count = hi.clone(), lo.clone(), int(count)
+    f._bad = [int(bad)] if bad else []
+    return f
+
+
 class ExactGradAccumulator:
     """Collects exact per-sequence gradient partials across micro-batches; see the module doc."""
 
-    def __init__(self, params) -> None:
+    def __init__(self, params, *, deferred: bool = False) -> None:
         self.params = list(params)
         for i, p in enumerate(self.params):
             if not isinstance(p, torch.Tensor) or p.dtype != F32:
@@ -149,6 +167,10 @@ class ExactGradAccumulator:
         self._loss: Fold | None = None
         self._loss_total: float | None = None
         self._open = False
+        # deferred: deposits are kept in order and folded only once continue_from() installs the
+        # fold state of the sequences before ours (exact data parallelism, oracle.parallel)
+        self._deferred = deferred
+        self._pending: list[tuple[tuple[int, int] | None, object]] = []
 
     # --- micro-batches -----------------------------------------------------------------------
     @contextlib.contextmanager
@@ -180,6 +202,9 @@ class ExactGradAccumulator:
         site = self._seen.get(i, 0)
         self._seen[i] = site + 1
         key = (i, site)
+        if self._deferred:
+            self._pending.append((key, fill))
+            return
         fold = self._sites.get(key)
         if fold is None:
             fold = self._sites[key] = Fold(param.shape, param.device)
@@ -187,6 +212,14 @@ class ExactGradAccumulator:
 
     def deposit_loss(self, per_sequence: torch.Tensor, total_count) -> None:
         """Per-sequence loss sums (float64 exact values) and the step's token count."""
+        if self._deferred:
+            if self._loss_total is None:
+                self._loss_total = total_count
+            elif self._loss_total != total_count:
+                raise ExactError(f"cross_entropy total_count changed between micro-batches "
+                                 f"({self._loss_total} then {total_count})")
+            self._pending.append((None, lambda fold: fold.add_many(per_sequence)))
+            return
         if self._loss is None:
             self._loss = Fold(per_sequence.shape[1:], per_sequence.device)
             self._loss_total = total_count
@@ -195,6 +228,44 @@ class ExactGradAccumulator:
                              f"({self._loss_total} then {total_count})")
         self._loss.add_many(per_sequence)
 
+    # --- the fold across ranks (oracle.parallel) ------------------------------------------------
+    def fold_state(self) -> FoldState:
+        """Every fold as it stands: what the next rank continues from."""
+        if self._deferred:
+            raise ExactError("a deferred accumulator has no fold state before continue_from()")
+        sites = {k: (f.hi, f.lo, f.count, f.inexact) for k, f in sorted(self._sites.items())}
+        loss = None if self._loss is None else (self._loss.hi, self._loss.lo, self._loss.count, self._loss.inexact)
+        return FoldState(sites, loss, self._loss_total)
+
+    def continue_from(self, state: FoldState) -> None:
+        """Install the folds of the sequences before ours, then fold our deposits onto them in
+        the order they came: the operations one process folding the whole batch performs."""
+        if not self._deferred:
+            raise ExactError("continue_from() needs an accumulator made with deferred=True")
+        if self._loss_total is not None and state.loss_total is not None and self._loss_total != state.loss_total:
+            raise ExactError(f"cross_entropy total_count differs between ranks ({state.loss_total} "
+                             f"then {self._loss_total})")
+        for (i, site), (hi, lo, count, bad) in state.sites.items():
+            if not 0 <= i < len(self.params) or tuple(hi.shape) != tuple(self.params[i].shape):
+                raise ExactError(f"fold state of param {i} site {site} has shape {tuple(hi.shape)}, "
+                                 f"which this model does not have")
+            self._sites[(i, site)] = _restored(hi, lo, count, bad)
+        if state.loss is not None:
+            self._loss = _restored(*state.loss)
+            self._loss_total = state.loss_total if self._loss_total is None else self._loss_total
+        self._deferred = False
+        pending, self._pending = self._pending, []
+        for key, fill in pending:
+            if key is None:
+                if self._loss is None:
+                    self._loss = Fold((), self.params[0].device)
+                fill(self._loss)
+                continue
+            fold = self._sites.get(key)
+            if fold is None:
+                fold = self._sites[key] = Fold(self.params[key[0]].shape, self.params[key[0]].device)
+            fill(fold)
+
     # --- results -----------------------------------------------------------------------------
     @property
     def inexact_count(self) -> int:
@@ -202,6 +273,8 @@ class ExactGradAccumulator:
 
     def grads(self) -> list[torch.Tensor]:
         """float32 gradient of every param (zeros where none was deposited), each rounded once."""
+        if self._deferred:
+            raise ExactError("a deferred accumulator has no gradients before continue_from()")
         out = []
         for i, p in enumerate(self.params):
             if p.grad is not None:
@@ -222,6 +295,8 @@ class ExactGradAccumulator:
 
     def loss(self) -> torch.Tensor:
         """float32 loss of the whole step: the folded per-sequence sums over total_count."""
+        if self._deferred:
+            raise ExactError("a deferred accumulator has no loss before continue_from()")
         if self._loss is None:
             raise ExactError("no cross_entropy loss was computed inside a micro-batch")
         s, err = two_sum(self._loss.hi, self._loss.lo)

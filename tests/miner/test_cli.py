@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from typer.testing import CliRunner
 
 from chain.dev import DevTransport
@@ -87,3 +88,56 @@ def test_miner_cli_refusals(tmp_path):
     r = runner.invoke(miner_app, ["train", "--spec", str(spec), "--data", str(corpus(tmp_path)),
                                   "--out", str(tmp_path / "run"), "--chain", "http://nowhere", "--no-serve"])
     assert r.exit_code == 2 and "unsupported chain URL" in r.output
+
+
+GPT_SPEC = """
+steps = 3
+[model]
+kind = "gpt"
+block_size = 16
+n_layer = 1
+n_head = 2
+n_embd = 32
+dropout = 0.1
+[batch]
+batch_size = 3
+seq_len = 16
+[rng]
+seed = 7
+schedule_seed = 11
+"""
+
+
+@pytest.mark.slow
+def test_miner_train_nproc_commits_what_one_process_commits(tmp_path):
+    """--nproc 2 through torchrun (gloo, real processes on localhost, shards of 2 and 1 sequences):
+    rank 0 registers and commits leaves equal to a one-process walk's; the other rank keeps nothing."""
+    from commitments.spec import Spec
+    from miner.checkpoints import CheckpointStore
+    from tests.miner.helpers import walk
+
+    data = corpus(tmp_path)
+    spec_path = tmp_path / "spec.toml"
+    spec_path.write_text(GPT_SPEC)
+    db = tmp_path / "chain.db"
+    DevTransport(db, "sealer", sealing="instant").record_params(PARAMS)
+    cmd = [sys.executable, "-m", "pot", "miner", "train", "--spec", str(spec_path), "--data", str(data),
+           "--out", str(tmp_path / "run"), "--chain", f"dev://{db}", "--account", "miner", "--no-serve",
+           "--no-follow", "--keep-every", "2", "--nproc", "2", "--json"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    assert len(lines) == 1  # rank 0 alone reports
+    summary = json.loads(lines[0])
+    one = walk(Spec.from_toml(spec_path), data)
+    store = CheckpointStore(tmp_path / "run")
+    assert store.leaves == one.leaves
+    assert summary["size"] == 4
+    view = ChainView(DevTransport(db, "reader"), PARAMS)
+    view.sync()
+    (run,) = view.state.runs.values()
+    from commitments import merkle
+
+    assert run.size == 4 and run.root == merkle.MerkleTree.from_leaves(one.leaves).root()
+    assert bytes.fromhex(summary["root"]) == run.root
