@@ -48,7 +48,8 @@ class ReplayResult:
         }
 
 
-def replay(validated: ValidatedOpening, *, device: Any = None, micro_batches: int = 1) -> ReplayResult:
+def replay(validated: ValidatedOpening, *, device: Any = None,
+           micro_batches: int | None = None) -> ReplayResult:
     """Run step t of a validated opening with the oracle and build the recomputed leaf t."""
     import torch
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -26,6 +26,17 @@ class SpecError(CommitmentError):
 class _Strict(BaseModel):
     # strict: a TOML `steps = true` or `bias = "yes"` is a mistake to refuse, not a value to coerce.
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    # Fields added after the first specs were committed: the canonical form leaves each out while
+    # it holds its default, so a spec written before the field existed keeps its bytes and digest.
+    OMIT_AT_DEFAULT: ClassVar[tuple[str, ...]] = ()
+
+    def canonical(self) -> dict[str, Any]:
+        """Plain dict of every field (defaults included, except OMIT_AT_DEFAULT ones at default)."""
+        d = self.model_dump(mode="python")
+        for name in self.OMIT_AT_DEFAULT:
+            if getattr(self, name) == type(self).model_fields[name].default:
+                del d[name]
+        return d
 
 
 # Fields of the Llama family only; a GPT or MLP spec refuses them and omits them from its canonical
@@ -107,21 +118,55 @@ class ModelSpec(_Strict):
 
 
 class OptimizerSpec(_Strict):
+    OMIT_AT_DEFAULT: ClassVar[tuple[str, ...]] = ("schedule", "warmup_steps", "decay_steps", "min_lr")
+
     kind: Literal["adamw", "sgd"] = "adamw"
-    lr: float = Field(1e-3, gt=0.0)
+    lr: float = Field(1e-3, gt=0.0, description="peak learning rate")
     beta1: float = Field(0.9, ge=0.0, lt=1.0)
     beta2: float = Field(0.95, ge=0.0, lt=1.0)
     eps: float = Field(1e-8, gt=0.0)
-    weight_decay: float = Field(0.0, ge=0.0)
+    weight_decay: float = Field(0.0, ge=0.0, description="matrices and embeddings only (docs/exact-v1.md §8)")
     momentum: float = Field(0.9, ge=0.0, lt=1.0, description="SGD only")
     grad_clip: float = Field(1.0, ge=0.0, description="global-norm clip; 0 disables")
+    # The learning-rate schedule (docs/exact-v1.md §8.1): the rate of step t is a pure function of t.
+    schedule: Literal["constant", "cosine", "linear"] = Field(
+        "constant", description="after the warm-up: constant lr, cosine or linear decay to min_lr")
+    warmup_steps: int = Field(0, ge=0, lt=2**32, description="steps 1..warmup_steps ramp linearly up to lr")
+    decay_steps: int = Field(0, ge=0, lt=2**32,
+                             description="cosine/linear: the step (warm-up included) where the rate reaches min_lr")
+    min_lr: float = Field(0.0, ge=0.0, description="cosine/linear: the floor the rate decays to")
+
+    @model_validator(mode="after")
+    def _schedule_consistent(self) -> OptimizerSpec:
+        if self.schedule == "constant":
+            if self.decay_steps or self.min_lr:
+                raise ValueError("decay_steps and min_lr have no effect under schedule 'constant'; "
+                                 "use schedule = 'cosine' or 'linear'")
+        else:
+            if self.decay_steps <= self.warmup_steps:
+                raise ValueError(f"schedule '{self.schedule}' needs decay_steps ({self.decay_steps}) > "
+                                 f"warmup_steps ({self.warmup_steps})")
+            if self.min_lr > self.lr:
+                raise ValueError(f"min_lr ({self.min_lr}) exceeds lr ({self.lr})")
+        return self
 
 
 class BatchSpec(_Strict):
+    OMIT_AT_DEFAULT: ClassVar[tuple[str, ...]] = ("micro_batches",)
+
     batch_size: int = Field(8, gt=0, description="sequences per step")
     seq_len: int = Field(64, gt=0, description="tokens per sequence (a sample holds seq_len + 1)")
-    # Gradient accumulation is deliberately not a spec field: under exact-v1 a step split into
-    # micro-batches (by whole sequences) has the same bytes as the unsplit step.
+    # Gradient accumulation: the miner's split of each step's batch into micro-batches of whole,
+    # consecutive sequences. Under exact-v1 every split has the same bytes, so a verifier may
+    # replay with another split; under torch-native the split is part of the arithmetic.
+    micro_batches: int = Field(1, gt=0, description="micro-batches per step (gradient accumulation)")
+
+    @model_validator(mode="after")
+    def _split_fits(self) -> BatchSpec:
+        if self.micro_batches > self.batch_size:
+            raise ValueError(f"micro_batches ({self.micro_batches}) exceeds batch_size ({self.batch_size}): "
+                             f"a micro-batch holds at least one sequence")
+        return self
 
 
 class RngSpec(_Strict):
@@ -146,7 +191,9 @@ class HardwareClass(_Strict):
 class Spec(_Strict):
     version: Literal["pot/spec/v1"] = SPEC_VERSION
     profile: Literal["exact-v1", "torch-native"] = "exact-v1"
-    dtype: Literal["float32"] = "float32"
+    # "bf16-mixed": float32 master weights and moments, bf16 rounding of matrix-product operands
+    # and outputs (docs/exact-v1.md §12).
+    dtype: Literal["float32", "bf16-mixed"] = "float32"
     loss: Literal["cross-entropy"] = "cross-entropy"
     steps: int = Field(100, gt=0, description="declared number of training steps")
     model: ModelSpec = ModelSpec()
@@ -170,9 +217,13 @@ class Spec(_Strict):
 
     # --- canonical form -------------------------------------------------------------------
     def canonical(self) -> dict[str, Any]:
-        """Plain dict of every field (defaults included), the input to CBOR."""
-        d = self.model_dump(mode="python")
-        d["model"] = self.model.canonical()
+        """Plain dict of every field (defaults included, but for fields added later while they
+        hold their default: see _Strict.OMIT_AT_DEFAULT), the input to CBOR."""
+        d = super().canonical()
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if isinstance(value, _Strict):
+                d[name] = value.canonical()
         return d
 
     def to_cbor(self) -> bytes:

@@ -70,6 +70,9 @@ def walk(
     save_dir: Path | None = typer.Option(None, "--save-dir", help="write state_<t>.safetensors for t = 0..N"),
     device: str = typer.Option("cpu", "--device", help="torch device (cpu, cuda, ...)"),
     threads: int | None = typer.Option(None, "--threads", min=1, help="intra-op CPU threads (same bytes)"),
+    micro_batches: int | None = typer.Option(
+        None, "--micro-batches", min=1,
+        help="split each batch (exact-v1: any split, same bytes); default: the spec's batch.micro_batches"),
 ) -> None:
     """Walk a run from its spec's seed, printing each step's loss bits and state digest."""
     try:
@@ -89,7 +92,7 @@ def walk(
             state.to_safetensors(save_dir / "state_0.safetensors")
         bar = tqdm(range(1, steps + 1), desc="walk", unit="step", file=sys.stderr, disable=as_json)
         for t in bar:
-            state, loss = step(state, ds.batch(schedule.batch(t)), spec, t)
+            state, loss = step(state, ds.batch(schedule.batch(t)), spec, t, micro_batches=micro_batches)
             line = _line(t, loss, state.digest())
             if save_dir is not None:
                 state.to_safetensors(save_dir / f"state_{t}.safetensors")
@@ -109,7 +112,9 @@ def step_cmd(
     t: int = typer.Option(..., "--step", min=1, help="the step to replay (1-based)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON line"),
     out: Path | None = typer.Option(None, "--out", help="write the state after the step here"),
-    micro_batches: int = typer.Option(1, "--micro-batches", min=1, help="split the batch (same bytes)"),
+    micro_batches: int | None = typer.Option(
+        None, "--micro-batches", min=1,
+        help="split the batch (exact-v1: any split, same bytes); default: the spec's batch.micro_batches"),
     device: str = typer.Option("cpu", "--device", help="torch device (cpu, cuda, ...)"),
     threads: int | None = typer.Option(None, "--threads", min=1, help="intra-op CPU threads (same bytes)"),
 ) -> None:

@@ -30,6 +30,9 @@ class ParamSpec:
     shape: tuple[int, ...]
     init: str  # "normal", "zeros" or "ones"
     std: float = 0.0
+    # "matrix", "embedding", "bias" or "norm": what the optimizer's weight-decay mask reads
+    # (oracle.optim.DECAYING_ROLES); None leaves it to the tensor's number of dimensions.
+    role: str | None = None
 
 
 @dataclass(frozen=True)
@@ -80,18 +83,18 @@ class GPT:
         c = self.cfg
         C, std = c.n_embd, c.init_std
         proj_std = std / math.sqrt(2 * c.n_layer)  # GPT-2: residual projections shrink with depth
-        specs = [ParamSpec("wte", (c.vocab_size, C), "normal", std),
-                 ParamSpec("wpe", (c.block_size, C), "normal", std)]
+        specs = [ParamSpec("wte", (c.vocab_size, C), "normal", std, role="embedding"),
+                 ParamSpec("wpe", (c.block_size, C), "normal", std, role="embedding")]
 
         def ln(name):
-            specs.append(ParamSpec(f"{name}.weight", (C,), "ones"))
+            specs.append(ParamSpec(f"{name}.weight", (C,), "ones", role="norm"))
             if c.bias:
-                specs.append(ParamSpec(f"{name}.bias", (C,), "zeros"))
+                specs.append(ParamSpec(f"{name}.bias", (C,), "zeros", role="bias"))
 
         def lin(name, n_out, n_in, w_std):
-            specs.append(ParamSpec(f"{name}.weight", (n_out, n_in), "normal", w_std))
+            specs.append(ParamSpec(f"{name}.weight", (n_out, n_in), "normal", w_std, role="matrix"))
             if c.bias:
-                specs.append(ParamSpec(f"{name}.bias", (n_out,), "zeros"))
+                specs.append(ParamSpec(f"{name}.bias", (n_out,), "zeros", role="bias"))
 
         for i in range(c.n_layer):
             ln(f"h.{i}.ln_1")
@@ -102,7 +105,7 @@ class GPT:
             lin(f"h.{i}.mlp.c_proj", C, 4 * C, proj_std)
         ln("ln_f")
         if not c.tie_weights:
-            specs.append(ParamSpec("lm_head.weight", (c.vocab_size, C), "normal", std))
+            specs.append(ParamSpec("lm_head.weight", (c.vocab_size, C), "normal", std, role="matrix"))
         return specs
 
     def forward(self, ops, P: dict[str, torch.Tensor], idx: torch.Tensor,
@@ -159,15 +162,15 @@ class MLPLM:
 
     def param_specs(self) -> list[ParamSpec]:
         c = self.cfg
-        specs = [ParamSpec("wte", (c.vocab_size, c.n_embd), "normal", c.init_std)]
+        specs = [ParamSpec("wte", (c.vocab_size, c.n_embd), "normal", c.init_std, role="embedding")]
         widths = [c.n_embd, *c.hidden]
         for i, (n_in, n_out) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
-            specs.append(ParamSpec(f"fc.{i}.weight", (n_out, n_in), "normal", c.init_std))
+            specs.append(ParamSpec(f"fc.{i}.weight", (n_out, n_in), "normal", c.init_std, role="matrix"))
             if c.bias:
-                specs.append(ParamSpec(f"fc.{i}.bias", (n_out,), "zeros"))
-        specs.append(ParamSpec("head.weight", (c.vocab_size, widths[-1]), "normal", c.init_std))
+                specs.append(ParamSpec(f"fc.{i}.bias", (n_out,), "zeros", role="bias"))
+        specs.append(ParamSpec("head.weight", (c.vocab_size, widths[-1]), "normal", c.init_std, role="matrix"))
         if c.bias:
-            specs.append(ParamSpec("head.bias", (c.vocab_size,), "zeros"))
+            specs.append(ParamSpec("head.bias", (c.vocab_size,), "zeros", role="bias"))
         return specs
 
     def forward(self, ops, P: dict[str, torch.Tensor], idx: torch.Tensor,

@@ -12,11 +12,31 @@ import torch.nn.functional as F
 NAME = "torch-native"
 
 
-def linear(x, w, b=None, *, variant="single"):
+class _RoundBF16(torch.autograd.Function):
+    """Stock RN-even conversion to bfloat16 and back; the gradient passes unchanged (float32)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.to(torch.bfloat16).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+def round_bf16(x):
+    return None if x is None else _RoundBF16.apply(x)
+
+
+def linear(x, w, b=None, *, variant="single", bf16=False):
+    if bf16:  # dtype bf16-mixed: the same rounding points as exact-v1's linear
+        return round_bf16(F.linear(round_bf16(x), round_bf16(w), round_bf16(b)))
     return F.linear(x, w, b)
 
 
-def matmul(a, b, *, variant="single"):
+def matmul(a, b, *, variant="single", bf16=False):
+    if bf16:
+        return round_bf16(torch.matmul(round_bf16(a), round_bf16(b)))
     return torch.matmul(a, b)
 
 
@@ -115,19 +135,19 @@ def cross_entropy(logits, targets, *, total_count=None):
     )
 
 
-def causal_attention(q, k, v, *, variant="single", dropout_p=0.0, dropout_mask=None):
+def causal_attention(q, k, v, *, variant="single", dropout_p=0.0, dropout_mask=None, bf16=False):
     """Math-form causal attention over [B, H, T, D] (no fused SDPA kernels)."""
     if k.shape[1] != q.shape[1]:
         k, v = repeat_heads(k, q.shape[1] // k.shape[1]), repeat_heads(v, q.shape[1] // k.shape[1])
     T, D = q.shape[-2], q.shape[-1]
     scale = torch.tensor(D**-0.5, dtype=q.dtype, device=q.device)
-    att = torch.matmul(q, k.transpose(-2, -1)) * scale
+    att = matmul(q, k.transpose(-2, -1), bf16=bf16) * scale
     causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
     att = att.masked_fill(~causal, float("-inf"))
     att = torch.softmax(att, dim=-1)
     if dropout_p > 0.0:
         att = dropout(att, dropout_p, dropout_mask)
-    return torch.matmul(att, v)
+    return matmul(att, v, bf16=bf16)
 
 
 def sum_of_squares(tensors):

@@ -1,5 +1,8 @@
 """AdamW and SGD with momentum in exact-v1 arithmetic, and global-norm gradient clipping.
 
+The learning rate of step t comes from the spec's schedule (oracle.schedule); weight decay is
+masked by parameter role (DECAYING_ROLES).
+
 Every line of an update is one IEEE float32 basic operation on tensors (no fused or scaled adds,
 no division by a Python scalar); hyperparameters become float32 tensors once, after the scalar
 work below is done in binary64 by a fixed rule. The order is normative: docs/exact-v1.md,
@@ -15,6 +18,7 @@ import torch
 
 from commitments.spec import OptimizerSpec
 from oracle.exact import kernels
+from oracle.schedule import lr_at
 
 CLIP_EPS = 1e-6  # added to the norm before dividing, as torch.nn.utils.clip_grad_norm_ does
 MOMENTS = {"adamw": ("exp_avg", "exp_avg_sq"), "sgd": ("momentum",)}
@@ -28,9 +32,21 @@ def moment_names(opt: OptimizerSpec) -> tuple[str, ...]:
     return MOMENTS[opt.kind]
 
 
-def decays(name: str, shape: tuple[int, ...]) -> bool:
-    """Weight decay applies to matrices and embeddings only, never to biases or norm gains."""
-    return len(shape) >= 2
+# Parameter roles a model declares (oracle.models.ParamSpec.role) and whether weight decay
+# applies: to the weights of matrix products and to embedding tables, never to biases or to the
+# gains of layer and RMS norms (the nanoGPT and Llama recipes).
+DECAYING_ROLES = {"matrix": True, "embedding": True, "bias": False, "norm": False}
+
+
+def decays(role: str | None, shape: tuple[int, ...]) -> bool:
+    """Whether weight decay applies to a parameter of this role; a parameter whose model declares
+    no role (None) decays when it has two or more dimensions (for every declared role of the
+    models here the two rules agree)."""
+    if role is None:
+        return len(shape) >= 2
+    if role not in DECAYING_ROLES:
+        raise OptimError(f"unknown parameter role {role!r}; expected one of {sorted(DECAYING_ROLES)}")
+    return DECAYING_ROLES[role]
 
 
 def pow_int(x: float, n: int) -> float:
@@ -70,13 +86,14 @@ class Hyper:
         def f32(v: float) -> torch.Tensor:
             return torch.tensor(v, dtype=torch.float32, device=device)
 
+        lr = lr_at(opt, t)  # binary64; the spec's lr itself under a constant schedule
         bc1 = 1.0 - pow_int(opt.beta1, t)
         bc2 = 1.0 - pow_int(opt.beta2, t)
         return cls(
-            lr=f32(opt.lr), b1=f32(opt.beta1), b2=f32(opt.beta2),
+            lr=f32(lr), b1=f32(opt.beta1), b2=f32(opt.beta2),
             c1=f32(1.0 - opt.beta1), c2=f32(1.0 - opt.beta2), eps=f32(opt.eps),
-            decay=f32(1.0 - opt.lr * opt.weight_decay), wd=f32(opt.weight_decay),
-            mu=f32(opt.momentum), step_size=f32(opt.lr / bc1), sqrt_bc2=f32(math.sqrt(bc2)),
+            decay=f32(1.0 - lr * opt.weight_decay), wd=f32(opt.weight_decay),
+            mu=f32(opt.momentum), step_size=f32(lr / bc1), sqrt_bc2=f32(math.sqrt(bc2)),
             has_wd=opt.weight_decay > 0.0,
         )
 
@@ -120,20 +137,26 @@ def clip(ops, grads: list[torch.Tensor], max_norm: float) -> tuple[list[torch.Te
 
 
 def update(opt: OptimizerSpec, t: int, names: list[str], params: list[torch.Tensor],
-           grads: list[torch.Tensor], moments: dict[str, list[torch.Tensor]]):
-    """Apply one optimizer step to every tensor in canonical order.
+           grads: list[torch.Tensor], moments: dict[str, list[torch.Tensor]],
+           roles: list[str | None] | None = None):
+    """Apply one optimizer step to every tensor in canonical order; `roles` are the parameters'
+    roles (see DECAYING_ROLES; None: none declared).
 
     Returns (new params, new moments) as lists in the same order; nothing is modified in place."""
     if not (len(names) == len(params) == len(grads)):
         raise OptimError("names, params and grads differ in length")
+    if roles is None:
+        roles = [None] * len(names)
+    if len(roles) != len(names):
+        raise OptimError(f"{len(roles)} roles for {len(names)} parameters")
     want = moment_names(opt)
     if tuple(moments) != want:
         raise OptimError(f"{opt.kind} needs moments {want}, got {tuple(moments)}")
     hp = Hyper.of(opt, t, params[0].device if params else None)
     new_p: list[torch.Tensor] = []
     new_m: dict[str, list[torch.Tensor]] = {k: [] for k in want}
-    for i, (name, p, g) in enumerate(zip(names, params, grads, strict=True)):
-        d = decays(name, tuple(p.shape))
+    for i, (p, g, role) in enumerate(zip(params, grads, roles, strict=True)):
+        d = decays(role, tuple(p.shape))
         if opt.kind == "adamw":
             p2, m2, v2 = adamw(p, g, moments["exp_avg"][i], moments["exp_avg_sq"][i], hp, d)
             new_m["exp_avg"].append(m2)

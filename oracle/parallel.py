@@ -84,9 +84,10 @@ def shards(batch_size: int, world: int) -> list[tuple[int, int]]:
     return split_rows(batch_size, world)
 
 
-def exact_grads(ranks: Ranks, model, params, inputs, targets, drop_for, micro_batches: int):
+def exact_grads(ranks: Ranks, model, params, inputs, targets, drop_for, micro_batches: int, ops=None):
     """(loss, gradients) of the whole batch under exact-v1, computed by all ranks together; every
-    rank gets the same bytes. `micro_batches` splits each rank's shard further (at most its size)."""
+    rank gets the same bytes. `micro_batches` splits each rank's shard further (at most its size).
+    `ops` is the step's op namespace (oracle.exact.ops, or its bf16-mixed form); default the former."""
     from oracle.exact.accumulate import ExactGradAccumulator
     from oracle.exact.grads import run_micro_batches
     from oracle.exact.quant import ExactError
@@ -98,7 +99,7 @@ def exact_grads(ranks: Ranks, model, params, inputs, targets, drop_for, micro_ba
     acc = ExactGradAccumulator([leaves[n] for n in names], deferred=ranks.rank > 0)
 
     def forward(lv, a, b):
-        return model.forward(_ops(), lv, inputs[a:b], drop_for(a))
+        return model.forward(ops if ops is not None else _ops(), lv, inputs[a:b], drop_for(a))
 
     run_micro_batches(acc, forward, leaves, targets, [(lo + a, lo + b) for a, b in mine], rows=(lo, hi),
                       total_count=inputs.numel())

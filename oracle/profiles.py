@@ -3,6 +3,7 @@
 exact-v1 (the default) runs oracle.exact.ops and accumulates micro-batch gradients as exact
 integer partials rounded once, so a step is one set of bytes everywhere. torch-native runs stock
 PyTorch with deterministic flags; it is bit-exact only on the hardware class the spec declares.
+The spec's dtype picks the precision of the matrix products in either namespace (MixedOps).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Any
 
 import torch
 
@@ -38,10 +40,36 @@ def deterministic_flags() -> None:
     torch.backends.cudnn.benchmark = False
 
 
+DTYPES = ("float32", "bf16-mixed")
+
+
+class MixedOps:
+    """An op namespace whose matrix products run in bf16-mixed precision: `linear`, `matmul` and
+    `causal_attention` round their operands and results to bfloat16 (docs/exact-v1.md §12);
+    every other op is the base namespace's, in float32."""
+
+    def __init__(self, base: ModuleType) -> None:
+        self._base = base
+        self.NAME = f"{base.NAME}/bf16-mixed"
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._base, name)
+
+    def linear(self, x, w, b=None, *, variant="single"):
+        return self._base.linear(x, w, b, variant=variant, bf16=True)
+
+    def matmul(self, a, b, *, variant="single"):
+        return self._base.matmul(a, b, variant=variant, bf16=True)
+
+    def causal_attention(self, q, k, v, *, variant="single", dropout_p=0.0, dropout_mask=None):
+        return self._base.causal_attention(q, k, v, variant=variant, dropout_p=dropout_p,
+                                           dropout_mask=dropout_mask, bf16=True)
+
+
 @dataclass(frozen=True)
 class Profile:
     name: str
-    ops: ModuleType
+    ops: Any  # the module oracle.exact.ops / oracle.native, or a MixedOps over one
     # grads(model, params, inputs, targets, drop_for_rows, micro_batches) -> (loss, grads in order)
     grads: Callable
 
@@ -74,9 +102,8 @@ def split_rows(batch: int, micro_batches: int) -> list[tuple[int, int]]:
     return out
 
 
-def _exact_grads(model, params, inputs, targets, drop_for, micro_batches):
+def _exact_grads(ops, model, params, inputs, targets, drop_for, micro_batches):
     # imported here, as in get(): oracle.exact loads the numba kernels, which torch-native never needs
-    from oracle.exact import ops
     from oracle.exact.grads import micro_batch_grads
 
     def forward(leaves, lo, hi):
@@ -86,15 +113,18 @@ def _exact_grads(model, params, inputs, targets, drop_for, micro_batches):
                              total_count=inputs.numel())
 
 
-def get(name: str) -> Profile:
+def get(name: str, dtype: str = "float32") -> Profile:
+    if dtype not in DTYPES:
+        raise ProfileError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
     if name == "torch-native":
         deterministic_flags()
-        from oracle import native
-
-        return Profile(name, native, lambda *a: _native_grads(native, *a))
-    if name == "exact-v1":
+        from oracle import native as base
+        grads = _native_grads
+    elif name == "exact-v1":
         arithmetic_flags()
-        from oracle.exact import ops
-
-        return Profile(name, ops, _exact_grads)
-    raise ProfileError(f"unknown profile {name!r}; expected 'exact-v1' or 'torch-native'")
+        from oracle.exact import ops as base
+        grads = _exact_grads
+    else:
+        raise ProfileError(f"unknown profile {name!r}; expected 'exact-v1' or 'torch-native'")
+    ops = MixedOps(base) if dtype == "bf16-mixed" else base
+    return Profile(name, ops, lambda *a: grads(ops, *a))

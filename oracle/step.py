@@ -51,8 +51,12 @@ def as_batch(batch, spec: Spec, device=None) -> torch.Tensor:
 
 
 def step(state: TrainState, batch, spec: Spec, step_index: int, *,
-         micro_batches: int = 1, ranks=None) -> tuple[TrainState, torch.Tensor]:
+         micro_batches: int | None = None, ranks=None) -> tuple[TrainState, torch.Tensor]:
     """Run training step `step_index` (1-based) on `state`; returns (new state, float32 loss).
+
+    `micro_batches` defaults to the spec's batch.micro_batches. Under exact-v1 any other split
+    gives the same bytes (a replay may choose its own); under torch-native the split is part of
+    the arithmetic, so only the spec's is accepted.
 
     With `ranks` (an oracle.parallel.Ranks of world size > 1) every rank of the group calls this
     with the same state and batch; each computes the gradients of its shard and all get the
@@ -63,9 +67,15 @@ def step(state: TrainState, batch, spec: Spec, step_index: int, *,
         state.check(spec)
     except StateError as exc:
         raise StepError(str(exc)) from None
-    if not isinstance(micro_batches, int) or not 1 <= micro_batches <= spec.batch.batch_size:
+    if micro_batches is None:
+        micro_batches = spec.batch.micro_batches
+    if (not isinstance(micro_batches, int) or isinstance(micro_batches, bool)
+            or not 1 <= micro_batches <= spec.batch.batch_size):
         raise StepError(f"micro_batches must be between 1 and batch_size {spec.batch.batch_size}, "
                         f"got {micro_batches!r}")
+    if spec.profile == "torch-native" and micro_batches != spec.batch.micro_batches:
+        raise StepError(f"micro_batches {micro_batches}: under torch-native the split changes the bytes; "
+                        f"this spec's steps run as batch.micro_batches = {spec.batch.micro_batches}")
     parallel = ranks is not None and ranks.world > 1
     if parallel and spec.profile != "exact-v1":
         raise StepError(f"data-parallel training needs profile exact-v1 (its reductions are exact in any "
@@ -75,12 +85,13 @@ def step(state: TrainState, batch, spec: Spec, step_index: int, *,
     if state.step != step_index - 1:
         raise StepError(f"step {step_index} needs the state after step {step_index - 1}; "
                         f"this state is after step {state.step}")
-    prof = profiles.get(spec.profile)
+    prof = profiles.get(spec.profile, spec.dtype)
     device = state.device
     tokens = as_batch(batch, spec, device)
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
     model = models.build(spec.model, matmul=spec.exact.matmul)
     params = state.params()
+    role_of = {p.name: p.role for p in model.param_specs()}
     seed = state.seed
 
     def drop_for(row_offset: int) -> models.Dropout | None:
@@ -91,7 +102,8 @@ def step(state: TrainState, batch, spec: Spec, step_index: int, *,
     if parallel:
         from oracle import parallel as dp
 
-        loss, grads = dp.exact_grads(ranks, model, params, inputs, targets, drop_for, micro_batches)
+        loss, grads = dp.exact_grads(ranks, model, params, inputs, targets, drop_for, micro_batches,
+                                     ops=prof.ops)
     else:
         loss, grads = prof.grads(model, params, inputs, targets, drop_for, micro_batches)
     names = list(params)
@@ -99,7 +111,8 @@ def step(state: TrainState, batch, spec: Spec, step_index: int, *,
         grads, _ = optim.clip(prof.ops, grads, spec.optimizer.grad_clip)
         moments = state.moments(spec)
         new_p, new_m = optim.update(spec.optimizer, step_index, names, [params[n] for n in names], grads,
-                                    {k: [v[n] for n in names] for k, v in moments.items()})
+                                    {k: [v[n] for n in names] for k, v in moments.items()},
+                                    [role_of[n] for n in names])
     new_state = TrainState.assemble(
         spec, dict(zip(names, new_p, strict=True)),
         {k: dict(zip(names, v, strict=True)) for k, v in new_m.items()},

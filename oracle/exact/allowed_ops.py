@@ -22,11 +22,11 @@ CHECKED = (IEEE, INTEGER, EXACT_SUM)
 # is not one).
 EXACT_PATH_FILES = (
     "oracle/optim.py", "oracle/rng.py", "oracle/models.py", "oracle/profiles.py", "oracle/step.py",
-    "oracle/norm_bucket.py",
+    "oracle/norm_bucket.py", "oracle/schedule.py",
 )
 
 TORCH_NAMES = {
-    "torch.Tensor": TYPE, "torch.float32": TYPE, "torch.float64": TYPE, "torch.int64": TYPE,
+    "torch.Tensor": TYPE, "torch.float32": TYPE, "torch.float64": TYPE, "torch.int64": TYPE, "torch.int32": TYPE,
     "torch.bool": TYPE, "torch.autograd.Function": TYPE,
     "torch.autograd.grad": SETTING, "torch.no_grad": SETTING, "torch.get_num_threads": SETTING,
     "torch.broadcast_shapes": SETTING, "torch.set_float32_matmul_precision": SETTING,

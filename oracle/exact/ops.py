@@ -16,6 +16,7 @@ from oracle.exact import kernels
 from oracle.exact import sqrt as xsqrt
 from oracle.exact import transcendental as tx
 from oracle.exact.accumulate import Fold, active
+from oracle.exact.bf16 import round_bf16
 from oracle.exact.gemm import exact_matmul, matmul_parts
 from oracle.exact.quant import (
     F32,
@@ -97,17 +98,26 @@ def _seq_chunks(n_seq: int, per_seq_elems: int):
 # --- linear and matmul -----------------------------------------------------------------------
 
 
+def _bf16_operands(bf16: bool, *ts):
+    """bf16-mixed: the operands of a matrix product rounded to bfloat16 (None stays None)."""
+    return tuple(round_bf16(t) if bf16 and t is not None else t for t in ts)
+
+
 class _Linear(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, w, b, variant):
+    def forward(ctx, x, w, b, variant, bf16=False):
         ctx.variant = variant
-        ctx.save_for_backward(x, w)
         ctx.params = (w, b)  # the objects themselves: the accumulator knows parameters by identity
         ctx.has_b = b is not None
+        # bf16-mixed rounds x, w and b and then the output; the gradient passes each rounding
+        # unchanged (float32), and the backward products use the rounded x and w.
+        x, w, b = _bf16_operands(bf16, x, w, b)
+        ctx.save_for_backward(x, w)
         y = exact_matmul(x.reshape(-1, x.shape[-1]), w.t(), variant)
         if b is not None:
             y = canon_nan(y + b)
-        return y.reshape(*x.shape[:-1], w.shape[0])
+        y = y.reshape(*x.shape[:-1], w.shape[0])
+        return round_bf16(y) if bf16 else y
 
     @staticmethod
     def backward(ctx, g):
@@ -131,13 +141,14 @@ class _Linear(torch.autograd.Function):
             per_seq = _seq_sums(g3)
 
             gb = _param_grad(b, lambda fold: fold.add_many(per_seq))
-        return gx, gw, gb, None
+        return gx, gw, gb, None, None
 
 
-def linear(x, weight, bias=None, *, variant="single"):
+def linear(x, weight, bias=None, *, variant="single", bf16=False):
     """x[..., in] @ weight[out, in].T (+ bias): the product exact and rounded once, then a float32
     add of the bias. Weight and bias gradients contract the token axis per sequence (dim 0 of a
-    >= 3-d x) and reach an open ExactGradAccumulator; see oracle.exact.accumulate."""
+    >= 3-d x) and reach an open ExactGradAccumulator; see oracle.exact.accumulate. `bf16`
+    (dtype bf16-mixed): x, weight and bias rounded to bfloat16 first, the result after."""
     _f32("linear x", x)
     _f32("linear weight", weight)
     if weight.dim() != 2 or x.dim() < 1 or x.shape[-1] != weight.shape[1]:
@@ -147,15 +158,17 @@ def linear(x, weight, bias=None, *, variant="single"):
         _f32("linear bias", bias)
         if tuple(bias.shape) != (weight.shape[0],):
             raise ExactError(f"linear: bias shape {list(bias.shape)} != [{weight.shape[0]}]")
-    return _Linear.apply(x, weight, bias, _variant(variant))
+    return _Linear.apply(x, weight, bias, _variant(variant), bool(bf16))
 
 
 class _MatMul(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, a, b, variant):
+    def forward(ctx, a, b, variant, bf16=False):
         ctx.variant = variant
+        a, b = _bf16_operands(bf16, a, b)
         ctx.save_for_backward(a, b)
-        return exact_matmul(a, b, variant)
+        y = exact_matmul(a, b, variant)
+        return round_bf16(y) if bf16 else y
 
     @staticmethod
     def backward(ctx, g):
@@ -165,17 +178,18 @@ class _MatMul(torch.autograd.Function):
             ga = exact_matmul(g, b.transpose(-2, -1), ctx.variant)
         if ctx.needs_input_grad[1]:
             gb = exact_matmul(a.transpose(-2, -1), g, ctx.variant)
-        return ga, gb, None
+        return ga, gb, None, None
 
 
-def matmul(a, b, *, variant="single"):
-    """Batched a[..., m, k] @ b[..., k, n] with equal batch dims (attention); exact, rounded once."""
+def matmul(a, b, *, variant="single", bf16=False):
+    """Batched a[..., m, k] @ b[..., k, n] with equal batch dims (attention); exact, rounded once.
+    `bf16`: a and b rounded to bfloat16 first, the result after (as in linear)."""
     _f32("matmul a", a)
     _f32("matmul b", b)
     if a.dim() < 2 or b.dim() < 2 or a.shape[:-2] != b.shape[:-2] or a.shape[-1] != b.shape[-2]:
         raise ExactError(f"matmul: shapes {list(a.shape)} @ {list(b.shape)} are not [..., m, k] @ [..., k, n] "
                          f"with equal batch dims")
-    return _MatMul.apply(a, b, _variant(variant))
+    return _MatMul.apply(a, b, _variant(variant), bool(bf16))
 
 
 # --- sums and means --------------------------------------------------------------------------
@@ -917,11 +931,12 @@ class _DivConst(torch.autograd.Function):
         return canon_nan(g / d), None
 
 
-def causal_attention(q, k, v, *, variant="single", dropout_p=0.0, dropout_mask=None):
+def causal_attention(q, k, v, *, variant="single", dropout_p=0.0, dropout_mask=None, bf16=False):
     """Math-form causal attention over [B, H, T, D]: softmax(mask(q k^T / sqrt(D))) v, each step an
     exact op; sqrt(D) is the correctly rounded float32 sqrt of D, applied as a float32 division. Dropout on the
     attention weights uses the caller's keep mask [B, H, T, T]. k and v may have fewer heads than q
-    (grouped-query attention, Hkv dividing H): they are widened by repeat_heads."""
+    (grouped-query attention, Hkv dividing H): they are widened by repeat_heads. `bf16`: both
+    products take and give bfloat16 values (matmul's rule); the scaling and the softmax stay float32."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         _f32(f"causal_attention {name}", t)
     if (q.dim() != 4 or k.dim() != 4 or k.shape != v.shape or k.shape[0] != q.shape[0]
@@ -932,7 +947,7 @@ def causal_attention(q, k, v, *, variant="single", dropout_p=0.0, dropout_mask=N
         n_rep = q.shape[1] // k.shape[1]
         k, v = repeat_heads(k, n_rep), repeat_heads(v, n_rep)
     T, D = q.shape[-2], q.shape[-1]
-    att = matmul(q, k.transpose(-2, -1), variant=variant)
+    att = matmul(q, k.transpose(-2, -1), variant=variant, bf16=bf16)
     att = _DivConst.apply(att, xsqrt.sqrt32(_const(float(D), q, F32)))
     causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
     att = torch.where(causal, att, _const(-math.inf, q, F32))
@@ -941,7 +956,7 @@ def causal_attention(q, k, v, *, variant="single", dropout_p=0.0, dropout_mask=N
         if dropout_mask is None:
             raise ExactError("causal_attention: dropout_p > 0 needs dropout_mask")
         att = dropout(att, dropout_p, dropout_mask)
-    return matmul(att, v.contiguous(), variant=variant)
+    return matmul(att, v.contiguous(), variant=variant, bf16=bf16)
 
 
 # --- global sum of squares -------------------------------------------------------------------

@@ -71,12 +71,13 @@ def _configs():
     return cfgs
 
 
-def _walk(env_extra: dict, data: Path, spec: Path) -> list[dict]:
-    env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")}
+def _walk(env_extra: dict, data: Path, spec: Path, *extra: str) -> list[dict]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "POT_EXACT_KERNELS")}
     env.update(env_extra)
     r = subprocess.run(
         [sys.executable, "-m", "pot", "oracle", "walk", "--spec", str(spec), "--data", str(data),
-         "--steps", str(STEPS), "--json"],
+         "--steps", str(STEPS), "--json", *extra],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )
     assert r.returncode == 0, f"{env_extra}: {r.stderr[-2000:]}"
@@ -109,3 +110,76 @@ def test_control_torch_native_differs_across_the_same_configurations(tmp_path):
     a = _walk(cfgs[0], data, native)
     b = _walk(cfgs[-1], data, native)
     assert a[-1]["state_digest"] != b[-1]["state_digest"]
+
+
+# bf16-mixed with a warm-up and cosine decay, and float32 with a warm-up and linear decay, each
+# committed with gradient accumulation; smaller than SMALL_GPT, as each spec walks six times.
+MIXED_SPECS = {
+    "bf16-cosine": """
+dtype = "bf16-mixed"
+steps = 100
+[model]
+vocab_size = 256
+block_size = 32
+n_layer = 2
+n_head = 2
+n_embd = 32
+dropout = 0.1
+[optimizer]
+lr = 3e-3
+weight_decay = 0.1
+schedule = "cosine"
+warmup_steps = 1
+decay_steps = 3
+min_lr = 3e-4
+[batch]
+batch_size = 6
+seq_len = 32
+micro_batches = 2
+[rng]
+seed = 7
+""",
+    "f32-linear": """
+steps = 100
+[model]
+vocab_size = 256
+block_size = 32
+n_layer = 2
+n_head = 2
+n_embd = 32
+tie_weights = false
+dropout = 0.1
+[optimizer]
+lr = 3e-3
+weight_decay = 0.1
+schedule = "linear"
+warmup_steps = 2
+decay_steps = 3
+min_lr = 1e-4
+[batch]
+batch_size = 6
+seq_len = 32
+micro_batches = 3
+[rng]
+seed = 8
+""",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(MIXED_SPECS))
+def test_schedule_and_bf16_specs_walk_to_identical_digests_everywhere(tmp_path, name):
+    """Every thread count and dispatch level; one of them with the compiled kernels off, the last
+    with another micro-batch split than the spec's (one child per configuration keeps it short)."""
+    data = tmp_path / "corpus.npy"
+    prepare_default_corpus(data, max_bytes=1 << 18)
+    spec = tmp_path / f"{name}.toml"
+    spec.write_text(MIXED_SPECS[name])
+    runs = [(c, ()) for c in _configs()]
+    runs[1] = (runs[1][0] | {"POT_EXACT_KERNELS": "0"}, ())
+    runs[-1] = (runs[-1][0], ("--micro-batches", "1"))
+    results = [_walk(c, data, spec, *extra) for c, extra in runs]
+    assert len({r["state_digest"] for r in results[0]}) == STEPS
+    assert all(int(r["loss_bits"], 16) & 0x7F800000 != 0x7F800000 for r in results[0])
+    for (cfg, extra), res in zip(runs[1:], results[1:], strict=True):
+        assert res == results[0], f"{cfg} {extra} differs from {runs[0][0]}"

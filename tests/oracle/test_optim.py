@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from commitments.spec import OptimizerSpec
+from commitments.spec import OptimizerSpec, Spec
 from oracle import native, optim
 
 
@@ -114,3 +114,80 @@ def test_refusals():
                      {"exp_avg": [torch.zeros(1)], "exp_avg_sq": [torch.zeros(1)]})
     with pytest.raises(optim.OptimError, match="needs moments"):
         optim.update(OptimizerSpec(), 1, ["w"], [torch.zeros(1)], [torch.zeros(1)], {"momentum": [torch.zeros(1)]})
+
+
+def _gpt_problem(seed=3):
+    from oracle import models
+
+    cfg = Spec().model.model_copy(update={"vocab_size": 32, "block_size": 8, "n_layer": 1, "n_head": 2,
+                                          "n_embd": 8, "tie_weights": False})
+    specs = models.build(cfg).param_specs()
+    g = torch.Generator().manual_seed(seed)
+    params = [torch.randn(p.shape, generator=g) * 0.1 for p in specs]
+    grads = [[torch.randn(p.shape, generator=g) for p in specs] for _ in range(14)]
+    return specs, params, grads
+
+
+def test_gpt_roles_mask_decay_to_matrices_and_embeddings():
+    specs, _, _ = _gpt_problem()
+    assert all(p.role is not None for p in specs)
+    decayed = {p.name for p in specs if optim.decays(p.role, p.shape)}
+    assert {"wte", "wpe", "lm_head.weight", "h.0.attn.c_attn.weight", "h.0.mlp.c_proj.weight"} <= decayed
+    assert not any(n.endswith(".bias") or ".ln_" in n or n.startswith("ln_f") for n in decayed)
+    # for these models the role rule and the rule of earlier specs (>= 2 dims) agree: same digests
+    assert all(optim.decays(p.role, p.shape) == (len(p.shape) >= 2) for p in specs)
+    with pytest.raises(optim.OptimError, match="role"):
+        optim.decays("gain", (4,))
+
+
+def test_a_role_overrides_the_shape_rule():
+    spec = OptimizerSpec(kind="sgd", lr=0.5, momentum=0.0, weight_decay=0.5, grad_clip=0.0)
+    p, g = torch.ones(2, 2), torch.zeros(2, 2)
+    (kept,), _ = optim.update(spec, 1, ["w"], [p], [g], {"momentum": [torch.zeros(2, 2)]}, ["norm"])
+    (decayed,), _ = optim.update(spec, 1, ["w"], [p], [g], {"momentum": [torch.zeros(2, 2)]}, ["matrix"])
+    assert torch.equal(kept, p) and torch.equal(decayed, torch.full((2, 2), 0.75))
+    with pytest.raises(optim.OptimError, match="roles"):
+        optim.update(spec, 1, ["w"], [p], [g], {"momentum": [g]}, [])
+
+
+@pytest.mark.parametrize("kind", ["cosine", "linear"])
+def test_scheduled_adamw_with_masked_decay_tracks_torch_lambdalr(kind):
+    """The update both profiles run, with a warm-up, a decay to a floor and decay masked by role,
+    against torch.optim.AdamW in two parameter groups driven by a LambdaLR (math.cos inside)."""
+    lr, floor, w, d, wd = 1e-2, 1e-3, 4, 12, 0.1
+    spec = OptimizerSpec(kind="adamw", lr=lr, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=wd,
+                         schedule=kind, warmup_steps=w, decay_steps=d, min_lr=floor)
+
+    def factor(epoch: int) -> float:  # LambdaLR counts from 0 before the first step
+        t = epoch + 1
+        if t <= w:
+            return t / w
+        if t >= d:
+            return floor / lr
+        r = (t - w) / (d - w)
+        c = 0.5 * (1 + math.cos(math.pi * r)) if kind == "cosine" else 1 - r
+        return (floor + c * (lr - floor)) / lr
+
+    specs, params, grads = _gpt_problem()
+    roles = [p.role for p in specs]
+    ref = [p.clone().requires_grad_(True) for p in params]
+    dec = [r for r, p in zip(ref, specs, strict=True) if optim.decays(p.role, p.shape)]
+    nodec = [r for r, p in zip(ref, specs, strict=True) if not optim.decays(p.role, p.shape)]
+    topt = torch.optim.AdamW([{"params": dec, "weight_decay": wd}, {"params": nodec, "weight_decay": 0.0}],
+                             lr=lr, betas=(0.9, 0.95), eps=1e-8)
+    sched = torch.optim.lr_scheduler.LambdaLR(topt, factor)
+    names = [p.name for p in specs]
+    cur = [p.clone() for p in params]
+    moments = {"exp_avg": [torch.zeros_like(p) for p in params], "exp_avg_sq": [torch.zeros_like(p) for p in params]}
+    for t, g in enumerate(grads, start=1):
+        assert topt.param_groups[0]["lr"] == pytest.approx(optim.lr_at(spec, t), rel=1e-14)
+        for r, gi in zip(ref, g, strict=True):
+            r.grad = gi.clone()
+        topt.step()
+        sched.step()
+        cur, moments = optim.update(spec, t, names, cur, g, moments, roles)
+    for a, r, p in zip(cur, ref, specs, strict=True):
+        assert torch.allclose(a, r.detach(), rtol=1e-5, atol=1e-6), p.name
+    norms = [i for i, p in enumerate(specs) if p.role == "norm"]
+    # a norm gain moved by Adam alone: decay would have shrunk it by a further factor
+    assert norms and all(not torch.equal(cur[i], params[i]) for i in norms)

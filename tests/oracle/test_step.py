@@ -129,3 +129,36 @@ def test_dropout_sites_are_distinct():
     assert len({site_id(s) for s in sites}) == len(sites) == 1 + 3 * 12
     names = [p.name for p in models.build(cfg).param_specs()]
     assert len({site_id("init/" + n) for n in names} | {site_id(s) for s in sites}) == len(names) + len(sites)
+
+
+def test_the_specs_micro_batches_are_the_default_split_and_any_split_replays_it():
+    spec = _spec(batch={"micro_batches": 4}, optimizer={"schedule": "cosine", "warmup_steps": 1,
+                                                        "decay_steps": 3})
+    st0, b = init_state(spec), _batch(spec, 2)
+    a, la = step(st0, b, spec, 1)  # the spec's split: 4 micro-batches
+    for split in (1, 2, 3):
+        c, lc = step(st0, b, spec, 1, micro_batches=split)
+        assert c.digest() == a.digest() and torch.equal(lc.view(torch.int32), la.view(torch.int32))
+
+
+def test_torch_native_replays_only_the_specs_split():
+    spec = _spec(batch={"micro_batches": 2}, profile="torch-native", hardware={"device": "cpu"})
+    st0, b = init_state(spec), _batch(spec, 3)
+    a, _ = step(st0, b, spec, 1)
+    c, _ = step(st0, b, spec, 1, micro_batches=2)
+    assert a.digest() == c.digest()
+    with pytest.raises(StepError, match="under torch-native the split changes the bytes"):
+        step(st0, b, spec, 1, micro_batches=1)
+
+
+def test_a_schedule_changes_the_update_and_warmup_starts_small():
+    plain = _spec(model={"dropout": 0.0})
+    warm = _spec(model={"dropout": 0.0}, optimizer={"warmup_steps": 100})
+    st_p, st_w = init_state(plain), init_state(warm)
+    assert st_p.digest() == st_w.digest()  # the initial state does not depend on the schedule
+    b = _batch(plain, 4)
+    a, _ = step(st_p, b, plain, 1)
+    c, _ = step(st_w, b, warm, 1)
+    moved_plain = (a.params()["wte"] - st_p.params()["wte"]).abs().max()
+    moved_warm = (c.params()["wte"] - st_w.params()["wte"]).abs().max()
+    assert 0 < moved_warm < moved_plain / 50  # Adam's first step moves ~ lr: 1/100 of it here
