@@ -207,23 +207,23 @@ class Llama:
     def param_specs(self) -> list[ParamSpec]:
         c = self.cfg
         C, std, kv = c.n_embd, c.init_std, c.n_kv_head * self.head_dim
-        specs = [ParamSpec("embed_tokens.weight", (c.vocab_size, C), "normal", std)]
+        specs = [ParamSpec("embed_tokens.weight", (c.vocab_size, C), "normal", std, role="embedding")]
         for i in range(c.n_layer):
             p = f"layers.{i}."
             specs += [
-                ParamSpec(p + "input_layernorm.weight", (C,), "ones"),
-                ParamSpec(p + "self_attn.q_proj.weight", (C, C), "normal", std),
-                ParamSpec(p + "self_attn.k_proj.weight", (kv, C), "normal", std),
-                ParamSpec(p + "self_attn.v_proj.weight", (kv, C), "normal", std),
-                ParamSpec(p + "self_attn.o_proj.weight", (C, C), "normal", std),
-                ParamSpec(p + "post_attention_layernorm.weight", (C,), "ones"),
-                ParamSpec(p + "mlp.gate_proj.weight", (c.intermediate_size, C), "normal", std),
-                ParamSpec(p + "mlp.up_proj.weight", (c.intermediate_size, C), "normal", std),
-                ParamSpec(p + "mlp.down_proj.weight", (C, c.intermediate_size), "normal", std),
+                ParamSpec(p + "input_layernorm.weight", (C,), "ones", role="norm"),
+                ParamSpec(p + "self_attn.q_proj.weight", (C, C), "normal", std, role="matrix"),
+                ParamSpec(p + "self_attn.k_proj.weight", (kv, C), "normal", std, role="matrix"),
+                ParamSpec(p + "self_attn.v_proj.weight", (kv, C), "normal", std, role="matrix"),
+                ParamSpec(p + "self_attn.o_proj.weight", (C, C), "normal", std, role="matrix"),
+                ParamSpec(p + "post_attention_layernorm.weight", (C,), "ones", role="norm"),
+                ParamSpec(p + "mlp.gate_proj.weight", (c.intermediate_size, C), "normal", std, role="matrix"),
+                ParamSpec(p + "mlp.up_proj.weight", (c.intermediate_size, C), "normal", std, role="matrix"),
+                ParamSpec(p + "mlp.down_proj.weight", (C, c.intermediate_size), "normal", std, role="matrix"),
             ]
-        specs.append(ParamSpec("norm.weight", (C,), "ones"))
+        specs.append(ParamSpec("norm.weight", (C,), "ones", role="norm"))
         if not c.tie_weights:
-            specs.append(ParamSpec("lm_head.weight", (c.vocab_size, C), "normal", std))
+            specs.append(ParamSpec("lm_head.weight", (c.vocab_size, C), "normal", std, role="matrix"))
         return specs
 
     def forward(self, ops, P: dict[str, torch.Tensor], idx: torch.Tensor,

@@ -106,6 +106,18 @@ def test_bf16_steps_are_the_same_bytes_for_every_split_and_without_the_kernels(m
     assert _walk(Spec.from_dict(spec.canonical() | {"dtype": "float32"})) != one
 
 
+LLAMA = {"kind": "llama", "vocab_size": 64, "block_size": 8, "n_layer": 2, "n_head": 4, "n_kv_head": 2,
+         "n_embd": 16, "intermediate_size": 24, "tie_weights": False, "dropout": 0.1}
+
+
+def test_a_bf16_llama_is_the_same_bytes_for_every_split_and_without_the_kernels():
+    spec = _spec(model=LLAMA)
+    one = _walk(spec, micro_batches=1)
+    assert _walk(spec, micro_batches=4) == one
+    with kernels.disabled():
+        assert _walk(spec, micro_batches=2) == one
+
+
 def test_bf16_native_follows_bf16_exact_and_both_follow_float32():
     e = init_state(_spec())
     b = _batch(_spec(), 1)

@@ -140,6 +140,18 @@ def test_gpt_roles_mask_decay_to_matrices_and_embeddings():
         optim.decays("gain", (4,))
 
 
+def test_llama_declares_a_role_for_every_parameter():
+    from oracle import models
+
+    cfg = Spec.from_dict({"model": {"kind": "llama", "vocab_size": 32, "block_size": 8, "n_layer": 1,
+                                    "n_head": 2, "n_kv_head": 1, "n_embd": 8, "intermediate_size": 12,
+                                    "tie_weights": False}, "batch": {"seq_len": 8}}).model
+    specs = models.build(cfg).param_specs()
+    assert all(p.role is not None for p in specs)
+    assert {p.name for p in specs if not optim.decays(p.role, p.shape)} == {
+        "layers.0.input_layernorm.weight", "layers.0.post_attention_layernorm.weight", "norm.weight"}
+
+
 def test_a_role_overrides_the_shape_rule():
     spec = OptimizerSpec(kind="sgd", lr=0.5, momentum=0.0, weight_decay=0.5, grad_clip=0.0)
     p, g = torch.ones(2, 2), torch.zeros(2, 2)
