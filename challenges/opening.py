@@ -588,6 +588,22 @@ def _nonfinite(state: Any) -> str | None:
     return None
 
 
+def _check_pretrained(state: Any, spec: Spec) -> None:
+    """A fine-tune's state 0 is the committed pretrained parameters with zero moments."""
+    import torch
+
+    from oracle.importer import params_digest
+
+    got = params_digest(state.params())
+    if got.hex() != spec.init.params_digest:
+        raise OpeningRefused(f"the initial state's parameters ({_short(got)}) are not the spec's pretrained "
+                             f"parameters (init.params_digest {spec.init.params_digest[:16]})")
+    for moment, tensors in state.moments(spec).items():
+        for name, t in tensors.items():
+            if bool(torch.any(t != 0)):
+                raise OpeningRefused(f"the initial state's moment {moment}/{name} is not zero")
+
+
 def validate_opening(opening: Opening, *, expected_digest: bytes, run_id: bytes, step: int,
                      spec_digest: bytes, dataset_hash: bytes, schedule_commitment: bytes,
                      initial_hash: bytes, root: bytes, size: int) -> ValidatedOpening:
@@ -677,6 +693,8 @@ def validate_opening(opening: Opening, *, expected_digest: bytes, run_id: bytes,
         raise OpeningRefused(f"pre-state digest {_short(sd)} != leaf {t - 1}'s {_short(leaf_prev.state_digest)}")
     if t == 1 and not _eq(sd, initial_hash):
         raise OpeningRefused(f"pre-state digest {_short(sd)} != the run's initial hash {_short(initial_hash)}")
+    if t == 1 and spec.init is not None:
+        _check_pretrained(state, spec)
     bad = _nonfinite(state)
     if bad is not None:
         raise OpeningRefused(f"pre-state: {bad}")

@@ -181,6 +181,15 @@ class ExactSpec(_Strict):
     matmul: Literal["single", "hilo"] = "single"
 
 
+class InitSpec(_Strict):
+    """The initial state is a pretrained one (a fine-tune), not drawn from the seed: its
+    parameters are those whose params digest is given, its moments zero, its step 0."""
+
+    kind: Literal["pretrained"] = "pretrained"
+    params_digest: str = Field(pattern=r"^[0-9a-f]{64}$",
+                               description="BLAKE3 state digest of the ('param/<name>', tensor) entries, hex")
+
+
 class HardwareClass(_Strict):
     device: str = Field(min_length=1)
     isa: str = ""
@@ -189,6 +198,7 @@ class HardwareClass(_Strict):
 
 
 class Spec(_Strict):
+    OMIT_AT_DEFAULT: ClassVar[tuple[str, ...]] = ("init",)
     version: Literal["pot/spec/v1"] = SPEC_VERSION
     profile: Literal["exact-v1", "torch-native"] = "exact-v1"
     # "bf16-mixed": float32 master weights and moments, bf16 rounding of matrix-product operands
@@ -202,6 +212,7 @@ class Spec(_Strict):
     rng: RngSpec = RngSpec()
     exact: ExactSpec = ExactSpec()
     hardware: HardwareClass | None = None
+    init: InitSpec | None = None  # absent: parameters from Philox(seed); a spec without it encodes as before
 
     @model_validator(mode="after")
     def _consistent(self) -> Spec:

@@ -19,6 +19,8 @@ miner_app = typer.Typer(no_args_is_help=True, add_completion=False,
                         help="Miners: train with commitments, serve openings.")
 recipe_app = typer.Typer(no_args_is_help=True, add_completion=False,
                          help="Run documents: write and verify promised digests.")
+model_app = typer.Typer(no_args_is_help=True, add_completion=False,
+                        help="Pretrained checkpoints: import them as the initial state of a fine-tune.")
 
 
 def _fail(msg: str, code: int = 2) -> None:
@@ -79,6 +81,8 @@ def train(
     nproc: int = typer.Option(
         1, "--nproc", min=1, help="data-parallel ranks on this machine (started through torchrun; gloo on CPU, "
                                   "NCCL on GPUs); under torchrun the ranks come from its environment"),
+    init: Path | None = typer.Option(None, "--init", help="fine-tuning: the parameters file the spec's [init] "
+                                                          "commits to (from `pot model import`)"),
 ) -> None:
     """Train with commitments, then answer the run's challenges until they resolve."""
     import os
@@ -100,7 +104,7 @@ def train(
             # the other ranks only compute their shards of each step: rank 0 commits and serves
             spec, ds = _open(spec_path, data)
             Trainer(spec, ds, out, None, substitute_batch_at=substitute_batch_at, progress=False,
-                    ranks=ranks).run(follow=False)
+                    ranks=ranks, pretrained=init).run(follow=False)
             return
         spec, ds = _open(spec_path, data)
         transport = connect(chain, account=account, key=key)
@@ -117,7 +121,7 @@ def train(
             server = BackgroundServer(out, host, port, token).start()
         trainer = Trainer(spec, ds, out, transport, endpoint=endpoint or f"http://{host}:{port}",
                           keep_every=keep_every, root_every=root_every, substitute_batch_at=substitute_batch_at,
-                          params=params, progress=not as_json, ranks=ranks)
+                          params=params, progress=not as_json, ranks=ranks, pretrained=init)
         if substitute_batch_at is not None:
             typer.echo(f"FAULT INJECTION: step {substitute_batch_at} trains on a substituted batch", err=True)
         verdicts = trainer.run(follow=follow, timeout=timeout)
@@ -262,3 +266,43 @@ def recipe_verify(
 
 
 __all__ = ["miner_app", "recipe_app"]
+
+
+# --- pot model ----------------------------------------------------------------------------------
+
+
+@model_app.callback()
+def _model_group() -> None:
+    """Pretrained checkpoints: import them as the initial state of a fine-tune."""
+
+
+@model_app.command("import")
+def model_import(
+    directory: Path = typer.Argument(..., help="checkpoint directory (config.json, model.safetensors)"),
+    source: str = typer.Option(..., "--from", help="checkpoint layout: hf-gpt2 or hf-llama"),
+    out: Path = typer.Option(..., "--out", help="parameters file to write (.safetensors)"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON line"),
+) -> None:
+    """Import a Hugging Face checkpoint (safetensors layout, transformers' parameter names) as a
+    parameters file, and print the spec's model and init tables that commit to it."""
+    try:
+        from oracle.importer import SOURCES, ImportRefused, import_checkpoint, model_toml, write_params
+
+        if source not in SOURCES:
+            _fail(f"--from must be one of {', '.join(SOURCES)}, got {source!r}")
+        try:
+            model, params = import_checkpoint(source, directory)
+        except ImportRefused as exc:
+            _fail(str(exc))
+        digest = write_params(out, model, params).hex()
+        n = sum(t.numel() for t in params.values())
+        if as_json:
+            typer.echo(json.dumps({"out": str(out), "params_digest": digest, "parameters": n,
+                                   "model": model.canonical()}))
+            return
+        typer.echo(f"wrote {out}: {len(params)} tensors, {n:,} parameters", err=True)
+        typer.echo("# paste into the fine-tune spec; train with --init " + str(out))
+        typer.echo(model_toml(model))
+        typer.echo(f'[init]\nkind = "pretrained"\nparams_digest = "{digest}"')
+    except _domain_errors() as exc:
+        _fail(str(exc))

@@ -70,7 +70,7 @@ class Trainer:
                  endpoint: str = DEFAULT_ENDPOINT, keep_every: int = 10, root_every: int | None = None,
                  substitute_batch_at: int | None = None, params: Any = None, progress: bool = True,
                  log: Callable[[str], None] | None = None, submit_timeout: float = 60.0,
-                 ranks: Any = None) -> None:
+                 ranks: Any = None, pretrained: Any = None) -> None:
         if dataset.sample_len != spec.sample_len:
             raise TrainerError(f"the dataset's samples hold {dataset.sample_len} tokens, the spec needs "
                                f"{spec.sample_len} (seq_len + 1)")
@@ -98,6 +98,9 @@ class Trainer:
         self.store: Any = (CheckpointStore(run_dir, keep_every=keep_every, spec=spec, batch_fn=self.batch)
                            if self.leader else None)
         self._params = params
+        self.pretrained = pretrained  # a fine-tune's parameters file (the spec's [init])
+        if spec.init is not None and pretrained is None:
+            raise TrainerError("the spec fine-tunes pretrained parameters ([init]): give their file (--init)")
         self.view: Any = None
         self.run_id: bytes = b""
         self.initial_hash: bytes = b""
@@ -135,7 +138,7 @@ class Trainer:
             from oracle import parallel
 
             last = parallel.broadcast_object(self.ranks, self.state.step if self.leader else None)
-            state = (self.state if self.leader else init_state(self.spec)).to(self.device)
+            state = (self.state if self.leader else init_state(self.spec, pretrained=self.pretrained)).to(self.device)
             parallel.broadcast_state(self.ranks, state.tensors)
             if state.step != last:
                 raise TrainerError(f"rank {self.ranks.rank} holds the state after step {state.step}, "
@@ -149,7 +152,7 @@ class Trainer:
         if meta is None:
             if len(self.store):
                 raise TrainerError(f"{self.store.dir}: holds leaves but no run metadata; use a fresh directory")
-            state = init_state(self.spec)
+            state = init_state(self.spec, pretrained=self.pretrained)
             self.initial_hash = state.digest()
             nonce = os.urandom(16)
             self.run_id = digest(RUN_ID_DOMAIN, self.account, self.spec.digest(), self.dataset.dataset_hash,

@@ -45,6 +45,7 @@ def _threads(n: int | None) -> None:
 
 def _domain_errors() -> tuple[type[BaseException], ...]:
     from commitments.errors import CommitmentError
+    from oracle.importer import ImportRefused
     from oracle.models import ModelError
     from oracle.optim import OptimError
     from oracle.profiles import ProfileError
@@ -52,7 +53,8 @@ def _domain_errors() -> tuple[type[BaseException], ...]:
     from oracle.state import StateError
     from oracle.step import StepError
 
-    return (CommitmentError, ModelError, OptimError, ProfileError, RngError, StateError, StepError, OSError)
+    return (CommitmentError, ImportRefused, ModelError, OptimError, ProfileError, RngError, StateError, StepError,
+            OSError)
 
 
 def _line(t: int, loss, state_digest: bytes, **extra) -> dict:
@@ -73,8 +75,11 @@ def walk(
     micro_batches: int | None = typer.Option(
         None, "--micro-batches", min=1,
         help="split each batch (exact-v1: any split, same bytes); default: the spec's batch.micro_batches"),
+    init: Path | None = typer.Option(None, "--init", help="parameters file of a fine-tune spec's [init] "
+                                                          "(from `pot model import`)"),
 ) -> None:
-    """Walk a run from its spec's seed, printing each step's loss bits and state digest."""
+    """Walk a run from its spec's initial state (the seed's, or the pretrained parameters of its
+    [init]), printing each step's loss bits and state digest."""
     try:
         import torch
         from tqdm import tqdm
@@ -87,7 +92,7 @@ def walk(
             _fail(f"--steps {steps} exceeds the spec's declared steps ({spec.steps})")
         if save_dir is not None:
             save_dir.mkdir(parents=True, exist_ok=True)
-        state = init_state(spec, device=torch.device(device))
+        state = init_state(spec, device=torch.device(device), pretrained=init)
         if save_dir is not None:
             state.to_safetensors(save_dir / "state_0.safetensors")
         bar = tqdm(range(1, steps + 1), desc="walk", unit="step", file=sys.stderr, disable=as_json)

@@ -19,10 +19,38 @@ class StepError(ValueError):
     """A step that cannot run on these arguments (bad batch, wrong step index), with the reason."""
 
 
-def init_state(spec: Spec, *, device=None) -> TrainState:
-    """The state before step 1: parameters from Philox(seed, step 0), zero moments, step 0."""
-    model = models.build(spec.model, matmul=spec.exact.matmul)
-    params = models.init_params(model.param_specs(), spec.rng.seed, device=device)
+def init_state(spec: Spec, *, device=None, pretrained=None) -> TrainState:
+    """The state before step 1: parameters from Philox(seed, step 0), or for a spec with [init]
+    the pretrained parameters (`pretrained`: a parameters file written by oracle.importer, or its
+    tensors), checked against the spec's params digest; zero moments, step 0."""
+    if spec.init is not None:
+        if pretrained is None:
+            raise StepError("the spec starts from pretrained parameters ([init]); give the parameters file")
+        from oracle import importer
+
+        if isinstance(pretrained, dict):
+            names = [p.name for p in models.build(spec.model, matmul=spec.exact.matmul).param_specs()]
+            missing = [n for n in names if n not in pretrained]
+            if missing or len(pretrained) != len(names):
+                raise StepError(f"pretrained parameters do not fit the spec's model (missing {missing[:3]})")
+            params = {n: pretrained[n].to(torch.float32) for n in names}
+            got = importer.params_digest(params).hex()
+            if got != spec.init.params_digest:
+                raise StepError(f"pretrained params digest {got[:16]}... is not the spec's "
+                                f"init.params_digest {spec.init.params_digest[:16]}...")
+        else:
+            try:
+                params = importer.read_params(pretrained, spec)
+            except importer.ImportRefused as exc:
+                raise StepError(str(exc)) from None
+        if device is not None:
+            params = {n: t.to(device) for n, t in params.items()}
+    elif pretrained is not None:
+        raise StepError("pretrained parameters were given but the spec has no [init]: its initial "
+                        "state is drawn from the seed")
+    else:
+        model = models.build(spec.model, matmul=spec.exact.matmul)
+        params = models.init_params(model.param_specs(), spec.rng.seed, device=device)
     moments = {m: {n: torch.zeros_like(p) for n, p in params.items()}
                for m in optim.moment_names(spec.optimizer)}
     return TrainState.assemble(spec, params, moments, step=0, seed=spec.rng.seed)

@@ -26,6 +26,7 @@ SUBAPPS = [
     ("chain", "chain.cli", "app", "Chains: run a dev chain, print protocol events."),
     ("miner", "miner.cli", "miner_app", "Miners: train with commitments, serve openings."),
     ("recipe", "miner.cli", "recipe_app", "Run documents: write and verify promised digests."),
+    ("model", "miner.cli", "model_app", "Pretrained checkpoints: import Hugging Face GPT-2 and Llama for fine-tuning."),
     ("node", "node.commands", "node_app", "The verifier node: init its database, run the daemon."),
     ("verify", "node.commands", "verify_app", "Offline checks: verify one opening."),
     ("demo", "devnet.cli", "demo_app", "The whole protocol on one machine: a miner, three verifiers, a dashboard."),
