@@ -113,9 +113,10 @@ def test_one_adamw_step_matches_torch_adamw(tmp_path, source, make):
         assert _rel(leaf.grad, hf_grads[n]) < LOGIT_RTOL, (n, _rel(leaf.grad, hf_grads[n]))
 
     o = spec.optimizer
+    role = {p.name: p.role for p in net.param_specs()}
     named = dict(hf.named_parameters())
-    decay = [p for n, p in named.items() if optim.decays(importer.our_name(source, n)[0], tuple(p.shape))]
-    rest = [p for n, p in named.items() if not optim.decays(importer.our_name(source, n)[0], tuple(p.shape))]
+    decay = [p for n, p in named.items() if optim.decays(role[importer.our_name(source, n)[0]], tuple(p.shape))]
+    rest = [p for n, p in named.items() if not optim.decays(role[importer.our_name(source, n)[0]], tuple(p.shape))]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": o.weight_decay}, {"params": rest, "weight_decay": 0.0}],
                             lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps)
     torch.nn.utils.clip_grad_norm_(hf.parameters(), o.grad_clip)
@@ -126,7 +127,7 @@ def test_one_adamw_step_matches_torch_adamw(tmp_path, source, make):
     with torch.no_grad():
         grads, _ = optim.clip(native, [hf_grads[n] for n in names], o.grad_clip)
         zeros = {m: [torch.zeros_like(params[n]) for n in names] for m in optim.moment_names(o)}
-        new_p, _ = optim.update(o, 1, names, [params[n] for n in names], grads, zeros)
+        new_p, _ = optim.update(o, 1, names, [params[n] for n in names], grads, zeros, [role[n] for n in names])
     moved = 0
     for n, got in zip(names, new_p, strict=True):
         # float32 rounding of p * (1 - lr wd) - u: a few ulps of the operands p and u
