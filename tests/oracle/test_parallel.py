@@ -154,3 +154,40 @@ def test_gloo_ranks_on_localhost_give_the_one_process_state(tmp_path, single_thr
         for r in range(n):
             got = json.loads((tmp_path / f"w{n}.{r}.json").read_text())
             assert got == want, f"world {n}, rank {r}"
+
+
+BF16_SPEC = SPEC | {"dtype": "bf16-mixed",
+                    "optimizer": SPEC["optimizer"] | {"schedule": "cosine", "warmup_steps": 1, "decay_steps": 4,
+                                                      "min_lr": 1e-3},
+                    "batch": SPEC["batch"] | {"micro_batches": 2}}
+
+
+@pytest.mark.slow
+def test_gloo_ranks_walk_a_bf16_cosine_spec_to_the_one_process_state(tmp_path, single_thread):
+    """The ranks run the spec's op namespace (bf16-mixed here), not float32's."""
+    from commitments.spec import Spec
+    from devnet.procs import free_port
+    from tests.oracle.dp_walk import batch
+
+    spec = Spec.from_dict(BF16_SPEC)
+    st = init_state(spec)
+    want = []
+    for t in range(1, STEPS + 1):
+        st, loss = step(st, batch(spec, t), spec, t)
+        want.append([st.digest().hex(), int(loss.view(torch.int32).item())])
+    f32 = Spec.from_dict(BF16_SPEC | {"dtype": "float32"})
+    assert step(init_state(f32), batch(f32, 1), f32, 1)[0].digest().hex() != want[0][0]
+    n, port = 2, free_port()
+    procs = []
+    for r in range(n):
+        env = os.environ | {"RANK": str(r), "WORLD_SIZE": str(n), "LOCAL_RANK": str(r),
+                            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                            "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "tests.oracle.dp_walk", json.dumps(BF16_SPEC), str(STEPS), "3",
+             str(tmp_path / "w")], cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True))
+    for p in procs:
+        _, err = p.communicate(timeout=240)
+        assert p.returncode == 0, err[-2000:]
+    for r in range(n):
+        assert json.loads((tmp_path / f"w.{r}.json").read_text()) == want, f"rank {r}"
