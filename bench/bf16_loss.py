@@ -2,7 +2,8 @@
 
 One GPT (the same Philox initial weights, the same batches of the seeded schedule over the default
 corpus, AdamW with a warm-up and cosine decay) is trained step by step in both dtypes, alternating,
-in one process. Prints the training loss of both every --every steps, the held-out loss of both
+in one process. Prints the mean training loss of both over each window of --every steps (and
+the largest difference of one step's loss in the window), the held-out loss of both
 final models (each evaluated in its own dtype and in float32) and the step-time ratio (steps 3
 on, one thread).
 
@@ -82,19 +83,22 @@ def main() -> None:
         sched = derive_schedule(7, len(train), args.steps, 8)
         states = {d: init_state(s) for d, s in specs.items()}
         secs = {d: 0.0 for d in specs}
-        curve = []
+        curve, window = [], {d: [] for d in specs}
         for t in tqdm(range(1, args.steps + 1), desc="bf16 vs float32", unit="step", file=sys.stderr,
                       disable=args.json):
             batch = ds.batch([train[i] for i in sched.batch(t)])
-            row = {"step": t}
             for d, s in specs.items():
                 t0 = time.perf_counter()
                 states[d], loss = step(states[d], batch, s, t)
                 if t > 2:  # the first steps compile the kernels
                     secs[d] += time.perf_counter() - t0
-                row[d] = float(loss)
+                window[d].append(float(loss))
             if t % args.every == 0 or t == args.steps:
-                curve.append(row)
+                a, b = window["float32"], window["bf16-mixed"]
+                curve.append({"steps": f"{t - len(a) + 1}-{t}", "float32": sum(a) / len(a),
+                              "bf16-mixed": sum(b) / len(b),
+                              "max_step_diff": max(abs(x - y) for x, y in zip(a, b, strict=True))})
+                window = {d: [] for d in specs}
         ev = {}
         for d, s in specs.items():
             for ev_dtype in sorted({d, "float32"}):
@@ -106,9 +110,10 @@ def main() -> None:
     if args.json:
         print(json.dumps(out))
         return
-    print(f"{'step':>6} {'float32':>10} {'bf16-mixed':>11} {'diff':>9}")
+    print(f"{'steps':>10} {'float32':>9} {'bf16-mixed':>11} {'diff':>8} {'max |step diff|':>16}")
     for r in curve:
-        print(f"{r['step']:>6} {r['float32']:>10.4f} {r['bf16-mixed']:>11.4f} {r['bf16-mixed'] - r['float32']:>+9.4f}")
+        print(f"{r['steps']:>10} {r['float32']:>9.4f} {r['bf16-mixed']:>11.4f} "
+              f"{r['bf16-mixed'] - r['float32']:>+8.4f} {r['max_step_diff']:>16.4f}")
     for k, v in ev.items():
         print(f"held-out loss, {k}: {v:.4f}")
     print(f"step time ratio bf16-mixed / float32: {out['step_time_ratio_bf16_over_f32']:.2f}")

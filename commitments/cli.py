@@ -242,7 +242,9 @@ def spec_validate(
 def spec_show(
     spec: Path = typer.Argument(..., help="spec TOML file"),
 ) -> None:
-    """Print the canonical spec (every field, defaults included) as JSON, with its digest."""
+    """Print the canonical spec as JSON, with its digest: every field, defaults included, except
+    those its model kind does not use and later additions still at their default (the schedule,
+    micro_batches), which the digest leaves out too."""
     s = _load_spec(spec)
     obj = {"digest": s.digest().hex(), "spec": s.canonical()}
     typer.echo(json.dumps(obj, indent=2, sort_keys=True))
