@@ -361,3 +361,31 @@ def test_verify_leaves_refusals(run):
         decode_leaves(b"\xff")
     with pytest.raises(LeavesRefused, match="list of byte strings"):
         decode_leaves(cbor.encode([1, 2]))
+
+
+def test_a_fine_tunes_initial_state_must_be_the_committed_pretrained_one():
+    """Step 1 of a spec with [init]: the pre-state's parameters are those the spec's params digest
+    names, its moments zero; anything else is refused (a miner cannot start from a finished model)."""
+    import torch
+
+    from challenges.opening import OpeningRefused, _check_pretrained
+    from commitments.spec import Spec
+    from oracle import importer
+    from oracle.state import TrainState
+    from oracle.step import init_state
+
+    model = {"kind": "llama", "vocab_size": 32, "block_size": 8, "n_layer": 1, "n_head": 2, "n_embd": 8,
+             "intermediate_size": 16}
+    base = Spec.from_dict({"model": model, "batch": {"batch_size": 2, "seq_len": 8}})
+    params = init_state(base).params()
+    spec = Spec.from_dict({**base.canonical(), "init": {"params_digest": importer.params_digest(params).hex()}})
+    state = init_state(spec, pretrained=params)
+    _check_pretrained(state, spec)
+    other = dict(state.tensors)
+    other["param/norm.weight"] = other["param/norm.weight"] * 2
+    with pytest.raises(OpeningRefused, match="not the spec's pretrained parameters"):
+        _check_pretrained(TrainState(other), spec)
+    moved = dict(state.tensors)
+    moved["opt/exp_avg/norm.weight"] = torch.ones_like(moved["opt/exp_avg/norm.weight"])
+    with pytest.raises(OpeningRefused, match="moment exp_avg/norm.weight is not zero"):
+        _check_pretrained(TrainState(moved), spec)

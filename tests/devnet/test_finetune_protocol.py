@@ -1,0 +1,133 @@
+"""The demo's whole protocol on a fine-tune: a tiny Llama saved by transformers is imported
+(`pot model import`), an honest miner and one whose step trains on a substituted batch fine-tune
+it on one dev chain with the real Trainer, three verifiers (one revealing noise) fetch each
+opening, validate it against the chain, replay it, commit and reveal; the chain's verdicts:
+honest for the honest run and the substituted run's step 1 (whose opening carries the pretrained
+state), fraud for the substituted step, the noisy verifier an outlier every time."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from typer.testing import CliRunner
+
+from chain.calls import CommitWitness, RevealWitnessValue
+from chain.dev import DevTransport
+from chain.protocol import (
+    ChallengeIssued,
+    ChallengeResolved,
+    MinerSlashed,
+    OpeningSubmitted,
+    ProtocolParams,
+    RunRegistered,
+    VerifierOutlier,
+)
+from chain.view import ChainView
+from challenges.opening import load_opening, validate_opening
+from challenges.replay import replay
+from challenges.verdict import FRAUD, HONEST
+from challenges.witness import new_salt, witness_commitment
+from commitments.dataset import Dataset
+from commitments.spec import Spec
+from miner.cli import model_app
+from miner.trainer import Trainer, TrainerError
+from tests.miner.helpers import corpus
+
+transformers = pytest.importorskip("transformers")
+
+STEPS, SUBSTITUTED = 3, 3
+# Every submit seals a block (instant sealing): the windows leave room for all four challenges.
+PARAMS = ProtocolParams(commit_window=30, reveal_window=30, opening_deadline=20, challenge_delay=1,
+                        quorum_min_reveals=2, challenges_per_run=2, forced_challenge_steps=(1, SUBSTITUTED))
+VERIFIERS = ("v1", "v2", "v3")  # v3 reveals noise
+
+
+def _import(tmp_path):
+    cfg = transformers.LlamaConfig(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=16,
+                                   bos_token_id=0, eos_token_id=0)
+    transformers.LlamaForCausalLM(cfg).save_pretrained(tmp_path / "hf")
+    init = tmp_path / "init.safetensors"
+    r = CliRunner().invoke(model_app, ["import", str(tmp_path / "hf"), "--from", "hf-llama", "--out", str(init)])
+    assert r.exit_code == 0, r.output
+    tables = r.stdout[r.stdout.index("[model]"):]
+    (tmp_path / "spec.toml").write_text(f"steps = {STEPS}\n{tables}\n[batch]\nbatch_size = 4\nseq_len = 16\n"
+                                        f"[optimizer]\nlr = 1e-3\nweight_decay = 0.1\n[rng]\nseed = 7\n"
+                                        f"schedule_seed = 11\n")
+    return Spec.from_toml(tmp_path / "spec.toml"), init
+
+
+def _seal_until(chain, trainers, cond, limit=100):
+    for _ in range(limit):
+        if cond():
+            return
+        chain.seal()
+        for tr in trainers:
+            tr.poll()
+    raise AssertionError("condition not reached")
+
+
+@pytest.mark.slow
+def test_finetune_protocol_catches_a_substituted_batch(tmp_path):
+    spec, init = _import(tmp_path)
+    assert spec.model.kind == "llama" and spec.init is not None
+    data = corpus(tmp_path)
+    ds = Dataset.open(data, spec.sample_len, vocab_size=spec.model.vocab_size)
+    db = tmp_path / "chain.db"
+    sealer = DevTransport(db, "sealer", sealing="instant")
+    sealer.record_params(PARAMS)
+    with pytest.raises(TrainerError, match="give their file"):
+        Trainer(spec, ds, tmp_path / "none", None)
+    trainers = {}
+    for name, fault in (("honest", None), ("substituted", SUBSTITUTED)):
+        tr = Trainer(spec, ds, tmp_path / name, DevTransport(db, f"miner-{name}", sealing="instant"),
+                     keep_every=2, substitute_batch_at=fault, progress=False, log=lambda m: None,
+                     endpoint="http://miner.example:8760/", pretrained=init)
+        tr.prepare()
+        tr.register()
+        tr.train()
+        tr.submit_root()
+        trainers[name] = tr
+    both = list(trainers.values())
+    _seal_until(sealer, both, lambda: all(len(tr.answered) == 2 for tr in both))
+
+    view = ChainView(sealer, PARAMS)
+    view.sync()
+    regs = {e.run_id: e for e in view.of(RunRegistered)}
+    issued = {e.challenge_id: e for e in view.of(ChallengeIssued)}
+    salts, values = {}, {}
+    for opened in view.of(OpeningSubmitted):
+        reg, ch = regs[opened.run_id], issued[opened.challenge_id]
+        tr = next(t for t in both if t.run_id == opened.run_id)
+        v = validate_opening(load_opening(tr.store.opening_path(opened.opening_digest)),
+                             expected_digest=opened.opening_digest, run_id=reg.run_id, step=ch.step,
+                             spec_digest=reg.spec_digest, dataset_hash=reg.dataset_hash,
+                             schedule_commitment=reg.schedule_commitment, initial_hash=reg.initial_hash,
+                             root=ch.root, size=ch.size)
+        if ch.step == 1:  # the opening of step 1 carries the pretrained state
+            assert v.state.digest() == reg.initial_hash
+        result = replay(v)
+        for name in VERIFIERS:
+            value = result.value_hash if name != "v3" else os.urandom(32)
+            salts[name, ch.challenge_id], values[name, ch.challenge_id] = new_salt(), (value, result.norm_bucket)
+            DevTransport(db, name, sealing="instant").submit([CommitWitness(
+                challenge_id=ch.challenge_id, commitment=witness_commitment(
+                    ch.challenge_id, value, result.norm_bucket, salts[name, ch.challenge_id], name))])
+    last_commit = max(ch.commit_deadline for ch in issued.values())
+    _seal_until(sealer, both, lambda: sealer.finalized_head() > last_commit)
+    for (name, cid), salt in salts.items():
+        DevTransport(db, name, sealing="instant").submit([RevealWitnessValue(
+            challenge_id=cid, value_hash=values[name, cid][0], norm_bucket=values[name, cid][1], salt=salt)])
+    _seal_until(sealer, both, lambda: all(len(tr.resolved) == 2 for tr in both))
+
+    view.sync()
+    verdicts = {(e.run_id, e.step): e for e in view.of(ChallengeResolved)}
+    h, s = trainers["honest"].run_id, trainers["substituted"].run_id
+    assert {k: e.verdict for k, e in verdicts.items()} == {
+        (h, 1): HONEST, (h, SUBSTITUTED): HONEST, (s, 1): HONEST, (s, SUBSTITUTED): FRAUD}
+    assert all(e.cluster_size == 2 and e.reveals == 3 and e.outliers == ("v3",) for e in verdicts.values())
+    assert [e.run_id for e in view.of(MinerSlashed)] == [s]
+    assert {e.verifier for e in view.of(VerifierOutlier)} == {"v3"}
+    for tr in both:
+        tr.close()
