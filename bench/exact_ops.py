@@ -65,16 +65,22 @@ def measure(json: bool = False, reps: int = 5, quick: bool = False) -> dict:  # 
         # the linear layout: activations [M, K] times a weight stored [N, K]
         x = torch.randn(m, k)
         w = torch.randn(n, k) * 0.02
+        x64, w64 = x.double(), w.double()
         t = _interleaved({
             "torch": lambda x=x, w=w: F.linear(x, w),
+            "dgemm": lambda x=x64, w=w64: F.linear(x, w),  # the limit: float64 GEMM, same layout
             "single": lambda x=x, w=w: exact_matmul(x, w.t(), "single"),
             "hilo": lambda x=x, w=w: exact_matmul(x, w.t(), "hilo"),
         }, reps)
-        r = {"torch_s": t["torch"], "single_s": t["single"], "hilo_s": t["hilo"],
-             "single_ratio": t["torch"] / t["single"], "hilo_ratio": t["torch"] / t["hilo"]}
+        r = {"torch_s": t["torch"], "dgemm_s": t["dgemm"], "single_s": t["single"], "hilo_s": t["hilo"],
+             "single_ratio": t["torch"] / t["single"], "hilo_ratio": t["torch"] / t["hilo"],
+             "dgemm_ratio": t["torch"] / t["dgemm"]}
+        r["single_of_limit"] = r["single_ratio"] / r["dgemm_ratio"]  # = dgemm_s / single_s
         res["gemm"][name] = r
         ratios.append(r["single_ratio"])
     res["gemm_ratio"] = statistics.geometric_mean(ratios)
+    res["dgemm_ratio"] = statistics.geometric_mean([r["dgemm_ratio"] for r in res["gemm"].values()])
+    res["gemm_of_limit"] = statistics.geometric_mean([r["single_of_limit"] for r in res["gemm"].values()])
 
     n = 1 << 18 if quick else 1 << 20
     x = torch.randn(n) * 3
@@ -113,9 +119,11 @@ def _print(res: dict) -> None:
     print(f"threads: {res['threads']}")
     print("exact GEMM throughput / torch fp32 matmul throughput (higher is better; target >= 0.4)")
     for name, r in res["gemm"].items():
-        print(f"  {name:16s} single {r['single_ratio']:.3f}  hilo {r['hilo_ratio']:.3f}  "
-              f"(torch {r['torch_s'] * 1e3:.1f} ms, single {r['single_s'] * 1e3:.1f} ms, hilo {r['hilo_s'] * 1e3:.1f} ms)")
-    print(f"  gemm_ratio (geometric mean, single): {res['gemm_ratio']:.3f}")
+        print(f"  {name:16s} single {r['single_ratio']:.3f}  hilo {r['hilo_ratio']:.3f}  limit (DGEMM/SGEMM) "
+              f"{r['dgemm_ratio']:.3f}  single/limit {r['single_of_limit']:.2f}  (torch {r['torch_s'] * 1e3:.1f} ms, "
+              f"dgemm {r['dgemm_s'] * 1e3:.1f} ms, single {r['single_s'] * 1e3:.1f} ms, hilo {r['hilo_s'] * 1e3:.1f} ms)")
+    print(f"  gemm_ratio (geometric mean, single): {res['gemm_ratio']:.3f}; limit {res['dgemm_ratio']:.3f}; "
+          f"single/limit {res['gemm_of_limit']:.2f}")
     print("transcendentals and square roots, ns per element (kernel = numba exact-v1, eager = the torch "
           "reference definition)")
     for name, d in res["transcendental_ns_per_elem"].items():

@@ -1,13 +1,17 @@
 """Benchmark of the oracle, measured side by side in one run; prints ratios, never pass/fail.
 
-- gemm_ratio and the transcendental kernels' ns/element: bench/exact_ops.py's measure();
-- step_ratio: exact-v1 step time / torch-native step time at GPT-2-small width and depth
-  (12 layers, 12 heads, 768 wide, vocab 50304) on a batch of 1 x 256 tokens, each profile in its
-  own child process (alternating), with each child's peak RSS. With --threads 1 the ratio is of
-  CPU times (a single-threaded process's CPU time is its wall time on an idle core, whatever else
-  the machine runs); otherwise of wall times. Both are printed.
+- gemm_ratio and the transcendental kernels' ns/element: bench/exact_ops.py's measure(). Beside
+  each shape's exact ratio it prints the limit: a float64 GEMM (DGEMM) of the same shape over the
+  float32 one (SGEMM), since the exact product is a float64 GEMM of integers plus quantisation,
+  and how much of that limit the exact GEMM reaches;
+- step_ratio: exact-v1 step time / torch-native step time for each model of STEP_MODELS (GPT-2
+  small: 12 layers, 12 heads, 768 wide, vocab 50304, batch 1 x 256 tokens), at each thread count
+  of --step-threads (default 1 and 2), each profile in its own child process (alternating), with
+  each child's peak RSS. At 1 thread the ratio is of CPU times (a single-threaded process's CPU
+  time is its wall time on an idle core, whatever else the machine runs); at more, of wall times
+  (CPU times are printed too). Another model is one more STEP_MODELS entry.
 
-    .venv/bin/python bench/oracle.py [--json] [--threads N] [--steps K] [--quick]
+    .venv/bin/python bench/oracle.py [--json] [--threads N] [--step-threads 1,2] [--steps K] [--quick]
 """
 
 from __future__ import annotations
@@ -29,26 +33,41 @@ sys.path.insert(0, str(ROOT))
 GPT2_SMALL = ROOT / "examples" / "specs" / "gpt2-small.toml"
 
 
-def _spec(profile: str, quick: bool):
+def _gpt2_small(quick: bool) -> dict:
+    """GPT-2 small at batch 1 x 256 (--quick: 2 layers, a smoke run of the script itself)."""
     from commitments.spec import Spec
 
     d = Spec.from_toml(GPT2_SMALL).canonical()
-    d["profile"] = profile
     d["batch"] = {"batch_size": 1, "seq_len": 256}
-    if quick:  # a smoke run of the script itself: 2 layers
+    if quick:
         d["model"]["n_layer"] = 2
+    return d
+
+
+# name -> (label, function(quick) -> the spec as a dict, without the profile); one line each in
+# the report, in this order
+STEP_MODELS = {
+    "gpt2-small": ("GPT-2 small width/depth, batch 1x256", _gpt2_small),
+}
+
+
+def _spec(model: str, profile: str, quick: bool):
+    from commitments.spec import Spec
+
+    d = STEP_MODELS[model][1](quick)
+    d["profile"] = profile
     if profile == "torch-native":
         d["hardware"] = {"device": "cpu", "threads": max(1, int(os.environ.get("OMP_NUM_THREADS", "1")))}
     return Spec.from_dict(d)
 
 
-def child(profile: str, steps: int, quick: bool, warmup: int) -> None:
+def child(model: str, profile: str, steps: int, quick: bool, warmup: int) -> None:
     """Init, `warmup` untimed steps, then `steps` timed steps; prints one JSON line."""
     import torch
 
     from oracle.step import init_state, step
 
-    spec = _spec(profile, quick)
+    spec = _spec(model, profile, quick)
     t0 = time.perf_counter()
     state = init_state(spec)
     init_s = time.perf_counter() - t0
@@ -67,12 +86,13 @@ def child(profile: str, steps: int, quick: bool, warmup: int) -> None:
                       "loss": float(loss), "threads": torch.get_num_threads()}))
 
 
-def _run_child(profile: str, steps: int, quick: bool, threads: int | None, warmup: int) -> dict:
+def _run_child(model: str, profile: str, steps: int, quick: bool, threads: int | None, warmup: int) -> dict:
     env = os.environ.copy()
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
         env["NUMBA_NUM_THREADS"] = str(threads)
-    cmd = [sys.executable, __file__, "--child", profile, "--steps", str(steps), "--warmup", str(warmup)]
+    cmd = [sys.executable, __file__, "--child", profile, "--model", model, "--steps", str(steps),
+           "--warmup", str(warmup)]
     cmd += ["--quick"] if quick else []
     r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     if r.returncode != 0:
@@ -87,18 +107,54 @@ def _exact_ops_measure():
     return mod.measure
 
 
+def step_ratio(model: str, threads: int, a) -> dict:
+    """exact-v1 against torch-native steps of one model at one thread count (alternating children)."""
+    runs: dict[str, list[dict]] = {"exact-v1": [], "torch-native": []}
+    for _ in range(a.rounds):
+        for profile in ("exact-v1", "torch-native"):
+            print(f"step: {model} {profile} child, {threads} thread(s) ...", file=sys.stderr, flush=True)
+            runs[profile].append(_run_child(model, profile, a.steps, a.quick, threads, a.warmup))
+
+    def med(profile, key):
+        return statistics.median(r[key] for r in runs[profile])
+
+    step = {
+        "model": STEP_MODELS[model][0] + (" (2 layers: --quick)" if a.quick else ""), "threads": threads,
+        "exact_step_s": med("exact-v1", "step_s"), "native_step_s": med("torch-native", "step_s"),
+        "exact_step_cpu_s": med("exact-v1", "step_cpu_s"), "native_step_cpu_s": med("torch-native", "step_cpu_s"),
+        "exact_peak_rss_mib": max(r["peak_rss_mib"] for r in runs["exact-v1"]),
+        "native_peak_rss_mib": max(r["peak_rss_mib"] for r in runs["torch-native"]),
+        "exact_init_s": runs["exact-v1"][0]["init_s"],
+    }
+    step["step_ratio_wall"] = step["exact_step_s"] / step["native_step_s"]
+    step["step_ratio_cpu"] = step["exact_step_cpu_s"] / step["native_step_cpu_s"]
+    step["rss_ratio"] = step["exact_peak_rss_mib"] / step["native_peak_rss_mib"]
+    # A single-threaded child's CPU time is its wall time on an idle core; on a shared machine its
+    # wall time mostly measures the scheduler, so that ratio is the one reported.
+    step["step_ratio"] = step["step_ratio_cpu"] if threads == 1 else step["step_ratio_wall"]
+    return step
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print a JSON object as the last line")
-    ap.add_argument("--threads", type=int, default=None, help="intra-op threads for every measurement")
-    ap.add_argument("--steps", type=int, default=1, help="timed steps per profile (after one warm-up)")
+    ap.add_argument("--threads", type=int, default=None, help="intra-op threads of the GEMM/kernel measurements")
+    ap.add_argument("--step-threads", default="1,2", help="comma-separated thread counts of the step ratios")
+    ap.add_argument("--models", default=",".join(STEP_MODELS), help=f"step models, of {', '.join(STEP_MODELS)}")
+    ap.add_argument("--steps", type=int, default=1, help="timed steps per profile (after the warm-up)")
     ap.add_argument("--warmup", type=int, default=1, help="untimed steps before the timed ones")
     ap.add_argument("--rounds", type=int, default=1, help="alternating exact/native child pairs")
     ap.add_argument("--quick", action="store_true", help="2-layer model, one GEMM shape (smoke run)")
     ap.add_argument("--child", choices=["exact-v1", "torch-native"], help=argparse.SUPPRESS)
+    ap.add_argument("--model", default="gpt2-small", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
-        return child(a.child, a.steps, a.quick, a.warmup)
+        return child(a.model, a.child, a.steps, a.quick, a.warmup)
+    threads_list = [int(t) for t in a.step_threads.split(",") if t.strip()]
+    models = [m for m in a.models.split(",") if m.strip()]
+    unknown = [m for m in models if m not in STEP_MODELS]
+    if unknown or any(t < 1 for t in threads_list):
+        raise SystemExit(f"--models takes {', '.join(STEP_MODELS)} (got {unknown}); --step-threads positive ints")
 
     import torch
 
@@ -107,42 +163,35 @@ def main() -> None:
         torch.set_num_threads(a.threads)
     res = measure(quick=a.quick)
     print(f"threads: {torch.get_num_threads()}")
-    print("exact GEMM throughput / torch fp32 matmul throughput, [256, K] @ [K, N]:")
+    print("exact GEMM throughput / torch fp32 matmul throughput, [256, K] @ [K, N]; limit = DGEMM/SGEMM "
+          "throughput on the same shape:")
     for name, r in res["gemm"].items():
-        print(f"  {name:16s} single {r['single_ratio']:.3f}  hilo {r['hilo_ratio']:.3f}")
-    print(f"  gemm_ratio (geometric mean, single): {res['gemm_ratio']:.3f}")
+        print(f"  {name:16s} single {r['single_ratio']:.3f}  hilo {r['hilo_ratio']:.3f}  "
+              f"limit {r['dgemm_ratio']:.3f}  single/limit {r['single_of_limit']:.2f}")
+    print(f"  gemm_ratio (geometric mean, single): {res['gemm_ratio']:.3f}  limit {res['dgemm_ratio']:.3f}  "
+          f"single/limit {res['gemm_of_limit']:.2f}")
     print("transcendental chain, ns per element (numba exact-v1 kernel vs torch fp32):")
     for name, d in res["transcendental_ns_per_elem"].items():
         print(f"  {name:18s} " + "  ".join(f"{k} {v:.2f}" for k, v in d.items()))
 
-    runs: dict[str, list[dict]] = {"exact-v1": [], "torch-native": []}
-    for _ in range(a.rounds):
-        for profile in ("exact-v1", "torch-native"):
-            print(f"step: {profile} child ...", file=sys.stderr, flush=True)
-            runs[profile].append(_run_child(profile, a.steps, a.quick, a.threads, a.warmup))
-    ex = statistics.median(r["step_s"] for r in runs["exact-v1"])
-    nat = statistics.median(r["step_s"] for r in runs["torch-native"])
-    step = {
-        "model": "gpt2-small width/depth" + (" (2 layers: --quick)" if a.quick else ""), "batch": "1x256",
-        "exact_step_s": ex, "native_step_s": nat, "step_ratio_wall": ex / nat,
-        "exact_step_cpu_s": statistics.median(r["step_cpu_s"] for r in runs["exact-v1"]),
-        "native_step_cpu_s": statistics.median(r["step_cpu_s"] for r in runs["torch-native"]),
-        "exact_peak_rss_mib": max(r["peak_rss_mib"] for r in runs["exact-v1"]),
-        "native_peak_rss_mib": max(r["peak_rss_mib"] for r in runs["torch-native"]),
-        "exact_init_s": runs["exact-v1"][0]["init_s"],
-    }
-    step["step_ratio_cpu"] = step["exact_step_cpu_s"] / step["native_step_cpu_s"]
-    # A single-threaded child's CPU time is its wall time on an idle core; on a shared machine its
-    # wall time mostly measures the scheduler, so that ratio is the one reported.
-    step["step_ratio"] = step["step_ratio_cpu"] if a.threads == 1 else step["step_ratio_wall"]
-    print(f"step (batch 1x256): wall exact-v1 {ex:.2f} s, torch-native {nat:.2f} s (ratio {ex / nat:.2f}); "
-          f"CPU exact {step['exact_step_cpu_s']:.2f} s, native {step['native_step_cpu_s']:.2f} s "
-          f"(ratio {step['step_ratio_cpu']:.2f}); step_ratio {step['step_ratio']:.2f}; "
-          f"peak RSS exact {step['exact_peak_rss_mib']:.0f} MiB, native {step['native_peak_rss_mib']:.0f} MiB")
+    steps = []
+    for model in models:
+        for threads in threads_list:
+            st = step_ratio(model, threads, a)
+            steps.append(st)
+            print(f"step {st['model']}, {threads} thread(s): wall exact-v1 {st['exact_step_s']:.2f} s, torch-native "
+                  f"{st['native_step_s']:.2f} s (ratio {st['step_ratio_wall']:.2f}); CPU exact "
+                  f"{st['exact_step_cpu_s']:.2f} s, native {st['native_step_cpu_s']:.2f} s (ratio "
+                  f"{st['step_ratio_cpu']:.2f}); step_ratio {st['step_ratio']:.2f}; peak RSS exact "
+                  f"{st['exact_peak_rss_mib']:.0f} MiB, native {st['native_peak_rss_mib']:.0f} MiB "
+                  f"({st['rss_ratio']:.2f}x); exact init {st['exact_init_s']:.1f} s", flush=True)
     if a.json:
-        print(json.dumps({"gemm_ratio": res["gemm_ratio"], "gemm": res["gemm"],
+        first = steps[0] if steps else {}
+        print(json.dumps({"gemm_ratio": res["gemm_ratio"], "dgemm_ratio": res["dgemm_ratio"],
+                          "gemm_of_limit": res["gemm_of_limit"], "gemm": res["gemm"],
                           "transcendental_ns_per_elem": res["transcendental_ns_per_elem"],
-                          "step_ratio": step["step_ratio"], "step": step, "threads": res["threads"]}))
+                          "step_ratio": first.get("step_ratio"), "step": first, "steps": steps,
+                          "threads": res["threads"]}))
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ EXACT_PATH_FILES = (
 
 TORCH_NAMES = {
     "torch.Tensor": TYPE, "torch.float32": TYPE, "torch.float64": TYPE, "torch.int64": TYPE, "torch.int32": TYPE,
-    "torch.bool": TYPE, "torch.autograd.Function": TYPE,
+    "torch.bool": TYPE, "torch.int8": TYPE, "torch.autograd.Function": TYPE,
     "torch.autograd.grad": SETTING, "torch.no_grad": SETTING, "torch.get_num_threads": SETTING,
     "torch.broadcast_shapes": SETTING, "torch.set_float32_matmul_precision": SETTING,
     "torch.set_flush_denormal": SETTING, "torch.use_deterministic_algorithms": SETTING,
@@ -43,7 +43,7 @@ TORCH_NAMES = {
     "torch.mul": IEEE, "torch.round": IEEE,
     "torch.remainder": INTEGER, "torch.bitwise_and": INTEGER, "torch.bitwise_left_shift": INTEGER,
     "torch.bitwise_right_shift": INTEGER,
-    "torch.sum": EXACT_SUM, "torch.matmul": EXACT_SUM,
+    "torch.sum": EXACT_SUM, "torch.matmul": EXACT_SUM, "torch._int_mm": EXACT_SUM,
     "torch.linalg.vector_norm": BOUND,
 }
 

@@ -6,7 +6,9 @@ as float64 integers whose sums stay exact, then rescaled by powers of two and ro
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 
 import torch
 
@@ -26,6 +28,8 @@ from oracle.exact.quant import (
     to_f32_once,
     two_sum,
 )
+
+I64 = torch.int64
 
 # --- exact matrix products -------------------------------------------------------------------
 
@@ -103,6 +107,181 @@ def _chunked_integer_matmul(qa: torch.Tensor, qb: torch.Tensor, nc: int, kc: int
     return two_sum(hsum, lsum)
 
 
+def _single_product(qa: torch.Tensor, qb: torch.Tensor, s: int, nc: int, kc: int, one_gemm):
+    """The exact integer qa @ qb (|q| <= 2^s) as float64 (hi, lo), on this device's route.
+
+    `one_gemm()` says whether one float64 GEMM over the whole k is exact (Cauchy-Schwarz)."""
+    route = gemm_route(qa.device)
+    if route != "dgemm":
+        n = _sliced_product(qa, qb, s, s, SLICE_BITS[route])
+        if n is not None:
+            return _int64_to_parts(n)
+    if nc == 1 or one_gemm():
+        return torch.matmul(qa, qb), None
+    return _chunked_integer_matmul(qa, qb, nc, kc)
+
+
+def _exact_gemm(qa: torch.Tensor, qb: torch.Tensor, bits_a: int, bits_b: int, route: str) -> torch.Tensor:
+    """qa @ qb for integer-valued float64 operands whose every partial sum the caller has bounded
+    below 2^53 (|qa| <= 2^bits_a, |qb| <= 2^bits_b): one GEMM, on this device's route."""
+    if route != "dgemm":
+        n = _sliced_product(qa, qb, bits_a, bits_b, SLICE_BITS[route])
+        if n is not None:
+            return n.to(F64)  # exact: below 2^53
+    return torch.matmul(qa, qb)
+
+
+# --- the int8 slice route --------------------------------------------------------------------
+#
+# An implementation choice, never a spec choice: it computes the same exact integer N = qa @ qb
+# as the float64 GEMM, hence the same bytes (docs/exact-v1.md §13 gives the bounds). Operands
+# are cut into signed base-2^w digits (int8), every digit pair multiplied by torch._int_mm with
+# int32 accumulation over K chunks short enough never to overflow, and the products shifted and
+# added in int64.
+
+ROUTES = ("dgemm", "int7", "int8")
+SLICE_BITS = {"int7": 7, "int8": 8}
+INT64_BOUND = 2**63 - 2**10   # int64 partial sums stay below this; RN64 of one stays below 2^63
+MAX_SLICED_BATCH = 64        # more (small) matrices than this: the float64 GEMM's batched call
+_route_override: str | None = None
+
+
+def gemm_route(device) -> str:
+    """The integer-GEMM route for tensors on `device`: POT_EXACT_GEMM (dgemm, int7, int8) or, by
+    default ("auto"), dgemm on CPUs (fast float64 BLAS) and int7 on CUDA (int8 tensor cores).
+    Every route gives the same bytes."""
+    name = _route_override or os.environ.get("POT_EXACT_GEMM", "auto")
+    if name == "auto":
+        return "int7" if device.type == "cuda" else "dgemm"
+    if name not in ROUTES:
+        raise ExactError(f"POT_EXACT_GEMM must be auto, dgemm, int7 or int8, got {name!r}")
+    return name
+
+
+@contextlib.contextmanager
+def route(name: str):
+    """Use integer-GEMM route `name` (or "auto") on every device inside the block."""
+    global _route_override
+    if name != "auto" and name not in ROUTES:
+        raise ExactError(f"gemm route must be auto, dgemm, int7 or int8, got {name!r}")
+    old, _route_override = _route_override, (None if name == "auto" else name)
+    try:
+        yield
+    finally:
+        _route_override = old
+
+
+def slice_count(bits: int, w: int) -> int:
+    """Number of signed base-2^w digits for integers |q| <= 2^bits: w-bit low digits in
+    [-2^(w-1), 2^(w-1)) and a top digit of magnitude at most 64 (bits - w (n-1) <= 6, plus less
+    than one from the low digits), which int8 holds for w = 7 and w = 8."""
+    return 1 + max(0, -(-(bits - 6) // w))
+
+
+def int32_chunk(w: int) -> int:
+    """K chunk of one int32 accumulation: each digit product is at most 2^(2w-2) in magnitude, so
+    2^(32-2w) of them sum to at most 2^30 < 2^31."""
+    return 1 << (32 - 2 * w)
+
+
+def _digit_weight(bits: int, w: int) -> int:
+    """An upper bound of sum_i max|d_i| 2^(w i) over the digits of any |q| <= 2^bits."""
+    n = slice_count(bits, w)
+    base, scale = 1 << w, 1 << (w * (n - 1))   # scale: the top digit's weight (Python ints)
+    low = (1 << (w - 1)) * ((scale - 1) // (base - 1))   # the low digits' largest sum
+    top = ((1 << bits) + low) // scale
+    assert top <= 64, (bits, w, n, top)
+    return low + top * scale
+
+
+def sliced_bound(k: int, bits_a: int, bits_b: int, w: int) -> int:
+    """Largest magnitude any int64 partial sum of the sliced product can reach (Python int)."""
+    return k * _digit_weight(bits_a, w) * _digit_weight(bits_b, w)
+
+
+def _digits(q: torch.Tensor, bits: int, w: int) -> list[torch.Tensor]:
+    """Signed base-2^w digits (int8) of integer-valued q, |q| <= 2^bits: q = sum_i d_i 2^(w i)."""
+    r = q.to(I64)  # exact: integers below 2^53
+    half, mask = 1 << (w - 1), (1 << w) - 1
+    out = []
+    for _ in range(slice_count(bits, w) - 1):
+        d = torch.bitwise_and(r + half, mask) - half   # r mod 2^w, in [-2^(w-1), 2^(w-1))
+        out.append(d.to(torch.int8))
+        r = torch.bitwise_right_shift(r - d, w)        # exact: r - d is a multiple of 2^w
+    out.append(r.to(torch.int8))                        # |r| <= 64 (slice_count)
+    return out
+
+
+def _pad_to(x: torch.Tensor, dim: int, size: int) -> torch.Tensor:
+    """x with zeros appended along dim up to `size` (zeros leave every product sum unchanged)."""
+    extra = size - x.shape[dim]
+    if extra <= 0:
+        return x
+    shape = list(x.shape)
+    shape[dim] = extra
+    return torch.cat([x, torch.zeros(shape, dtype=x.dtype, device=x.device)], dim=dim)
+
+
+def _round_up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+def _int_mm_2d(da: list[torch.Tensor], db: list[torch.Tensor], w: int) -> torch.Tensor:
+    """sum_{i,j} (da_i @ db_j) 2^(w (i + j)) in int64 for int8 digit matrices [m, k], [k, n]."""
+    m, k = da[0].shape
+    n = db[0].shape[1]
+    # torch._int_mm's CUDA kernels want m > 16 and k, n multiples of 8: pad with zeros everywhere
+    mp, kp, np_ = max(17, m), _round_up(max(k, 1), 8), _round_up(max(n, 1), 8)
+    da = [_pad_to(_pad_to(d, 0, mp), 1, kp) for d in da]
+    db = [_pad_to(_pad_to(d, 0, kp), 1, np_) for d in db]
+    kc = int32_chunk(w)
+    out = None
+    for c0 in range(0, kp, kc):
+        c1 = min(kp, c0 + kc)
+        a_c = [d[:, c0:c1].contiguous() for d in da]
+        b_c = [d[c0:c1, :].t().contiguous().t() for d in db]  # column-major, as cuBLASLt prefers
+        for i, a_i in enumerate(a_c):
+            for j, b_j in enumerate(b_c):
+                p = torch._int_mm(a_i, b_j).to(I64)             # exact: |sum| <= 2^30 (int32_chunk)
+                if i + j:
+                    p = torch.bitwise_left_shift(p, w * (i + j))
+                out = p if out is None else out.add_(p)        # exact: below INT64_BOUND
+    return out[:m, :n]
+
+
+def _sliced_product(qa: torch.Tensor, qb: torch.Tensor, bits_a: int, bits_b: int, w: int):
+    """The exact integer qa @ qb (integer-valued float64, |qa| <= 2^bits_a, |qb| <= 2^bits_b) as
+    int64 by the slice route, or None where the route does not apply (a partial sum could pass
+    INT64_BOUND, or a batch of many matrices: the float64 GEMM serves those)."""
+    k = qa.shape[-1]
+    if sliced_bound(k, bits_a, bits_b, w) >= INT64_BOUND:
+        return None
+    da, db = _digits(qa, bits_a, w), _digits(qb, bits_b, w)
+    if qa.dim() == 2 and qb.dim() == 2:
+        return _int_mm_2d(da, db, w)
+    batch = torch.broadcast_shapes(qa.shape[:-2], qb.shape[:-2])
+    count = math.prod(batch)
+    if count > MAX_SLICED_BATCH:
+        return None
+    m, n = qa.shape[-2], qb.shape[-1]
+    da = [d.expand(*batch, m, k).reshape(count, m, k) for d in da]
+    db = [d.expand(*batch, k, n).reshape(count, k, n) for d in db]
+    if count == 0:
+        return torch.zeros(*batch, m, n, dtype=I64, device=qa.device)
+    outs = [_int_mm_2d([d[t] for d in da], [d[t] for d in db], w) for t in range(count)]
+    return torch.stack(outs).reshape(*batch, m, n)
+
+
+def _int64_to_parts(n: torch.Tensor):
+    """(hi, lo) float64 of an exact int64 integer: hi = RN64(n), lo = n - hi (exact, |lo| <=
+    2^10), lo None when it is zero everywhere; as the float64 route gives them."""
+    hi = n.to(F64)
+    lo = (n - hi.to(I64)).to(F64)
+    if not bool(torch.any(lo != 0)):
+        return hi, None
+    return hi, lo
+
+
 def _kernel_quant(x: torch.Tensor, dim: int, s: int):
     """(q, e) from the CPU row kernel (blocks made contiguous first), or None off CPU, for other
     dtypes, or when a block holds inf or NaN."""
@@ -129,10 +308,8 @@ def _fast_single(a: torch.Tensor, b: torch.Tensor, k: int):
     if qb is None:
         return None
     (qa, ea, ssa), (qb, eb, ssb) = qa, qb
-    if nc == 1 or math.sqrt(ssa) * math.sqrt(ssb) <= ONE_GEMM_BOUND:
-        hi, lo = torch.matmul(qa, qb), None
-    else:
-        hi, lo = _chunked_integer_matmul(qa, qb, nc, kc)
+    hi, lo = _single_product(qa, qb, s, nc, kc,
+                             lambda: math.sqrt(ssa) * math.sqrt(ssb) <= ONE_GEMM_BOUND)
     del qa, qb
     return _scale(hi, lo, pow2(ea - s), pow2(eb - s))
 
@@ -164,8 +341,10 @@ def _fast_hilo(a: torch.Tensor, b: torch.Tensor, k: int):
 
 def _hilo_combine(ha, la, hb, lb, ea, eb, s: int):
     two_s = pow2(torch.full((), s, dtype=torch.int64, device=ha.device))
-    top = torch.matmul(ha, hb).mul_(two_s)                  # exact: a power-of-two scale
-    mid = torch.matmul(ha, lb).add_(torch.matmul(la, hb))   # exact: both below 2^52
+    route = gemm_route(ha.device)
+    top = _exact_gemm(ha, hb, s, s, route).mul_(two_s)      # exact: a power-of-two scale
+    # exact: both below 2^52 (|lo| <= 2^(s-1))
+    mid = _exact_gemm(ha, lb, s, s - 1, route).add_(_exact_gemm(la, hb, s - 1, s, route))
     hi, lo = two_sum(top, mid)
     return _scale(hi, lo, pow2(ea - 2 * s), pow2(eb - s))
 
@@ -239,10 +418,7 @@ def _matmul_parts(a: torch.Tensor, b: torch.Tensor, variant: str):
         s = dot_bits(kc)
         qa, ea = quantise(a, -1, s, amax)
         qb, eb = quantise(b, -2, s, bmax)
-        if nc == 1 or _one_gemm_is_exact(qa, qb):
-            hi, lo = torch.matmul(qa, qb), None
-        else:
-            hi, lo = _chunked_integer_matmul(qa, qb, nc, kc)
+        hi, lo = _single_product(qa, qb, s, nc, kc, lambda: _one_gemm_is_exact(qa, qb))
         del qa, qb
         hi, lo = _scale(hi, lo, pow2(ea - s), pow2(eb - s))
     elif variant == "hilo":

@@ -94,9 +94,13 @@ def to_f32_once(hi: torch.Tensor, lo: torch.Tensor | None = None) -> torch.Tenso
 
 
 def block_exponent(maxabs: torch.Tensor) -> torch.Tensor:
-    """e with max|x| < 2^e <= 2 max|x| (frexp's exponent), 0 for an all-zero block; int64."""
-    _, e = torch.frexp(maxabs.to(F64))
-    e = e.to(torch.int64)
+    """e with max|x| < 2^e <= 2 max|x| (frexp's exponent), 0 for an all-zero block; int64.
+
+    Read from the binary64 exponent field E (integer operations only, the same on every device):
+    a normal M = 1.f 2^(E - 1023) has frexp exponent E - 1022; a subnormal (E = 0) lies below
+    2^-1022, so its exponent is below E_MIN and the clamp gives E_MIN, as frexp's would."""
+    bits = maxabs.to(F64).view(torch.int64)
+    e = torch.bitwise_and(torch.bitwise_right_shift(bits, 52), 0x7FF) - 1022
     return torch.clamp(torch.where(maxabs == 0, torch.zeros_like(e), e), min=E_MIN)
 
 

@@ -235,6 +235,21 @@ def _integer(strided):
     ]
 
 
+@case("int8_gemm", "torch._int_mm")
+def _int8_gemm(strided):
+    """int8 x int8 with int32 accumulation, as the slice route uses it (|sum| <= 2^30)."""
+    g = np.random.default_rng(12)
+    out = []
+    for lo, hi, k in ((-64, 65, 512), (-128, 128, 1024)):
+        qa = g.integers(lo, hi, (256, k))
+        qb = g.integers(lo, hi, (k, 256))
+        qa[0, :] = qb[:, 0] = lo  # a row and a column at the extreme digit
+        ta = layout(qa.reshape(-1).astype(np.int8), strided).reshape(256, k)
+        tb = torch.from_numpy(qb.astype(np.int8)).t().contiguous().t()  # column-major operand
+        out.append((_np(torch._int_mm(ta.contiguous(), tb)).astype(np.int64), qa @ qb))
+    return out
+
+
 @case("exact_sums", "torch.sum", "torch.matmul", "index_add_")
 def _exact_sums(strided):
     """Integer-valued float64 with every partial sum below 2^53 (as the exact paths keep them)."""

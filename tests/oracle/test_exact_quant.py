@@ -279,3 +279,20 @@ def test_gemm_accuracy_against_float64_on_gpt2_shapes(sa, sb):
     # hi/lo is (nearly) the correctly rounded result: its error is float32's own rounding
     e_rounded = err(ref.float())
     assert e_hilo <= 1.01 * e_rounded
+
+
+def test_block_exponent_from_the_bits_equals_frexp():
+    """The integer-only exponent read (same on every device) equals frexp's, clamped, on float64
+    values across the whole range (subnormals, E_MIN's neighbours, the largest finite) and float32."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(50000, generator=g, dtype=torch.float64) * torch.exp2(
+        torch.randint(-1074, 1023, (50000,), generator=g).double())
+    edges = [0.0, -0.0, 5e-324, 2.2250738585072014e-308, 2.225073858507201e-308, 1.7976931348623157e308,
+             1.0, 0.5, 0.9999999999999999, 2.0**-960, 2.0**-961, 2.0**-962, 2.0**-959 * 0.75]
+    x = torch.cat([x, torch.tensor(edges, dtype=torch.float64)]).abs()
+    x = x[torch.isfinite(x)]
+    for v in (x, x.float()[torch.isfinite(x.float())]):
+        _, e = torch.frexp(v.to(torch.float64))
+        e = e.to(torch.int64)
+        want = torch.clamp(torch.where(v == 0, torch.zeros_like(e), e), min=Q.E_MIN)
+        assert torch.equal(Q.block_exponent(v), want)
