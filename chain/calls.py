@@ -42,20 +42,34 @@ IGNORE_REASONS: dict[str, str] = {
     "bad_shape": "the payload is not [call_name, {field: value}]",
     "unknown_call": "the payload names no protocol call",
     "bad_fields": "the call's fields are missing, unknown or out of range",
+    "truncated": "the payload is shorter than the pot1 prefix",
+    "bad_prefix": "the payload nearly carries the pot1 prefix (its detail says how)",
     "decoder_fault": "decoding the payload failed unexpectedly",
     "transport_fault": "reading the payload from its block failed unexpectedly",
 }
 
 
+# Reasons whose decoder message is our own deterministic text about the payload (the field, the
+# rule): an ignored record keeps it, cut to MAX_DETAIL, as its `detail`. Faults keep none.
+DETAILED_REASONS = frozenset({"too_large", "bad_cbor", "bad_shape", "unknown_call", "bad_fields", "truncated",
+                              "bad_prefix"})
+MAX_DETAIL = 240
+
+
 class CallDecodeError(CallError):
     """Bytes that are not a well-formed pot1 call (foreign remark, bad CBOR, unknown call, ...).
 
-    `reason` is a code of IGNORE_REASONS; the message may say more for the local log.
+    `reason` is a code of IGNORE_REASONS; the message says what is wrong (the field, the rule).
     """
 
     def __init__(self, message: str, reason: str = "bad_shape") -> None:
         super().__init__(message)
         self.reason = reason if reason in IGNORE_REASONS else "decoder_fault"
+
+    @property
+    def detail(self) -> str:
+        """The bounded text an ignored record keeps: the message, for reasons our decoder words."""
+        return _cut(str(self), MAX_DETAIL) if self.reason in DETAILED_REASONS else ""
 
 
 @dataclass(frozen=True)
@@ -68,12 +82,22 @@ class Ignored:
     reason: str
     size: int
     payload_digest: bytes
+    detail: str = ""  # what exactly is wrong (CallDecodeError.detail), bounded; "" for faults
 
     @classmethod
-    def of(cls, position: int, origin: str, payload: Any, reason: str) -> Ignored:
+    def of(cls, position: int, origin: str, payload: Any, reason: str, detail: str = "") -> Ignored:
         data = bytes(payload) if isinstance(payload, (bytes, bytearray, memoryview)) else b""
-        return cls(position, origin, reason if reason in IGNORE_REASONS else "decoder_fault", len(data),
-                   digest("pot/ignored-payload/v1", data))
+        reason = reason if reason in IGNORE_REASONS else "decoder_fault"
+        detail = _cut(detail, MAX_DETAIL) if isinstance(detail, str) and reason in DETAILED_REASONS else ""
+        return cls(position, origin, reason, len(data), digest("pot/ignored-payload/v1", data), detail)
+
+    @classmethod
+    def of_error(cls, position: int, origin: str, payload: Any, exc: CallDecodeError) -> Ignored:
+        return cls.of(position, origin, payload, exc.reason, exc.detail)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 # --- field kinds: each checks one value and returns it normalised ----------------------------
@@ -252,6 +276,24 @@ class DeclareWitnessNormBucket(Call):
     bucket: int
 
 
+MAX_PARAMS_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class ConfigureNetwork(Call):
+    """The network's authority fixes the protocol parameters from `effective_block` on.
+
+    `params` is the canonical CBOR of `ProtocolParams.to_dict()`. The first record names the
+    authority (its sender, or the authority every participant pins); later ones change the
+    parameters at a stated later block, never retroactively.
+    """
+
+    NAME: ClassVar[str] = "configure_network"
+    FIELDS: ClassVar[dict[str, Any]] = {"params": _blob(MAX_PARAMS_BYTES, 1), "effective_block": _uint}
+    params: bytes
+    effective_block: int
+
+
 CALL_TYPES: dict[str, type[Call]] = {
     c.NAME: c
     for c in (
@@ -261,6 +303,7 @@ CALL_TYPES: dict[str, type[Call]] = {
         CommitWitness,
         RevealWitnessValue,
         DeclareWitnessNormBucket,
+        ConfigureNetwork,
     )
 }
 
@@ -278,6 +321,47 @@ def encode_call(call: Call) -> bytes:
 def is_pot_payload(data: bytes) -> bool:
     """True when bytes carry our prefix (so a decode failure is worth a logged reason)."""
     return isinstance(data, (bytes, bytearray)) and bytes(data[: len(PREFIX)]) == PREFIX
+
+
+_HEX_PREFIX = b"0x" + PREFIX.hex().encode()
+
+
+def near_miss(data: bytes) -> CallDecodeError | None:
+    """Why bytes that are no pot1 payload were surely meant as one, or None for a foreign remark.
+
+    Recognised: a payload shorter than the prefix that begins it ("truncated"); the prefix with
+    its first byte eaten as a SCALE length (b"ot1..." : a client passed the payload as a byte
+    array where a remark wants hex, see docs/protocol.md), the payload's 0x-hex spelled as text,
+    or the prefix in another case ("bad_prefix"). Other remarks are not ours and stay unrecorded.
+    """
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        return None
+    data = bytes(data)
+    if data.startswith(PREFIX):
+        return None
+    if 0 < len(data) < len(PREFIX) and PREFIX.startswith(data):
+        return CallDecodeError(f"the payload is {len(data)} byte(s), {data!r}: a cut pot1 prefix", "truncated")
+    if data.startswith(PREFIX[1:]) and len(data) > len(PREFIX) - 1:
+        return CallDecodeError(
+            "the payload starts with b'ot1': its first byte (p, 0x70) was read as a SCALE length, so only "
+            f"{len(data)} bytes of it went on chain; submit the remark as a 0x-hex string", "bad_prefix")
+    if data[: len(_HEX_PREFIX)].lower() == _HEX_PREFIX:
+        return CallDecodeError("the payload is the 0x-hex of a pot1 call spelled as text; submit its bytes",
+                               "bad_prefix")
+    if data[: len(PREFIX)].lower() == PREFIX:
+        return CallDecodeError(f"the payload starts with {data[:len(PREFIX)]!r}, not b'pot1'", "bad_prefix")
+    return None
+
+
+def read_payload(data: bytes) -> Call | CallDecodeError | None:
+    """What a transport makes of one payload: a call, the error of a pot1 payload that is no call
+    (or of a near miss, see `near_miss`), or None for a foreign payload. Never raises."""
+    if not is_pot_payload(data):
+        return near_miss(data)
+    try:
+        return decode_call(data)
+    except CallDecodeError as exc:
+        return exc
 
 
 def _shown(text: str, *, quote: bool = True, limit: int = 64) -> str:
@@ -342,6 +426,7 @@ _MAX_DEPTH = 8
 __all__ = [
     "CALL_TYPES",
     "Call",
+    "ConfigureNetwork",
     "CallDecodeError",
     "CallError",
     "IGNORE_REASONS",
@@ -357,4 +442,6 @@ __all__ = [
     "decode_call",
     "encode_call",
     "is_pot_payload",
+    "near_miss",
+    "read_payload",
 ]

@@ -26,29 +26,29 @@ def _fail(msg: str) -> None:
 
 
 def load_params(path: Path | None, transport: Any = None) -> Any:
-    """Protocol parameters: from a TOML file if given, else those a dev chain recorded, else defaults."""
+    """Protocol parameters pinned by a TOML file (top level or a [protocol] table), or None.
+
+    `transport` is accepted for older callers and not used: the chain's own parameters are settled
+    by `chain.network.resolve_params`, which compares them with the pin.
+    """
     import tomllib
 
     from chain.protocol import ProtocolParams
 
-    if path is not None:
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            _fail(f"{path}: cannot read protocol parameters: {exc.strerror or exc}")
-        except tomllib.TOMLDecodeError as exc:
-            _fail(f"{path}: not valid TOML: {exc}")
-        # Parameters may sit at the top level or under [protocol] of a larger config file.
-        section = data.get("protocol", data)
-        try:
-            return ProtocolParams.from_dict(section)
-        except (TypeError, ValueError) as exc:
-            _fail(f"{path}: {exc}")
-    if transport is not None:
-        params = transport.protocol_params()
-        if params is not None:
-            return params
-    return ProtocolParams()
+    if path is None:
+        return None
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        _fail(f"{path}: cannot read protocol parameters: {exc.strerror or exc}")
+    except tomllib.TOMLDecodeError as exc:
+        _fail(f"{path}: not valid TOML: {exc}")
+    # Parameters may sit at the top level or under [protocol] of a larger config file.
+    section = data.get("protocol", data)
+    try:
+        return ProtocolParams.from_dict(section)
+    except (TypeError, ValueError) as exc:
+        _fail(f"{path}: {exc}")
 
 
 @app.command("dev")
@@ -74,7 +74,12 @@ def dev(
     except TransportError as exc:
         _fail(str(exc))
     if params is not None:
-        t.record_params(load_params(params))
+        recorded = t.protocol_params()
+        pinned = load_params(params)
+        if recorded is not None and recorded != pinned and t.finalized_head() > 0:
+            _fail(f"{db}: the chain records other parameters since genesis ({'; '.join(pinned.differences(recorded))}"
+                  f" (file != chain)); change them from a later block with `pot chain configure`")
+        t.record_params(pinned)
     url = f"dev://{db.resolve()}"
     if inspect:
         _inspect(t, url, as_json)
@@ -140,7 +145,9 @@ def events(
     as_json: bool = typer.Option(False, "--json", help="One JSON object per line."),
     from_block: int = typer.Option(0, "--from", help="Print events from this block on."),
     follow: bool = typer.Option(False, "--follow", help="Keep printing as blocks are finalized."),
-    params: Path = typer.Option(None, "--params", help="TOML of protocol parameters (default: recorded or built-in)."),
+    params: Path = typer.Option(None, "--params", help="TOML of protocol parameters to pin: refused unless the "
+                                "chain records the same (needed only on a chain that records none)."),
+    authority: str = typer.Option(None, "--authority", help="Pin the account that configures the network."),
     poll: float = typer.Option(0.5, "--poll", help="Seconds between polls for new blocks with --follow."),
     kind: str = typer.Option("remark", "--kind", help="Substrate chains: 'remark' or 'pallet' transport."),
     key: str = typer.Option(None, "--key", help="Substrate chains: key URI to connect with (never signs here)."),
@@ -160,7 +167,23 @@ def events(
         transport = connect(chain, key=key or "//Alice", kind=kind)
     except (TransportError, ValueError) as exc:  # bad URL, unreachable node, unusable key
         _fail(str(exc))
-    view = ChainView(transport, load_params(params, transport), keep_events=False)
+    from chain.network import BlockMemo, NetworkParamsError, check_pinned, read_network
+    from chain.protocol import ProtocolState
+
+    pinned = load_params(params)
+    memo = BlockMemo(transport)
+    try:
+        rec = read_network(memo, transport.finalized_head(), authority=authority)
+        check_pinned(rec, pinned, pin_name="--params")
+    except NetworkParamsError as exc:
+        transport.close()
+        _fail(str(exc))
+    except TransportError as exc:
+        transport.close()
+        _fail(str(exc))
+    initial = rec.initial or pinned
+    view = ChainView(memo, initial, state=ProtocolState(params=initial, authority=authority),  # type: ignore[arg-type]
+                     keep_events=False)
     failures = 0
     backoff = Backoff(base_s=poll, cap_s=30.0)
     try:
@@ -186,3 +209,55 @@ def events(
         return
     finally:
         transport.close()
+
+
+@app.command("configure")
+def configure(
+    chain: str = typer.Option(..., "--chain", help="dev:///path/to/chain.db or ws://host:port"),
+    params: Path = typer.Option(..., "--params", help="TOML of the protocol parameters (top level or [protocol])."),
+    effective: int = typer.Option(None, "--effective", help="The block they take effect at (default: four blocks "
+                                  "after the head, time for the record to land)."),
+    account: str = typer.Option(None, "--account", help="Dev chains: the authority's account name."),
+    key: str = typer.Option(None, "--key", help="Substrate chains: the authority's key URI, mnemonic or keystore."),
+    kind: str = typer.Option("remark", "--kind", help="Substrate chains: 'remark' or 'pallet' transport."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object."),
+) -> None:
+    """Record the network's protocol parameters on chain (a configure_network call).
+
+    The first record names the network's authority (its sender); later ones, from the authority
+    only, change the parameters from a later block. Nodes, miners and `pot chain events` read them.
+    """
+    from chain.calls import ConfigureNetwork
+    from chain.connect import connect
+    from chain.network import NetworkParamsError, read_network
+    from chain.transport import TransportError
+
+    pinned = load_params(params)
+    try:
+        transport = connect(chain, account=account, key=key, kind=kind)
+    except (TransportError, ValueError) as exc:
+        _fail(str(exc))
+    try:
+        head = transport.finalized_head()
+        at = head + 4 if effective is None else effective  # the record lands in head + 1 at the earliest
+        if at <= head + 1:
+            _fail(f"--effective {at} is not after the next block ({head + 1}): a change is never retroactive")
+        rec = read_network(transport, head)
+        if rec.authority is not None and rec.authority != transport.account:
+            raise NetworkParamsError(f"the network's authority is {rec.authority}, not {transport.account}: "
+                                     f"its records would be refused")
+        receipt = transport.submit([ConfigureNetwork(params=pinned.to_cbor(), effective_block=at)])
+        if receipt.block_number is not None and receipt.block_number >= at:
+            raise NetworkParamsError(f"the record landed in block {receipt.block_number}, not before its effective "
+                                     f"block {at}: the chain refuses it (RetroactiveChange); give a later --effective")
+    except (TransportError, NetworkParamsError) as exc:
+        _fail(str(exc))
+    finally:
+        transport.close()
+    out = {"block": receipt.block_number, "effective_block": at, "authority": transport.account,
+           "params_digest": pinned.digest().hex(), "params": pinned.to_dict()}
+    if as_json:
+        typer.echo(json.dumps(out, sort_keys=True))
+    else:
+        typer.echo(f"configure_network by {transport.account} in block {receipt.block_number}: "
+                   f"parameters {out['params_digest'][:16]} take effect at block {at}")

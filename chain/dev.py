@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from chain.calls import CallDecodeError, CallError, Ignored, decode_call, encode_call, is_pot_payload
+from chain.calls import CallDecodeError, CallError, Ignored, encode_call, read_payload
 from chain.protocol.params import ProtocolParams
 from chain.transport import Block, Receipt, Transport, TransportError
 from commitments import cbor
@@ -304,15 +304,15 @@ class DevTransport(Transport):
         bhash, _, ts, txs = raw
         calls, ignored = [], []
         for i, (origin, payload) in enumerate(txs):
-            if not is_pot_payload(payload):
+            got = read_payload(payload)
+            if got is None:
                 log.info("block %d tx %d from %s skipped: not a pot1 payload (%d bytes)", number, i, origin,
                          len(payload))
-                continue
-            try:
-                calls.append((origin, decode_call(payload)))
-            except CallDecodeError as exc:
-                log.warning("block %d tx %d from %s ignored (%s): %s", number, i, origin, exc.reason, exc)
-                ignored.append(Ignored.of(i, origin, payload, exc.reason))
+            elif isinstance(got, CallDecodeError):
+                log.warning("block %d tx %d from %s ignored (%s): %s", number, i, origin, got.reason, got)
+                ignored.append(Ignored.of_error(i, origin, payload, got))
+            else:
+                calls.append((origin, got))
         return Block(number, bhash, tuple(calls), ts / 1000.0, tuple(ignored))
 
     def protocol_params(self) -> ProtocolParams | None:

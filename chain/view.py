@@ -55,7 +55,8 @@ class ChainView:
         for ig in block.ignored:
             log.warning("block %d: payload %d from %s ignored: %s", block.number, ig.position, ig.origin, ig.reason)
             events.append(RemarkIgnored(block.number, ig.position, ig.origin, ig.reason,
-                                        IGNORE_REASONS.get(ig.reason, ""), ig.size, ig.payload_digest))
+                                        IGNORE_REASONS.get(ig.reason, ""), ig.size, ig.payload_digest,
+                                        ig.detail))
         for origin, call in block.calls:
             try:
                 events += apply_recorded(self.state, call, origin, block)

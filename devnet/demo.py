@@ -16,8 +16,10 @@ from scalecodec.utils.ss58 import ss58_encode
 from substrateinterface import Keypair
 
 from chain import protocol as P
+from chain.calls import ConfigureNetwork
 from chain.connect import connect
 from chain.dev import DevTransport
+from chain.network import read_network
 from chain.protocol import ProtocolParams
 from chain.transport import TransportError
 from chain.view import ChainView
@@ -172,6 +174,7 @@ class Demo:
                 raise DemoError(f"cannot connect to {self.chain_arg}: {exc}") from None
             self.view_transport = t
             self._substrate_setup(t)
+            self._configure_network(t)
         start = self.view_transport.finalized_head()
         self.start_block = start if self.chain_arg is not None else 0
         self.view = ChainView(self.view_transport, self.params, cursor=self.start_block, keep_events=False)
@@ -197,6 +200,38 @@ class Demo:
         # A chopsticks block costs a runtime execution: fast-forward in batches rather than by rate.
         self.blocks = BlockMaker(lambda fast: maker.client.rpc("dev_newBlock", [{"count": 8 if fast else 1}],
                                                                retry=False), "chopsticks blocks").start()
+
+    def _configure_network(self, t: Any) -> None:
+        """Make the demo's parameters the chain's (a configure_network record by the demo's first
+        key), unless they are in effect already; nodes, miners and `pot chain events` read them."""
+        head = t.finalized_head()
+        try:
+            rec = read_network(t, head)
+        except TransportError as exc:
+            raise DemoError(f"cannot read the network record of {self.chain_arg}: {exc}") from None
+        if rec.state.configured_at is not None and rec.current == self.params and not rec.state.schedule:
+            self.say(f"network parameters: in effect already ({rec.source()})")
+            return
+        if rec.authority is not None and rec.authority != t.account:
+            raise DemoError(f"{self.chain_arg}: the network is configured by {rec.authority}; the demo's key "
+                            f"{SUBSTRATE_KEYS[0]} ({t.account}) cannot change its parameters")
+        effective = head + 4  # room for the record to land first: a change is never retroactive
+        try:
+            receipt = t.submit([ConfigureNetwork(params=self.params.to_cbor(), effective_block=effective)],
+                               timeout=60.0)
+        except TransportError as exc:
+            raise DemoError(f"cannot record the network's parameters: {exc}") from None
+        if receipt.block_number is not None and receipt.block_number >= effective:
+            raise DemoError(f"the configure_network record landed in block {receipt.block_number}, too late for "
+                            f"its effective block {effective}")
+        deadline = time.monotonic() + 60.0
+        while t.finalized_head() < effective:
+            if time.monotonic() > deadline:
+                raise DemoError(f"block {effective}, where the demo's parameters take effect, was not finalized "
+                                f"within 60 s")
+            time.sleep(0.2)
+        self.say(f"network parameters: configure_network in block {receipt.block_number} by {short(t.account)}, "
+                 f"in effect from block {effective}")
 
     def node_config(self, name: str, fault: str) -> Path:
         data = self.workdir / "nodes" / name
@@ -261,7 +296,7 @@ class Demo:
             args = ["miner", "train", "--spec", str(spec_path), "--data", str(corpus),
                     "--out", str(self.workdir / "runs" / ("honest" if honest else "substituted")),
                     "--chain", self.chain_url, "--port", str(port), "--keep-every", "5",
-                    "--params", str(self.workdir / "params.toml"), "--timeout", str(deadline), "--json"]
+                    "--timeout", str(deadline), "--json"]
             if self.chain_arg is None:
                 miner = DEV_MINERS[i]
                 args += ["--account", miner]

@@ -76,8 +76,8 @@ def train(
     timeout: float | None = typer.Option(None, "--timeout", help="give up following after this many seconds"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON summary line"),
     params_path: Path | None = typer.Option(
-        None, "--params", help="protocol parameters TOML (top level or a protocol table); default: those a dev "
-                               "chain records, else the built-in ones"),
+        None, "--params", help="pin the protocol parameters (TOML, top level or a protocol table): refused unless "
+                               "the chain records the same; needed only on a chain that records none"),
     nproc: int = typer.Option(
         1, "--nproc", min=1, help="data-parallel ranks on this machine (started through torchrun; gloo on CPU, "
                                   "NCCL on GPUs); under torchrun the ranks come from its environment"),
@@ -108,7 +108,7 @@ def train(
             return
         spec, ds = _open(spec_path, data)
         transport = connect(chain, account=account, key=key)
-        # A Substrate chain records no parameters: the miner must derive challenges as verifiers do.
+        # The chain's record is the rulebook; a pin is checked against it before training starts.
         params = None
         if params_path is not None:
             from chain.cli import load_params

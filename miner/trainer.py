@@ -21,7 +21,8 @@ from nacl.signing import SigningKey
 from tqdm import tqdm
 
 from chain.calls import DeclareWitnessNormBucket, StartTrainingCommitment, SubmitCheckpointRoot, SubmitOpening
-from chain.protocol import CallRefused, ChallengeIssued, ChallengeResolved, ProtocolParams
+from chain.network import BlockMemo, NetworkParamsError, check_pinned, read_network
+from chain.protocol import CallRefused, ChallengeIssued, ChallengeResolved
 from chain.transport import TransportError
 from chain.view import ChainView
 from challenges.opening import OpeningRefused, build_opening, opening_digest
@@ -226,11 +227,16 @@ class Trainer:
         raise AssertionError("unreachable")
 
     def _chain_view(self) -> Any:
+        """The chain's protocol state, from genesis, under the chain's own parameters: `params`
+        given to the trainer pin them, and a chain that records others is refused."""
         if self.view is None:
-            params = self._params
-            if params is None:
-                params = self.transport.protocol_params()
-            self.view = ChainView(self.transport, params or ProtocolParams())
+            memo = BlockMemo(self.transport)
+            try:
+                rec = read_network(memo, self.transport.finalized_head())
+                check_pinned(rec, self._params, pin_name="the miner's parameters (--params)")
+            except NetworkParamsError as exc:
+                raise TrainerError(str(exc)) from None
+            self.view = ChainView(memo, rec.initial or self._params)
         return self.view
 
     def _sync(self) -> list[Any]:

@@ -150,6 +150,38 @@ class RunOut(_Model):
     detection: list[DetectionOut]
 
 
+_REFUSAL_EXAMPLES: list[dict[str, Any]] = [
+    {"event": "RemarkIgnored", "block": 12, "position": 0, "origin": "miner", "reason": "bad_prefix",
+     "message": "the payload nearly carries the pot1 prefix (its detail says how)",
+     "detail": "the payload starts with b'ot1': its first byte (p, 0x70) was read as a SCALE length, so only "
+               "28 bytes of it went on chain; submit the remark as a 0x-hex string",
+     "size": 28, "payload_digest": "cd" * 32},
+    {"event": "CallRefused", "block": 13, "origin": "miner", "call": "start_training_commitment",
+     "refusal": "InvalidCall", "reason": "the spec is not in its canonical CBOR form: optimizer.grad_clip: a float "
+                                         "must be encoded as a float (f93c00), got the integer 1"}]
+
+
+class RefusalOut(_Model):
+    event: Literal["RemarkIgnored", "CallRefused"]
+    block: int
+    origin: str
+    call: str | None = Field(None, description="CallRefused: the call's name.")
+    refusal: str | None = Field(None, description="CallRefused: the refusal's code (docs/protocol.md).")
+    reason: str = Field(description="CallRefused: why, in words; RemarkIgnored: the reason code.")
+    position: int | None = Field(None, description="RemarkIgnored: the payload's place in its block.")
+    message: str | None = Field(None, description="RemarkIgnored: the reason code's fixed message.")
+    detail: str | None = Field(None, description="RemarkIgnored: what exactly is wrong (field, rule).")
+    size: int | None = None
+    payload_digest: str | None = None
+
+
+class RefusalPage(_Model):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"items": _REFUSAL_EXAMPLES,
+                                                               "accounts": ["miner", "v1"]}]})
+    items: list[RefusalOut]
+    accounts: list[str] = Field(description="The accounts whose records are listed.")
+
+
 class RunPage(_Model):
     model_config = ConfigDict(json_schema_extra={"examples": [{"items": [_RUN_EXAMPLE], "total": 1,
                                                                "next_cursor": None}]})
@@ -541,6 +573,17 @@ def create_app(db: str | Engine, config: NodeConfig | None = None, *, node: Any 
         if out is None:
             raise _not_found("run", run_id)
         return out
+
+    @app.get("/api/v1/refusals", response_model=RefusalPage, tags=["runs"], responses=ERRORS,
+             summary="Payloads that were no call and refused calls, newest first: of `origin`, or by default "
+                     "of this node's account and the miners of its runs.")
+    def list_refusals(
+        origin: Annotated[str | None, Query(min_length=1, max_length=128, description="Only this account's.",
+                                            examples=["miner"])] = None,
+        limit: Annotated[int, Query(ge=1, le=500, description="At most this many.", examples=[50])] = 50,
+    ) -> dict[str, Any]:
+        with ctx.engine.connect() as conn:
+            return Q.list_refusals(conn, ctx.account, origin=origin, limit=limit)
 
     @app.get("/api/v1/challenges", response_model=ChallengePage, tags=["challenges"], responses=ERRORS,
              summary="Challenges, newest first; filter by outcome, run and stage.")

@@ -105,19 +105,21 @@ def chain_facts(url: str, challenge_id: bytes, config: Path | None) -> dict[str,
     """The chain's facts about a challenge (from its finalized blocks), as verify_opening_file kwargs."""
     from chain import protocol as P
     from chain.connect import connect
+    from chain.network import BlockMemo, check_pinned, read_network
     from chain.view import ChainView
 
     params = None
     if config is not None:
         from node.config import load_config
 
-        params = load_config(config).protocol.params()
+        params = load_config(config).pinned_params()
     # Reading needs no funds; a Substrate transport still wants a key, so give it a throwaway one.
     transport = connect(url) if url.startswith("dev://") else connect(url, key="//pot//verify-reader")
     try:
-        if params is None:
-            params = transport.protocol_params()
-        view = ChainView(transport, params)
+        memo = BlockMemo(transport)
+        rec = read_network(memo, transport.finalized_head())
+        check_pinned(rec, params, pin_name="the config's [protocol] section")
+        view = ChainView(memo, rec.initial or params)
         view.sync()
     finally:
         transport.close()

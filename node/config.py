@@ -57,6 +57,8 @@ class ChainSection(_Section):
     account: str = ""  # dev chains: the account name; Substrate: the key comes from the secrets file
     kind: Literal["remark", "pallet"] = "remark"
     start_block: int = Field(0, ge=0)  # a fresh database follows the chain from the block after this
+    # The account that configures the network (configure_network); empty: the first record's sender.
+    authority: str = ""
     poll_s: float = Field(0.5, gt=0, le=60)
     watchdog_s: float = Field(60.0, gt=0)
     rpc_timeout_s: float = Field(30.0, gt=0)
@@ -208,7 +210,9 @@ class HttpSection(_Section):
 
 
 class ProtocolSection(_Section):
-    """Must equal every other participant's parameters (a dev chain records them; we compare)."""
+    """A pin of the protocol parameters: the chain's record (configure_network, or a dev chain
+    file's own) is the rulebook, and a node whose [protocol] section disagrees with it refuses to
+    start. Needed only on a chain that records none."""
 
     commit_window: int = 4
     reveal_window: int = 4
@@ -258,6 +262,11 @@ class NodeConfig(_Section):
     @property
     def data_dir(self) -> Path:
         return Path(self.node.data_dir)
+
+    def pinned_params(self):
+        """The [protocol] section's parameters when the config gives the section, else None (the
+        node takes the chain's)."""
+        return self.protocol.params() if "protocol" in self.model_fields_set else None
 
     @property
     def openings_dir(self) -> Path:

@@ -27,6 +27,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from chain import protocol as P
 from chain.calls import IGNORE_REASONS
+from chain.network import NetworkParamsError, read_network, seeded_state, start_params
 from chain.protocol import ProtocolState, SnapshotError
 from chain.transport import Block, Transport, TransportError
 from chain.view import ChainView
@@ -114,7 +115,7 @@ class VerifierNode:
         self.cfg = cfg
         self.secrets = secrets
         self.engine = engine
-        self.params = cfg.protocol.params()
+        self.pinned = cfg.pinned_params()  # None: the node follows the chain's parameters
         self.stop = stop or threading.Event()
         self.data_dir = cfg.data_dir
         make_private_dir(self.data_dir)  # 0700 when new: it holds the database and downloads
@@ -153,11 +154,6 @@ class VerifierNode:
         """Connect and load the view; refuses a chain or parameters the database does not match."""
         self.transport = connect_transport(self.cfg, self.secrets)
         self.account = self.transport.account
-        recorded = self.transport.protocol_params()
-        if recorded is not None and recorded != self.params:
-            raise StartupError(
-                f"the chain records protocol parameters {recorded.to_dict()}, this node's [protocol] section "
-                f"gives {self.params.to_dict()}; they must be equal")
         self.view = self._load_view()
         with self.engine.connect() as conn:  # downloads left by challenges that are over
             self.openings.prune({bytes(r[0]).hex() for r in conn.execute(
@@ -171,7 +167,19 @@ class VerifierNode:
             row = conn.execute(select(chain_cursor).where(chain_cursor.c.id == 1)).first()
         if row is None:
             start = self.cfg.chain.start_block
-            return ChainView(self.transport, self.params, cursor=start, keep_events=False)
+            head = self.transport.finalized_head()
+            try:
+                # Up to the head: the pin is checked against what the chain has in effect now, even
+                # when the node follows from an earlier block.
+                rec = read_network(self.transport, head, authority=self.cfg.chain.authority or None,
+                                   at=min(start, head))
+                params = start_params(rec, self.pinned, pin_name="this node's [protocol] section")
+            except NetworkParamsError as exc:
+                raise StartupError(str(exc)) from None
+            log_event(log, "network_params", source=rec.source(), authority=rec.authority,
+                      params_digest=params.digest().hex(), pinned=self.pinned is not None)
+            return ChainView(self.transport, params, cursor=start, state=seeded_state(rec, params),
+                             keep_events=False)
         try:
             state = ProtocolState.from_cbor(bytes(row.snapshot))
         except SnapshotError as exc:
@@ -188,10 +196,16 @@ class VerifierNode:
         if snapshot_block > row.block:
             raise StartupError(f"the database's protocol snapshot is of block {snapshot_block}, after its cursor "
                                f"{row.block}")
-        try:
-            view = ChainView(self.transport, self.params, cursor=state.head, state=state, keep_events=False)
-        except SnapshotError:
-            raise StartupError("the database was built with other protocol parameters than [protocol] gives") from None
+        if self.pinned is not None and self.pinned != state.params:
+            raise StartupError(
+                "this node's [protocol] section disagrees with the protocol parameters its database follows "
+                f"(those of the chain at block {state.head}): "
+                + "; ".join(f"{d} (pinned != chain)" for d in self.pinned.differences(state.params)))
+        authority = self.cfg.chain.authority or None
+        if authority is not None and state.authority is not None and state.authority != authority:
+            raise StartupError(f"the database follows a network configured by {state.authority}, "
+                               f"[chain] authority is {authority}")
+        view = ChainView(self.transport, state.params, cursor=state.head, state=state, keep_events=False)
         # The snapshot may be a few blocks older than the cursor: re-derive them (their events and
         # jobs are in the database already).
         while view.cursor < row.block:

@@ -485,3 +485,33 @@ __all__ = [
     "fingerprint", "get_challenge", "get_run", "list_challenges", "list_runs", "parse_id", "reveal_clusters",
     "run_count", "stage_counts", "stage_durations", "stuck_replays", "tx_counts", "verdict_counts", "witness_conflicts_of",
 ]
+
+
+# --- refusals: payloads that were no call, and calls the protocol refused ------------------------
+
+REFUSAL_EVENTS = ("RemarkIgnored", "CallRefused")
+REFUSAL_SCAN = 10_000  # the newest refusal records looked through per request
+
+
+def list_refusals(conn: Connection, account: str | None, *, origin: str | None = None,
+                  limit: int = 50) -> dict[str, Any]:
+    """The newest RemarkIgnored and CallRefused records of `origin`, or by default of this node's
+    account and of the miners of the runs it knows, newest first."""
+    if origin is not None:
+        accounts = {origin}
+    else:
+        accounts = {m for (m,) in conn.execute(select(runs.c.miner).distinct())}
+        if account:
+            accounts.add(account)
+    items: list[dict[str, Any]] = []
+    if accounts:
+        rows = conn.execute(select(chain_events.c.body).where(chain_events.c.name.in_(REFUSAL_EVENTS))
+                            .order_by(chain_events.c.block.desc(), chain_events.c.position.desc())
+                            .limit(REFUSAL_SCAN))
+        for (body,) in rows:
+            d = json.loads(body)
+            if d.get("origin") in accounts:
+                items.append(d)
+                if len(items) >= limit:
+                    break
+    return {"items": items, "accounts": sorted(accounts)}

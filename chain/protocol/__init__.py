@@ -31,8 +31,10 @@ from chain.protocol.events import (
     CheckpointRootUpdated,
     Event,
     MinerSlashed,
+    NetworkConfigured,
     NormBucketDeclared,
     OpeningSubmitted,
+    ParamsEffective,
     RemarkIgnored,
     RevealRejected,
     RunRegistered,
@@ -57,12 +59,14 @@ from chain.protocol.refusals import (
     FieldTooLarge,
     InvalidCall,
     NoCommitment,
+    NotAuthority,
     NotCrossArchitecture,
     NotRunOwner,
     OpeningTooLate,
     OwnChallenge,
     ProtocolError,
     Refused,
+    RetroactiveChange,
     RevealTooEarly,
     RevealTooLate,
     RootNotAppendOnly,
@@ -73,7 +77,7 @@ from chain.protocol.refusals import (
     UnknownRun,
     refusal_type,
 )
-from chain.protocol.rules import apply, apply_recorded, on_block
+from chain.protocol.rules import activate_due, apply, apply_recorded, on_block
 from chain.protocol.state import (
     SNAPSHOT_VERSION,
     ChallengeState,
@@ -87,15 +91,16 @@ __all__ = [
     "EVENT_TYPES", "REFUSAL_TYPES", "SNAPSHOT_VERSION",
     # parameters, state, rules
     "ProtocolParams", "ProtocolState", "RunState", "ChallengeState", "SnapshotError",
-    "apply", "apply_recorded", "on_block", "new_state", "refusal_type",
+    "activate_due", "apply", "apply_recorded", "on_block", "new_state", "refusal_type",
     # events
     "Event", "RunRegistered", "CheckpointRootUpdated", "ChallengeIssued", "OpeningSubmitted",
     "NormBucketDeclared", "WitnessCommitted", "WitnessRevealed", "RevealRejected", "ChallengeResolved",
-    "MinerSlashed", "VerifierOutlier", "CallRefused", "RemarkIgnored",
+    "MinerSlashed", "VerifierOutlier", "CallRefused", "RemarkIgnored", "NetworkConfigured", "ParamsEffective",
     # refusals
     "Refused", "InvalidCall", "RunExists", "UnknownRun", "NotRunOwner", "BadRootSize", "BadConsistencyProof",
     "RootNotAppendOnly", "UnknownChallenge", "ChallengeClosed", "OpeningTooLate", "AlreadyOpened",
     "BadLeafProof", "BadLeaf", "OwnChallenge", "CommitWindowClosed", "AlreadyCommitted", "NoCommitment",
     "RevealTooEarly", "RevealTooLate", "CommitmentMismatch", "NotCrossArchitecture", "DeclarationTooLate",
-    "AlreadyDeclared", "UnknownCall", "FieldTooLarge", "TooMany", "ProtocolError",
+    "AlreadyDeclared", "UnknownCall", "FieldTooLarge", "TooMany", "NotAuthority", "RetroactiveChange",
+    "ProtocolError",
 ]

@@ -190,6 +190,27 @@ class RemarkIgnored(Event):
     message: str  # the code's fixed message
     size: int
     payload_digest: bytes
+    detail: str = ""  # what exactly is wrong (the field, the rule), bounded; "" for faults
+
+
+@dataclass(frozen=True)
+class NetworkConfigured(Event):
+    """A configure_network record was accepted: `params` take effect at `effective_block`."""
+
+    code: ClassVar[str] = "NetworkConfigured"
+    authority: str
+    params_digest: bytes
+    params: dict[str, Any]  # ProtocolParams.to_dict()
+    effective_block: int
+
+
+@dataclass(frozen=True)
+class ParamsEffective(Event):
+    """Parameters of a configure_network record took effect at this block."""
+
+    code: ClassVar[str] = "ParamsEffective"
+    params_digest: bytes
+    configured_at: int  # the block of the record
 
 
 EVENT_TYPES: dict[str, type[Event]] = {
@@ -197,6 +218,6 @@ EVENT_TYPES: dict[str, type[Event]] = {
     for c in (
         RunRegistered, CheckpointRootUpdated, ChallengeIssued, OpeningSubmitted, NormBucketDeclared,
         WitnessCommitted, WitnessRevealed, RevealRejected, ChallengeResolved, MinerSlashed,
-        VerifierOutlier, CallRefused, RemarkIgnored,
+        VerifierOutlier, CallRefused, RemarkIgnored, NetworkConfigured, ParamsEffective,
     )
 }

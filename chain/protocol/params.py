@@ -7,6 +7,10 @@ from dataclasses import asdict, dataclass, fields
 from fractions import Fraction
 from typing import Any
 
+from commitments import cbor
+from commitments.errors import CommitmentError
+from commitments.hashing import digest
+
 # Caps on what the protocol state keeps, enforced when a call is applied: a call over one is
 # refused with FieldTooLarge or TooMany (docs/protocol.md lists them). They bound the state, and
 # so every snapshot, whatever the chain carries; each is far above what an honest run needs.
@@ -19,6 +23,7 @@ MAX_OPEN_RUNS_PER_MINER = 256  # runs of one miner whose challenges are not all 
 MAX_WITNESSES_PER_CHALLENGE = 1024  # witness commitments of one challenge
 MAX_CHALLENGES_PER_RUN = 64  # challenges_per_run and forced_challenge_steps
 MAX_REASON_CHARS = 300  # the reason text a CallRefused event keeps
+MAX_SCHEDULED_CHANGES = 16  # configure_network records waiting for their effective block
 
 
 @dataclass(frozen=True)
@@ -86,3 +91,35 @@ class ProtocolParams:
             except (TypeError, ValueError, ZeroDivisionError):
                 raise ValueError(f"quorum_share must be a fraction such as \"2/3\", got {q!r}") from None
         return cls(**d)
+
+    # --- the on-chain record (configure_network) ---------------------------------------------
+    def to_cbor(self) -> bytes:
+        """The canonical CBOR a configure_network record carries: `to_dict()`, every key present."""
+        return cbor.encode(self.to_dict())
+
+    @classmethod
+    def from_cbor(cls, data: bytes) -> ProtocolParams:
+        """Parameters from a record's bytes; refused (ValueError, naming what differs) unless the
+        bytes are exactly the canonical CBOR of a full parameter set."""
+        try:
+            obj = cbor.decode(data, max_bytes=4096)
+        except CommitmentError as exc:
+            raise ValueError(f"the parameters are not canonical CBOR: {exc}") from None
+        if not isinstance(obj, dict):
+            raise ValueError("the parameters must be a CBOR map of name -> value")
+        missing = sorted({f.name for f in fields(cls)} - set(obj))
+        if missing:
+            raise ValueError(f"the parameters lack {', '.join(missing)}: a record names every parameter")
+        params = cls.from_dict(obj)
+        if params.to_cbor() != bytes(data):
+            raise ValueError("the parameters are not in their canonical form (ProtocolParams.to_dict(), "
+                             "quorum_share as [numerator, denominator] in lowest terms)")
+        return params
+
+    def digest(self) -> bytes:
+        return digest("pot/protocol-params/v1", self.to_dict())
+
+    def differences(self, other: ProtocolParams) -> list[str]:
+        """"name: mine != theirs" for every parameter that differs, in field order."""
+        mine, theirs = self.to_dict(), other.to_dict()
+        return [f"{k}: {mine[k]!r} != {theirs[k]!r}" for k in mine if mine[k] != theirs[k]]

@@ -184,6 +184,18 @@ class TooMany(Refused):
     code = "TooMany"
 
 
+class NotAuthority(Refused):
+    """A configure_network record from an account other than the network's authority."""
+
+    code = "NotAuthority"
+
+
+class RetroactiveChange(Refused):
+    """A configure_network record whose effective block is not after the block that carries it."""
+
+    code = "RetroactiveChange"
+
+
 class ProtocolError(Refused):
     """Never raised by the rules: a follower records it when applying a call crashed inside the
     protocol (a bug), so one bad call cannot stop the node at that block."""
@@ -198,7 +210,7 @@ REFUSAL_TYPES: dict[str, type[Refused]] = {
         RootNotAppendOnly, UnknownChallenge, ChallengeClosed, OpeningTooLate, AlreadyOpened, BadLeafProof,
         BadLeaf, OwnChallenge, CommitWindowClosed, AlreadyCommitted, NoCommitment, RevealTooEarly,
         RevealTooLate, CommitmentMismatch, NotCrossArchitecture, DeclarationTooLate, AlreadyDeclared,
-        UnknownCall, FieldTooLarge, TooMany, ProtocolError,
+        UnknownCall, FieldTooLarge, TooMany, NotAuthority, RetroactiveChange, ProtocolError,
     )
 }
 

@@ -9,6 +9,7 @@ from typing import Any
 from chain.calls import (
     Call,
     CommitWitness,
+    ConfigureNetwork,
     DeclareWitnessNormBucket,
     RevealWitnessValue,
     StartTrainingCommitment,
@@ -22,8 +23,10 @@ from chain.protocol.events import (
     CheckpointRootUpdated,
     Event,
     MinerSlashed,
+    NetworkConfigured,
     NormBucketDeclared,
     OpeningSubmitted,
+    ParamsEffective,
     RevealRejected,
     RunRegistered,
     VerifierOutlier,
@@ -36,9 +39,11 @@ from chain.protocol.params import (
     MAX_LEAF_BYTES,
     MAX_OPEN_RUNS_PER_MINER,
     MAX_REASON_CHARS,
+    MAX_SCHEDULED_CHANGES,
     MAX_SPEC_BYTES,
     MAX_URI_BYTES,
     MAX_WITNESSES_PER_CHALLENGE,
+    ProtocolParams,
 )
 from chain.protocol.refusals import (
     AlreadyCommitted,
@@ -55,11 +60,13 @@ from chain.protocol.refusals import (
     FieldTooLarge,
     InvalidCall,
     NoCommitment,
+    NotAuthority,
     NotCrossArchitecture,
     NotRunOwner,
     OpeningTooLate,
     OwnChallenge,
     Refused,
+    RetroactiveChange,
     RevealTooEarly,
     RevealTooLate,
     RootNotAppendOnly,
@@ -75,6 +82,7 @@ from challenges.derive import challenge_steps
 from challenges.verdict import FRAUD, Reveal, decide
 from challenges.witness import verify_witness
 from commitments import cbor
+from commitments.canonical import describe_refusal, first_difference
 from commitments.errors import CommitmentError
 from commitments.leaves import parse_step_leaf, witness_value_hash
 from commitments.merkle import verify_consistency, verify_inclusion
@@ -138,9 +146,11 @@ def _start(state: ProtocolState, c: StartTrainingCommitment, origin: str, n: int
     try:
         spec = Spec.from_cbor(c.spec)
     except CommitmentError as exc:
-        raise InvalidCall(f"run {c.run_id.hex()[:16]}: the spec is not usable: {exc}") from None
-    if c.spec != spec.to_cbor():
-        raise InvalidCall("the spec must be given in its canonical CBOR form (Spec.to_cbor())")
+        why = describe_refusal(c.spec, exc) if isinstance(getattr(exc, "offset", None), int) else str(exc)
+        raise InvalidCall(f"run {c.run_id.hex()[:16]}: the spec is not usable: {why}") from None
+    canonical = spec.to_cbor()
+    if c.spec != canonical:
+        raise InvalidCall(f"the spec is not in its canonical CBOR form: {first_difference(c.spec, canonical)}")
     if c.declared_steps != spec.steps:
         raise InvalidCall(f"declared_steps ({c.declared_steps}) differs from the spec's steps ({spec.steps})")
     mode = "value" if spec.profile == "exact-v1" else "bucket"
@@ -288,6 +298,35 @@ def _reveal(state: ProtocolState, c: RevealWitnessValue, origin: str, n: int) ->
     return [WitnessRevealed(n, c.challenge_id, origin, c.value_hash, c.norm_bucket)]
 
 
+def _configure(state: ProtocolState, c: ConfigureNetwork, origin: str, n: int) -> list[Event]:
+    if state.authority is not None and origin != state.authority:
+        raise NotAuthority(f"only the network's authority {state.authority!r} configures it, not {origin!r}")
+    if c.effective_block <= n:
+        raise RetroactiveChange(f"parameters take effect at a block after the record's (block {n}); "
+                                f"effective_block is {c.effective_block}")
+    try:
+        params = ProtocolParams.from_cbor(c.params)
+    except ValueError as exc:
+        raise InvalidCall(f"the parameters are not usable: {exc}") from None
+    if len(state.schedule) >= MAX_SCHEDULED_CHANGES:
+        raise TooMany(f"{MAX_SCHEDULED_CHANGES} parameter changes are waiting for their block already")
+    state.authority = origin
+    state.schedule.append([c.effective_block, n, params.to_dict()])
+    state.schedule.sort(key=lambda x: (x[0], x[1]))  # stable: records of one block keep their order
+    return [NetworkConfigured(n, origin, params.digest(), params.to_dict(), c.effective_block)]
+
+
+def activate_due(state: ProtocolState, n: int) -> list[Event]:
+    """Scheduled parameters whose block has come take effect (the last record wins a block)."""
+    events: list[Event] = []
+    while state.schedule and state.schedule[0][0] <= n:
+        _, configured_at, d = state.schedule.pop(0)
+        state.params = ProtocolParams.from_dict(d)
+        state.configured_at = configured_at
+        events.append(ParamsEffective(n, state.params.digest(), configured_at))
+    return events
+
+
 _HANDLERS = {
     StartTrainingCommitment: _start,
     SubmitCheckpointRoot: _root,
@@ -295,6 +334,7 @@ _HANDLERS = {
     DeclareWitnessNormBucket: _declare,
     CommitWitness: _commit,
     RevealWitnessValue: _reveal,
+    ConfigureNetwork: _configure,
 }
 
 
@@ -304,7 +344,7 @@ def on_block(state: ProtocolState, block: Any) -> list[Event]:
     if n <= state.head:
         raise ValueError(f"block {n} is not after the last processed block {state.head}")
     state.head = n
-    events: list[Event] = []
+    events: list[Event] = activate_due(state, n)
     for run in sorted(state.runs.values(), key=lambda r: r.run_id):
         if run.challenges_at is not None and run.challenges_at <= n and not run.challenges:
             events += _issue(state, run, n, block_hash)

@@ -63,6 +63,12 @@ class ProtocolState:
     bonds: dict[str, int] = field(default_factory=dict)  # account -> stake bonded (before slashes)
     slashed: dict[str, int] = field(default_factory=dict)  # account -> total slashed
     verifiers: list[str] = field(default_factory=list)  # accounts bonded as verifiers
+    # The network record (configure_network): its authority once one is accepted (or pinned by the
+    # follower before any), the block of the accepted record taken last, and the changes waiting
+    # for their block as [effective_block, configured_at, params dict], in effective order.
+    authority: str | None = None
+    configured_at: int | None = None
+    schedule: list[list[Any]] = field(default_factory=list)
 
     # Snapshots let a ChainView restart from a cursor without replaying the chain.
     def to_cbor(self) -> bytes:
@@ -75,6 +81,9 @@ class ProtocolState:
             "bonds": dict(self.bonds),
             "slashed": dict(self.slashed),
             "verifiers": list(self.verifiers),
+            "authority": self.authority,
+            "configured_at": self.configured_at,
+            "schedule": [list(x) for x in self.schedule],
         })
 
     @classmethod
@@ -96,6 +105,10 @@ class ProtocolState:
                 bonds=dict(obj["bonds"]),
                 slashed=dict(obj["slashed"]),
                 verifiers=list(obj["verifiers"]),
+                # Snapshots of nodes older than the network record have none of these.
+                authority=obj.get("authority"),
+                configured_at=obj.get("configured_at"),
+                schedule=[list(x) for x in obj.get("schedule", [])],
             )
         except (CommitmentError, KeyError, TypeError, ValueError) as exc:
             raise SnapshotError(f"protocol state snapshot is unusable: {exc}") from None

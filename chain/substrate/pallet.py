@@ -21,6 +21,11 @@ from chain.transport import Block, Receipt, TransportError
 log = logging.getLogger(__name__)
 
 
+# Protocol calls a PoT pallet may lack: a runtime that keeps the network's parameters in its own
+# storage has no configure_network, and its participants pin the parameters instead.
+OPTIONAL_CALLS = frozenset({"configure_network"})
+
+
 class PalletMissingError(TransportError):
     """The connected runtime lacks the PoT pallet, or a call or event the configuration names."""
 
@@ -90,6 +95,8 @@ class PalletTransport(SubstrateTransport):
         calls = {c.name: c for c in (pallet.calls or [])}
         for proto_name, chain_name_ in cfg.calls.items():
             call = calls.get(chain_name_)
+            if call is None and proto_name in OPTIONAL_CALLS:
+                continue
             if call is None:
                 raise PalletMissingError(
                     f"pallet {cfg.pallet!r} has no call {chain_name_!r} (for {proto_name}); "

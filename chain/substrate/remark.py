@@ -11,7 +11,7 @@ from typing import Any
 from scalecodec.utils.ss58 import ss58_encode
 from substrateinterface import SubstrateInterface
 
-from chain.calls import CallDecodeError, CallError, Ignored, decode_call, encode_call, is_pot_payload
+from chain.calls import CallDecodeError, CallError, Ignored, decode_call, encode_call, read_payload
 from chain.substrate.base import SubstrateTransport
 from chain.substrate.blocks import Executed
 from chain.substrate.scale import blake2_256, hex_bytes, pubkey
@@ -102,14 +102,14 @@ class RemarkTransport(SubstrateTransport):
             del pending[: hit + 1]
             at = position[0]
             position[0] += 1
-            if not is_pot_payload(payload):
+            got = read_payload(payload)
+            if got is None:
                 log.info("%s: skipped foreign remark (%d bytes, not pot1)", where, len(payload))
-                continue
-            try:
-                calls.append((origin, decode_call(payload)))
-            except CallDecodeError as exc:
-                log.warning("%s: skipped malformed pot1 remark from %s (%s): %s", where, origin, exc.reason, exc)
-                ignored.append(Ignored.of(at, origin, payload, exc.reason))
+            elif isinstance(got, CallDecodeError):
+                log.warning("%s: malformed pot1 remark from %s (%s): %s", where, origin, got.reason, got)
+                ignored.append(Ignored.of_error(at, origin, payload, got))
+            else:
+                calls.append((origin, got))
 
 
 def _walk_remarks(call: Mapping[str, Any], where: str) -> Iterable[bytes]:

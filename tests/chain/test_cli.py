@@ -28,6 +28,8 @@ def pot(*args):
 def chain_with_events(path):
     run = SyntheticRun()
     miner = DevTransport(path, "miner")
+    if miner.protocol_params() is None:
+        miner.record_params(ProtocolParams())
     miner.submit([run.register()])
     miner.submit([run.submit_root(4)])
     miner.submit([run.submit_root(2)])  # refused
@@ -112,7 +114,9 @@ def _spawn(*args):
 
 def test_interval_sealer_and_follow_processes(tmp_path):
     db = tmp_path / "c.db"
-    sealer = _spawn("dev", "--db", str(db), "--interval", "0.1")
+    params = tmp_path / "params.toml"
+    params.write_text("[protocol]\n")
+    sealer = _spawn("dev", "--db", str(db), "--interval", "0.1", "--params", str(params))
     follower = None
     try:
         deadline = time.monotonic() + 30

@@ -81,6 +81,7 @@ def test_an_unexpected_decoder_failure_is_a_decode_error(monkeypatch):
 def _hostile_chain(path) -> tuple[DevTransport, SyntheticRun]:
     run = SyntheticRun(steps=4)
     miner = DevTransport(path, "miner")
+    miner.record_params(PARAMS)
     payloads = [p for p, _ in HOSTILE.values()]
     # One block: every hostile payload around an honest registration and a foreign payload.
     miner.submit_payloads([payloads[0], encode_call(run.register()), b"hello chain", *payloads[1:]])
@@ -101,7 +102,7 @@ def test_a_hostile_block_is_read_to_its_head_and_recorded_once_per_payload(tmp_p
         (1, 0, "bad_cbor"), *[(1, i + 3, r) for i, (_, r) in enumerate(list(HOSTILE.values())[1:])]]
     for e in ignored:
         assert e.origin == "miner" and e.message == C.IGNORE_REASONS[e.reason]
-        assert len(e.to_json()) < 400  # a reason code and a fixed message, never the payload
+        assert len(e.to_json()) < 400 + C.MAX_DETAIL  # a code, a fixed message, a bounded detail; never the payload
     assert ignored[0].size == len(HOSTILE["bignum"][0])
 
     # Deterministic: another follower of the same chain records exactly the same events.

@@ -42,6 +42,8 @@ REFUSAL_CODES = {
     "UnknownCall": "UnknownCall",
     "FieldTooLarge": "FieldTooLarge",
     "TooMany": "TooMany",
+    "NotAuthority": "NotAuthority",
+    "RetroactiveChange": "RetroactiveChange",
     "ProtocolError": "ProtocolError",
 }
 EVENT_CODES = {
@@ -58,6 +60,8 @@ EVENT_CODES = {
     "VerifierOutlier": "VerifierOutlier",
     "CallRefused": "CallRefused",
     "RemarkIgnored": "RemarkIgnored",
+    "NetworkConfigured": "NetworkConfigured",
+    "ParamsEffective": "ParamsEffective",
 }
 
 
@@ -127,8 +131,8 @@ def test_stored_codes_map_back_to_refusals():
 
 
 # The reasons a RemarkIgnored event records (chain.calls.IGNORE_REASONS): pinned like the codes.
-IGNORE_REASON_CODES = ("too_large", "bad_cbor", "bad_shape", "unknown_call", "bad_fields", "decoder_fault",
-                       "transport_fault")
+IGNORE_REASON_CODES = ("too_large", "bad_cbor", "bad_shape", "unknown_call", "bad_fields", "truncated",
+                       "bad_prefix", "decoder_fault", "transport_fault")
 
 
 def test_ignore_reason_table_is_pinned():

@@ -26,7 +26,8 @@ TOKEN = "determinism-admin-token-0123"
 def node(tmp_path, db_url):
     cfg_path = tmp_path / "n.toml"
     cfg_path.write_text(f'[chain]\nurl = "dev:///{tmp_path / "c.db"}"\naccount = "v1"\n'
-                        f'[database]\nurl = "{db_url}"\n')
+                        f'[database]\nurl = "{db_url}"\n'
+                        '[protocol]\n')  # a bare dev chain records no parameters: the node pins the defaults
     cfg = load_config(cfg_path, env={})
     engine = open_database(cfg.database_url, init=True)
     n = VerifierNode(cfg, load_secrets(None, env={}), engine)
