@@ -106,11 +106,11 @@ def _compare(got: Any, want: Any, path: str, depth: int = 0) -> str | None:
     if isinstance(want, dict):
         for k in sorted(want, key=lambda k: cbor.encode(k)):
             if k not in got:
-                return (f"{_join(path, k)}: missing; the canonical form names every field "
-                        f"(here {_enc_hex(want[k])})")
+                return f"{_join(path, k)}: missing; the canonical form holds it ({_enc_hex(want[k])})"
         for k in got:
             if k not in want:
-                return f"{_join(path, k)}: not a field of the canonical form (drop it)"
+                return (f"{_join(path, k)}: not in the canonical form (drop it: an unknown field, or one the "
+                        f"canonical form leaves out at its default)")
         keys = list(got)
         if keys != sorted(keys, key=lambda k: cbor.encode(k)):
             return f"{where}: map keys must be sorted by their encoded bytes (shorter keys first, then bytewise)"
