@@ -241,3 +241,12 @@ def test_llama_refusals_name_the_field(model, reason):
 def test_llama_seq_len_beyond_block_size_is_refused():
     with pytest.raises(SpecError, match="exceeds model.block_size"):
         Spec.from_dict({"model": LLAMA, "batch": {"seq_len": 33}})
+
+
+def test_llama_and_finetune_examples_parse():
+    root = Path(__file__).resolve().parents[2] / "examples" / "specs"
+    llama = Spec.from_toml(root / "llama-tiny.toml")
+    assert llama.model.kind == "llama" and llama.model.n_kv_head == 2 and llama.init is None
+    ft = Spec.from_toml(root / "gpt2-finetune.toml")
+    assert ft.init is not None and ft.model.vocab_size == 50257 and ft.batch.micro_batches == 4
+    assert "init" in ft.canonical() and "init" not in llama.canonical()

@@ -183,3 +183,85 @@ def test_schedule_and_bf16_specs_walk_to_identical_digests_everywhere(tmp_path, 
     assert all(int(r["loss_bits"], 16) & 0x7F800000 != 0x7F800000 for r in results[0])
     for (cfg, extra), res in zip(runs[1:], results[1:], strict=True):
         assert res == results[0], f"{cfg} {extra} differs from {runs[0][0]}"
+
+
+# A Llama (grouped-query attention, untied head, dropout) and a GPT-2 fine-tune from a checkpoint
+# saved by transformers and imported, each committed with gradient accumulation.
+LLAMA_SPECS = {
+    "llama": """
+steps = 100
+[model]
+kind = "llama"
+vocab_size = 256
+block_size = 16
+n_layer = 2
+n_head = 4
+n_kv_head = 2
+n_embd = 32
+intermediate_size = 64
+tie_weights = false
+dropout = 0.1
+[optimizer]
+lr = 3e-3
+weight_decay = 0.1
+[batch]
+batch_size = 4
+seq_len = 16
+micro_batches = 2
+[rng]
+seed = 9
+""",
+    "gpt2-finetune": """
+steps = 100
+{tables}
+[optimizer]
+lr = 1e-3
+weight_decay = 0.1
+[batch]
+batch_size = 4
+seq_len = 16
+micro_batches = 4
+[rng]
+seed = 10
+""",
+}
+
+
+def _gpt2_checkpoint(tmp_path: Path) -> tuple[str, Path]:
+    """The model and init tables of a GPT-2 saved by transformers and imported, and the file."""
+    transformers = pytest.importorskip("transformers")
+    from typer.testing import CliRunner
+
+    from miner.cli import model_app
+
+    cfg = transformers.GPT2Config(vocab_size=256, n_positions=16, n_embd=32, n_layer=2, n_head=2,
+                                  bos_token_id=0, eos_token_id=0)
+    transformers.GPT2LMHeadModel(cfg).save_pretrained(tmp_path / "hf")
+    init = tmp_path / "init.safetensors"
+    r = CliRunner().invoke(model_app, ["import", str(tmp_path / "hf"), "--from", "hf-gpt2", "--out", str(init)])
+    assert r.exit_code == 0, r.output
+    return r.stdout[r.stdout.index("[model]"):], init
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(LLAMA_SPECS))
+def test_llama_and_finetune_specs_walk_to_identical_digests_everywhere(tmp_path, name):
+    """As above: every thread count and dispatch level, the kernels off in one, another split in
+    the last."""
+    data = tmp_path / "corpus.npy"
+    prepare_default_corpus(data, max_bytes=1 << 18)
+    spec = tmp_path / f"{name}.toml"
+    init: tuple[str, ...] = ()
+    text = LLAMA_SPECS[name]
+    if name == "gpt2-finetune":
+        tables, path = _gpt2_checkpoint(tmp_path)
+        text, init = text.format(tables=tables), ("--init", str(path))
+    spec.write_text(text)
+    runs = [(c, init) for c in _configs()]
+    runs[1] = (runs[1][0] | {"POT_EXACT_KERNELS": "0"}, init)
+    runs[-1] = (runs[-1][0], (*init, "--micro-batches", "1"))
+    results = [_walk(c, data, spec, *extra) for c, extra in runs]
+    assert len({r["state_digest"] for r in results[0]}) == STEPS
+    assert all(int(r["loss_bits"], 16) & 0x7F800000 != 0x7F800000 for r in results[0])
+    for (cfg, extra), res in zip(runs[1:], results[1:], strict=True):
+        assert res == results[0], f"{cfg} {extra} differs from {runs[0][0]}"
