@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from commitments.spec import ModelSpec
@@ -56,6 +57,15 @@ class Dropout:
         return ops.dropout(x, self.p, self.mask(site, tuple(x.shape), x.device))
 
 
+def zeros(shape: tuple[int, ...], device=None) -> torch.Tensor:
+    """float32 zeros. On CPU from calloc'd memory: the kernel maps zero pages lazily, so the
+    zero moments of a large state cost no page faults until a step writes them (torch.zeros
+    writes every page: half a second per 500 MB on a busy machine)."""
+    if device is None or torch.device(device).type == "cpu":
+        return torch.from_numpy(np.zeros(shape, dtype=np.float32))
+    return torch.zeros(shape, dtype=torch.float32, device=device)
+
+
 def init_params(specs: list[ParamSpec], seed: int, device=None) -> dict[str, torch.Tensor]:
     """Tensors for `specs`, in order; normals are keyed by site "init/<name>" at step 0."""
     out: dict[str, torch.Tensor] = {}
@@ -63,7 +73,7 @@ def init_params(specs: list[ParamSpec], seed: int, device=None) -> dict[str, tor
         if p.init == "normal":
             out[p.name] = rng.normal(seed, INIT_STEP, "init/" + p.name, p.shape, std=p.std, device=device)
         elif p.init == "zeros":
-            out[p.name] = torch.zeros(p.shape, dtype=torch.float32, device=device)
+            out[p.name] = zeros(p.shape, device)
         elif p.init == "ones":
             out[p.name] = torch.ones(p.shape, dtype=torch.float32, device=device)
         else:

@@ -12,7 +12,8 @@ Words: element e takes output word e mod 4 of block e // 4. Uniform float32 = (w
 Normal: element e takes words (2(e mod 2), 2(e mod 2)+1) of block e // 2 and uses Box-Muller
 z = sqrt(-2 ln u1) * cos(2 pi u2), u1 = (w_a + 1) * 2^-32, u2 = w_b * 2^-32, in binary64 with the
 basic-operation log and cos defined below and the correctly rounded sqrt of oracle.exact.sqrt,
-rounded once to float32 after scaling by std.
+rounded once to float32 after scaling by std. On CPU the normals come from one compiled pass
+(numba) that equals this eager definition bit for bit; the eager one runs on other devices.
 Dropout keeps element e iff (word >> 8) >= round(p * 2^24).
 """
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from commitments.hashing import digest
@@ -81,13 +83,17 @@ def philox4x32(counter: Sequence[torch.Tensor], key: tuple[int, int], rounds: in
     return c0, c1, c2, c3
 
 
+def _check_range(first: int, end: int) -> None:
+    if first < 0 or end > 2**64:
+        raise RngError(f"block range [{first}, {end}) is outside [0, 2^64)")
+
+
 def _blocks(seed: int, step: int, site: int, first: int, count: int, device) -> torch.Tensor:
     """Philox output of blocks first..first+count-1 as an int64 tensor [count, 4]."""
     key = _check_seed(seed)
     step = _check_u32("step", step)
     site = _check_u32("site id", site)
-    if first < 0 or first + count > 2**64:
-        raise RngError(f"block range [{first}, {first + count}) is outside [0, 2^64)")
+    _check_range(first, first + count)
     out = torch.empty((count, 4), dtype=torch.int64, device=device)
     for start in range(0, count, _CHUNK_BLOCKS):
         n = min(_CHUNK_BLOCKS, count - start)
@@ -208,15 +214,185 @@ def cos_2pi(u: torch.Tensor) -> torch.Tensor:
 
 def normal(seed: int, step: int, site: str | int, shape: Sequence[int], *, std: float = 1.0,
            offset: int = 0, device=None) -> torch.Tensor:
-    """float32 normal(0, std) by Box-Muller over two 32-bit words per element (see module doc)."""
+    """float32 normal(0, std) by Box-Muller over two 32-bit words per element (see module doc).
+
+    On CPU one compiled pass (_normal_k) computes it; elsewhere, or with the kernels off, the
+    eager definition below does. Both give the same bits (tests/oracle/test_rng.py)."""
+    n = _numel(shape)
+    if n == 0:
+        return torch.empty(tuple(shape), dtype=torch.float32, device=device)
+    if _use_kernel(device) and offset + n < 2**62:
+        k0, k1 = _check_seed(seed)
+        step = _check_u32("step", step)
+        site_n = _site(site)
+        _check_range(offset // 2, (offset + n - 1) // 2 + 1)
+        out = torch.empty(tuple(shape), dtype=torch.float32)
+        with _kernel_threads(n):
+            _normal_k(k0, k1, step, site_n, offset, float(std), out.view(-1).numpy())
+        return out
+    return normal_eager(seed, step, site, shape, std=std, offset=offset, device=device)
+
+
+def normal_eager(seed: int, step: int, site: str | int, shape: Sequence[int], *, std: float = 1.0,
+                 offset: int = 0, device=None) -> torch.Tensor:
+    """The normative definition of `normal` in tensor operations (any device)."""
     n = _numel(shape)
     if n == 0:
         return torch.empty(tuple(shape), dtype=torch.float32, device=device)
     first, last = offset // 2, (offset + n - 1) // 2
     pairs = _blocks(seed, step, _site(site), first, last - first + 1, device).reshape(-1, 2)
     pairs = pairs[offset - 2 * first : offset - 2 * first + n]
-    u1 = (pairs[:, 0] + 1).to(torch.float64) * 2.0**-32  # (0, 1]: the log is finite
-    u2 = pairs[:, 1].to(torch.float64) * 2.0**-32  # [0, 1)
+    return box_muller(pairs[:, 0], pairs[:, 1], std).reshape(tuple(shape))
+
+
+def box_muller(wa: torch.Tensor, wb: torch.Tensor, std: float = 1.0) -> torch.Tensor:
+    """float32 std * sqrt(-2 ln u1) cos(2 pi u2) of two int64 tensors of uint32 words."""
+    u1 = (wa + 1).to(torch.float64) * 2.0**-32  # (0, 1]: the log is finite
+    u2 = wb.to(torch.float64) * 2.0**-32  # [0, 1)
     radius = kernels.sqrt(log64(u1) * -2.0)  # correctly rounded (stock torch.sqrt is not)
     z = radius * cos_2pi(u2)
-    return (z * float(std)).to(torch.float32).reshape(tuple(shape))
+    return (z * float(std)).to(torch.float32)
+
+
+def box_muller_compiled(wa: torch.Tensor, wb: torch.Tensor, std: float = 1.0) -> torch.Tensor:
+    """`box_muller` by the compiled pass's own transform (for the conformance tests)."""
+    if kernels.numba is None:
+        raise RngError("the compiled RNG pass needs numba")
+    wa = wa.to(torch.int64).contiguous().reshape(-1)
+    wb = wb.to(torch.int64).contiguous().reshape(-1)
+    out = torch.empty(wa.shape, dtype=torch.float32)
+    _box_muller_k(wa.numpy(), wb.numpy(), float(std), out.numpy())
+    return out
+
+
+# --- the compiled CPU pass ------------------------------------------------------------------------
+#
+# One loop over Philox blocks that writes float32 normals straight into the output: the same
+# operations as philox4x32, log64, cos_2pi, oracle.exact.sqrt and normal_eager, in the same order,
+# each separately rounded (numba without fastmath: no FMA contraction, no reassociation; the
+# hardware square root is correctly rounded, as oracle.exact.sqrt is by construction). The eager
+# definition stays the reference: tests/oracle/test_rng.py compares the two bit for bit.
+
+
+def _use_kernel(device) -> bool:
+    return kernels.enabled() and (device is None or torch.device(device).type == "cpu")
+
+
+def _kernel_threads(n: int):
+    """The compiled kernels' lock and thread count (numba's pool takes one caller at a time)."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def held():
+        threads = 1 if n < kernels.PARALLEL_MIN_ELEMS else max(
+            1, min(torch.get_num_threads(), kernels.numba.config.NUMBA_NUM_THREADS))
+        with kernels._lock:
+            kernels.numba.set_num_threads(threads)
+            yield
+    return held()
+
+
+if kernels.numba is not None:
+    from numba import njit, prange
+    from numba.core import types as _nbt
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def _as_bits(typingctx, v):
+        """The bit pattern of a float64 as an int64 (an LLVM bitcast; no rounding)."""
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], context.get_value_type(_nbt.int64))
+        return _nbt.int64(_nbt.float64), codegen
+
+    @intrinsic
+    def _as_f64(typingctx, v):
+        """The float64 of an int64 bit pattern (an LLVM bitcast; no rounding)."""
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], context.get_value_type(_nbt.float64))
+        return _nbt.float64(_nbt.int64), codegen
+
+    _opts = dict(cache=True, nogil=True, error_model="numpy")  # fastmath stays off
+    _LOG_T = tuple(_ATANH_COEF)
+    _COS_T = tuple(_COS_COEF)
+    _SIN_T = tuple(_SIN_COEF)
+    _MANT = (1 << 52) - 1
+    _ONE_EXP = 1023 << 52
+    _TWO_M32 = 2.0**-32
+
+    @njit(**_opts)
+    def _horner_k(coef, z):
+        acc = coef[len(coef) - 1]
+        for i in range(len(coef) - 2, -1, -1):
+            acc = acc * z + coef[i]
+        return acc
+
+    @njit(**_opts)
+    def _philox_k(c0, c1, c2, c3, k0, k1):
+        # int64 lanes holding uint32 values; a 32x32-bit product wraps in int64 with the bits of
+        # the unsigned product, so its high word is (p >> 32) & MASK32.
+        for r in range(ROUNDS):
+            p0 = c0 * PHILOX_M0
+            p1 = c2 * PHILOX_M1
+            hi0, lo0 = (p0 >> 32) & MASK32, p0 & MASK32
+            hi1, lo1 = (p1 >> 32) & MASK32, p1 & MASK32
+            c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
+            if r + 1 < ROUNDS:
+                k0, k1 = (k0 + PHILOX_W0) & MASK32, (k1 + PHILOX_W1) & MASK32
+        return c0, c1, c2, c3
+
+    @njit(**_opts)
+    def _log_k(x):
+        bits = _as_bits(x)
+        e = (bits >> 52) - 1023
+        m = _as_f64((bits & _MANT) | _ONE_EXP)
+        if m > _SQRT2:
+            m = m * 0.5
+            e += 1
+        ef = np.float64(e)
+        s = (m - 1.0) / (m + 1.0)
+        p = _horner_k(_LOG_T, s * s)
+        log_m = (s + s) * p
+        return ef * _LN2_HI + (log_m + ef * _LN2_LO)
+
+    @njit(**_opts)
+    def _cos_2pi_k(u):
+        r = u - np.rint(u)
+        t = r * 4.0
+        q = np.rint(t)
+        x = (t - q) * _HALF_PI
+        z = x * x
+        qi = np.int64(q) % 4
+        if qi == 0:
+            return _horner_k(_COS_T, z)
+        if qi == 2:
+            return -_horner_k(_COS_T, z)
+        s = x * _horner_k(_SIN_T, z)
+        return -s if qi == 1 else s
+
+    @njit(**_opts)
+    def _normal_one(wa, wb, std):
+        u1 = np.float64(wa + 1) * _TWO_M32
+        u2 = np.float64(wb) * _TWO_M32
+        radius = math.sqrt(_log_k(u1) * -2.0)
+        return np.float32((radius * _cos_2pi_k(u2)) * std)
+
+    @njit(**_opts)
+    def _box_muller_k(wa, wb, std, out):
+        for i in range(out.shape[0]):
+            out[i] = _normal_one(wa[i], wb[i], std)
+
+    @njit(parallel=True, **_opts)
+    def _normal_k(k0, k1, step, site, offset, std, out):
+        n = out.shape[0]
+        first = offset // 2
+        nblocks = (offset + n - 1) // 2 - first + 1
+        for j in prange(nblocks):
+            b = first + j
+            w0, w1, w2, w3 = _philox_k(b & MASK32, b >> 32, np.int64(step), np.int64(site),
+                                       np.int64(k0), np.int64(k1))
+            e = 2 * b - offset  # the output index of the block's first element
+            if e >= 0:
+                out[e] = _normal_one(w0, w1, std)
+            if e + 1 < n:
+                out[e + 1] = _normal_one(w2, w3, std)
+

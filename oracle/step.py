@@ -51,7 +51,7 @@ def init_state(spec: Spec, *, device=None, pretrained=None) -> TrainState:
     else:
         model = models.build(spec.model, matmul=spec.exact.matmul)
         params = models.init_params(model.param_specs(), spec.rng.seed, device=device)
-    moments = {m: {n: torch.zeros_like(p) for n, p in params.items()}
+    moments = {m: {n: models.zeros(tuple(p.shape), p.device) for n, p in params.items()}
                for m in optim.moment_names(spec.optimizer)}
     return TrainState.assemble(spec, params, moments, step=0, seed=spec.rng.seed)
 

@@ -145,3 +145,85 @@ def test_bad_arguments_are_refused(kwargs, msg):
 def test_bad_dropout_probability():
     with pytest.raises(rng.RngError, match="dropout"):
         rng.keep_mask(1, 1, "s", (4,), 1.0)
+
+
+# --- the compiled CPU pass against the eager definition ----------------------------------------
+
+needs_numba = pytest.mark.skipif(not rng.kernels.enabled(), reason="the compiled RNG pass needs numba")
+
+
+def bits32(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(torch.int32)
+
+
+@needs_numba
+@pytest.mark.parametrize("seed,step,site,shape,offset,std", [
+    (11, 0, "init/x", (37,), 0, 1.0),
+    (11, 0, "init/x", (30,), 7, 0.5),  # an odd offset starts inside a block
+    (3, 1, "s", (1,), 0, 1.0),
+    (3, 1, "s", (1,), 1, 1.0),  # one element: the second half of a block
+    (0xAABBCCDD11223344, 2**32 - 1, "init/h.0.attn.c_attn.weight", (64, 33), 5, 0.02),
+    (2**64 - 1, 9, 2**32 - 1, (2, 3, 5), 2**33 + 1, 0.0036084391824351613),  # high blocks, site ids
+    (1337, 0, "init/wte", (300_001,), 0, 0.02),  # past the parallel threshold
+])
+def test_compiled_normal_equals_eager(seed, step, site, shape, offset, std):
+    got = rng.normal(seed, step, site, shape, std=std, offset=offset)
+    with rng.kernels.disabled():
+        ref = rng.normal(seed, step, site, shape, std=std, offset=offset)
+    assert got.shape == ref.shape == shape and got.dtype == torch.float32
+    assert torch.equal(bits32(got), bits32(ref))
+
+
+@needs_numba
+def test_compiled_normal_equals_eager_with_the_compiled_sqrt():
+    # the eager definition with the CPU sqrt kernel (what training used before the compiled pass)
+    got = rng.normal(5, 0, "init/y", (4097,), std=0.02, offset=3)
+    assert torch.equal(bits32(got), bits32(rng.normal_eager(5, 0, "init/y", (4097,), std=0.02, offset=3)))
+
+
+@needs_numba
+def test_compiled_box_muller_on_edge_words():
+    # u1 at 2^-32 and 1 (log 0, so -0 under the sqrt); u2 on and around the quadrant boundaries
+    # 0, 1/8, 1/4, 1/2, 3/4 and 1 - 2^-32, where round-half-even and the quadrant select decide.
+    edges_a = [0, 1, 2, 3, 2**31 - 1, 2**31, 2**32 - 2, 2**32 - 1]
+    q = 2**30
+    edges_b = sorted({v + d for v in (0, q // 2, q, 2 * q, 3 * q, 4 * q - 1, 5 * q // 2, 7 * q // 2)
+                      for d in (-1, 0, 1) if 0 <= v + d < 2**32})
+    g = torch.Generator().manual_seed(3)
+    rand = torch.randint(0, 2**32, (2, 20_000), generator=g, dtype=torch.int64)
+    wa = torch.cat([torch.tensor(edges_a).repeat_interleave(len(edges_b)), rand[0]])
+    wb = torch.cat([torch.tensor(edges_b).repeat(len(edges_a)), rand[1]])
+    for std in (1.0, 0.02, 3.0e-39, 1e38):  # a subnormal and a huge scale: the final rounding
+        got = rng.box_muller_compiled(wa, wb, std)
+        with rng.kernels.disabled():
+            ref = rng.box_muller(wa, wb, std)
+        assert torch.equal(bits32(got), bits32(ref)), std
+
+
+def test_eager_normal_runs_with_the_kernels_off():
+    with rng.kernels.disabled():
+        z = rng.normal(1, 0, "stats", (1000,))
+    assert torch.equal(bits32(z), bits32(rng.normal_eager(1, 0, "stats", (1000,))))
+
+
+@needs_numba
+@pytest.mark.skipif(__import__("platform").machine() not in ("x86_64", "AMD64"), reason="x86 mnemonic scan")
+def test_compiled_rng_pass_has_no_fused_multiply_add():
+    import numba
+
+    fma = ("vfmadd", "vfmsub", "vfnmadd", "vfnmsub")
+    ctl = numba.njit(fastmath=True)(lambda a, b, c: a * b + c)
+    ctl(1.0, 2.0, 3.0)
+    if not any(m in ctl.inspect_asm(ctl.signatures[0]) for m in fma):
+        pytest.skip("this CPU has no FMA instructions to look for")
+    rng.normal(1, 0, "s", (8,))
+    rng.box_muller_compiled(torch.tensor([1, 2]), torch.tensor([3, 4]))
+    for k in (rng._normal_k, rng._box_muller_k):
+        fresh = numba.njit(nogil=True, error_model="numpy")(k.py_func)  # uncached and serial
+        for sig in k.signatures:
+            fresh.compile(sig)
+            asm = fresh.inspect_asm(sig).lower()
+            assert "mulsd" in asm or "mulpd" in asm, "no float64 arithmetic found; the scan is blind"
+            assert "sqrtsd" in asm or "sqrtpd" in asm
+            for m in fma:
+                assert m not in asm, f"{k.__name__}: {m} in the machine code"

@@ -42,6 +42,34 @@ def test_init_state_is_deterministic_and_digested_in_order():
     assert init_state(other).digest() != a.digest()
 
 
+# The initial states of the example specs, pinned: the compiled RNG pass, the eager definition
+# and every version since must give these bytes (GPT-2 small, a6ae972b..., is checked by bench/init.py).
+EXAMPLE_INIT_DIGESTS = {
+    "gpt-tiny.toml": "8c478d11ea4b212093561baf849fc4496f126a9cb5652ca205dbd9972c6f95fb",
+    "gpt-demo.toml": "e61a7825517b88be51cbdcd9dcae796b0af8602f7edae2ee637efe3934988120",
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLE_INIT_DIGESTS))
+def test_example_initial_states_are_pinned(name):
+    from pathlib import Path
+
+    from oracle.exact import kernels
+
+    spec = Spec.from_toml(Path(__file__).parents[2] / "examples" / "specs" / name)
+    assert init_state(spec).digest().hex() == EXAMPLE_INIT_DIGESTS[name]
+    with kernels.disabled():  # the eager definition, everywhere
+        assert init_state(spec).digest().hex() == EXAMPLE_INIT_DIGESTS[name]
+
+
+def test_zero_moments_are_writable_float32_zeros():
+    st = init_state(SPEC)
+    m = st.tensors["opt/exp_avg/wte"]
+    assert m.dtype == torch.float32 and m.is_contiguous() and not m.any()
+    m.add_(1.0)  # the calloc'd buffer is ordinary writable memory
+    assert init_state(SPEC).digest() != st.digest()
+
+
 def test_init_scales():
     big = Spec.from_dict({"model": {"n_layer": 8, "n_embd": 64, "n_head": 2, "block_size": 8, "vocab_size": 256},
                           "batch": {"batch_size": 2, "seq_len": 8}})
