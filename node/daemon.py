@@ -41,7 +41,15 @@ from node.config import NodeConfig, Secrets
 from node.db import chain_cursor, chain_events, challenges, count_ignored, runs, stage_log, txs
 from node.fetch import FetchPolicy, FetchStopped, OpeningsFull
 from node.logs import log_event
-from node.pipeline import ChainFacts, ReplayPool, StageOutcome, stage_fetch, stage_losschecks, stage_validate
+from node.pipeline import (
+    ChainFacts,
+    ReplayPool,
+    StageOutcome,
+    stage_fetch,
+    stage_losschecks,
+    stage_validate,
+    start_warm_up,
+)
 from node.scheduler import BlockClock, Budgets, InFlight, describe_error, is_input_error, round_robin
 from node.stages import NEXT_STAGE, RESOLUTION, WORK_STAGES, Stage
 
@@ -158,6 +166,9 @@ class VerifierNode:
         with self.engine.connect() as conn:  # downloads left by challenges that are over
             self.openings.prune({bytes(r[0]).hex() for r in conn.execute(
                 select(challenges.c.challenge_id).where(challenges.c.stage.in_(WORK_STAGES)))})
+        # The validate stage's imports load now, while the node follows the chain: the first
+        # challenge's validation must not pay for them.
+        start_warm_up(lambda s: log_event(log, "validate_warmed_up", seconds=round(s, 2)))
         log_event(log, "node_started", account=self.account, chain=self.cfg.chain.url, cursor=self.view.cursor,
                   database=self.engine.url.render_as_string(hide_password=True), fault=self.cfg.node.fault)
 

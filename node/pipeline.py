@@ -8,6 +8,7 @@ consensus rule in challenges.refused.
 from __future__ import annotations
 
 import multiprocessing
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -99,6 +100,32 @@ def stage_fetch(*, uri: str, endpoint: str, run_id: bytes, dest: Path, leaves_de
         out.data["leaves_error"] = str(exc)
     out.finished_at = time.time()
     return out
+
+
+def warm_up() -> float:
+    """Import what the validate stage runs on (torch, the oracle's state layout and its compiled
+    kernels: seconds, and tens of seconds on a busy machine) and return the seconds it took.
+    Without it the first challenge's validation paid for the imports, and its time read as ~5 s
+    for an opening it checks in milliseconds."""
+    started = time.monotonic()
+    import challenges.opening  # noqa: F401
+    import commitments.tensors  # noqa: F401
+    import oracle.state  # noqa: F401  (torch, oracle.models, oracle.exact)
+
+    return time.monotonic() - started
+
+
+def start_warm_up(done=None) -> threading.Thread:
+    """`warm_up` on a thread of its own (the daemon follows the chain meanwhile); `done(seconds)`
+    is called when it finishes."""
+    def body() -> None:
+        seconds = warm_up()
+        if done is not None:
+            done(seconds)
+
+    t = threading.Thread(target=body, name="pot-warm-up", daemon=True)
+    t.start()
+    return t
 
 
 def stage_validate(path: Path, facts: ChainFacts, *, max_bytes: int) -> StageOutcome:
@@ -269,4 +296,5 @@ class ReplayPool:
         self._workers = []
 
 
-__all__ = ["ChainFacts", "ReplayPool", "StageOutcome", "stage_fetch", "stage_losschecks", "stage_validate"]
+__all__ = ["ChainFacts", "ReplayPool", "StageOutcome", "stage_fetch", "stage_losschecks", "stage_validate",
+           "start_warm_up", "warm_up"]

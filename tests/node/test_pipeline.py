@@ -104,3 +104,28 @@ def test_replay_pool_kills_a_replay_past_its_timeout(runs):
         assert pool.free() == 1  # a fresh worker replaced the killed one
     finally:
         pool.shutdown()
+
+
+def test_warm_up_loads_what_validation_imports():
+    # A fresh interpreter: the node's own imports leave torch and the oracle unloaded, and the
+    # warm-up loads them (the first validation used to pay for it inside the stage's time).
+    import json
+    import subprocess
+    import sys
+
+    code = ("import json, sys; from node.pipeline import warm_up; "
+            "mods = ('torch', 'oracle.state', 'challenges.opening', 'commitments.tensors'); "
+            "before = [m in sys.modules for m in mods]; s = warm_up(); "
+            "print(json.dumps([before, [m in sys.modules for m in mods], s]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    before, after, seconds = json.loads(out.stdout.strip().splitlines()[-1])
+    assert before[0] is False  # importing the pipeline does not load torch ...
+    assert after == [True, True, True, True] and seconds > 0  # ... the warm-up does
+
+
+def test_start_warm_up_reports_when_done():
+    from node.pipeline import start_warm_up
+
+    seen = []
+    start_warm_up(seen.append).join(60)
+    assert len(seen) == 1 and seen[0] >= 0.0
