@@ -173,9 +173,10 @@ def replay_file(path: str, facts: dict[str, Any], max_bytes: int) -> dict[str, A
     """Validate again (objects do not cross processes) and replay; a picklable message."""
     from challenges.replay import verify_opening_file
 
-    started = time.time()
+    started, cpu = time.time(), time.process_time()
     ok, reason, result = verify_opening_file(path, max_bytes=max_bytes, **facts)
     return {"ok": True, "matches": ok, "reason": reason, "started_at": started, "finished_at": time.time(),
+            "cpu_s": time.process_time() - cpu,
             "result": None if result is None else {
                 "leaf": result.leaf, "state_digest": result.state_digest, "loss_bits": result.loss_bits,
                 "value_hash": result.value_hash, "norm_bucket": result.norm_bucket}}
