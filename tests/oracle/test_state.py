@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
@@ -46,17 +48,22 @@ def test_init_state_is_deterministic_and_digested_in_order():
 # and every version since must give these bytes (GPT-2 small, a6ae972b..., is checked by bench/init.py).
 EXAMPLE_INIT_DIGESTS = {
     "gpt-tiny.toml": "8c478d11ea4b212093561baf849fc4496f126a9cb5652ca205dbd9972c6f95fb",
+    "gpt-tiny-bf16.toml": "8c478d11ea4b212093561baf849fc4496f126a9cb5652ca205dbd9972c6f95fb",  # fp32 masters
     "gpt-demo.toml": "e61a7825517b88be51cbdcd9dcae796b0af8602f7edae2ee637efe3934988120",
 }
+EXAMPLES = Path(__file__).parents[2] / "examples" / "specs"
+
+
+def test_every_small_example_spec_is_pinned():
+    assert sorted(p.name for p in EXAMPLES.glob("*.toml") if p.name != "gpt2-small.toml") == \
+        sorted(EXAMPLE_INIT_DIGESTS)
 
 
 @pytest.mark.parametrize("name", sorted(EXAMPLE_INIT_DIGESTS))
 def test_example_initial_states_are_pinned(name):
-    from pathlib import Path
-
     from oracle.exact import kernels
 
-    spec = Spec.from_toml(Path(__file__).parents[2] / "examples" / "specs" / name)
+    spec = Spec.from_toml(EXAMPLES / name)
     assert init_state(spec).digest().hex() == EXAMPLE_INIT_DIGESTS[name]
     with kernels.disabled():  # the eager definition, everywhere
         assert init_state(spec).digest().hex() == EXAMPLE_INIT_DIGESTS[name]
