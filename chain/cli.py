@@ -103,14 +103,23 @@ def _inspect(t: Any, url: str, as_json: bool) -> None:
     for n in range(max(0, head - 4), head + 1):
         bhash, _, ts, txs = chain.raw_block(n)
         recent.append({"number": n, "hash": bhash.hex(), "timestamp": ts / 1000.0, "txs": len(txs)})
+    from chain.network import read_network
+
     params = t.protocol_params()
     problems = chain.verify()
+    network = None
+    if not problems:
+        rec = read_network(t, head)
+        network = {"authority": rec.authority, "source": rec.source(),
+                   "params": rec.current.to_dict() if rec.current is not None else None,
+                   "scheduled": [[b, at] for b, at, _ in rec.state.schedule]}
     info = {
         "url": url,
         "sealing": chain.sealing,
         "head": head,
         "pending": chain.pending(),
         "params": params.to_dict() if params is not None else None,
+        "network": network,
         "hashes_ok": not problems,
         "problems": problems,
         "recent_blocks": recent,
@@ -120,7 +129,10 @@ def _inspect(t: Any, url: str, as_json: bool) -> None:
     else:
         typer.echo(f"{url}\n  sealing {info['sealing']}, head {head}, {info['pending']} pending transaction(s)")
         typer.echo(f"  hashes: {'ok' if not problems else '; '.join(problems)}")
-        typer.echo(f"  params: {'defaults (none recorded)' if params is None else info['params']}")
+        typer.echo(f"  params of the file: {'none recorded' if params is None else info['params']}")
+        if network is not None:
+            typer.echo(f"  network: {'no parameters' if network['params'] is None else network['params']} "
+                       f"(from {network['source']})")
         for b in reversed(recent):
             typer.echo(f"  block {b['number']:>6}  {b['hash'][:16]}  {b['txs']} tx  "
                        f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(b['timestamp']))} UTC")

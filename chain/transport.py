@@ -97,11 +97,11 @@ class Transport(abc.ABC):
             time.sleep(poll)
 
     def protocol_params(self) -> ProtocolParams | None:
-        """The protocol parameters this chain records, or None: the chain records no parameters,
-        and every participant takes them from its own configuration (or the defaults).
+        """The protocol parameters the chain itself records from genesis, or None.
 
-        A dev chain file records them (`pot chain dev --params`); Substrate chains do not (their
-        parameters would belong to a pallet's storage, which the transports do not read).
+        A dev chain file records them (`pot chain dev --params`); Substrate chains do not. On every
+        chain the network's `configure_network` records are the rulebook from their blocks on;
+        `chain.network.read_network` reads both.
         """
         return None
 

@@ -425,7 +425,7 @@ class VerifierNode:
             elif isinstance(ev, P.RemarkIgnored):
                 count_ignored(conn, ev.reason if ev.reason in IGNORE_REASONS else "other")
                 log_event(log, "remark_ignored", block=ev.block, position=ev.position, origin=ev.origin,
-                          reason=ev.reason)
+                          reason=ev.reason, detail=ev.detail)
             elif isinstance(ev, P.CallRefused) and ev.refusal == P.ProtocolError.code:
                 count_ignored(conn, "apply_fault")
                 log_event(log, "call_failed", level=logging.ERROR, block=ev.block, origin=ev.origin, call=ev.call,

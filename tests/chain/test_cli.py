@@ -49,6 +49,7 @@ def test_dev_creates_and_inspects(tmp_path):
     info = json.loads(r.output)
     assert info["head"] == 3 and info["hashes_ok"] and info["sealing"] == "instant"
     assert info["params"]["commit_window"] == 7 and info["params"]["quorum_share"] == [2, 3]
+    assert info["network"]["params"] == info["params"] and info["network"]["source"] == "the dev chain file"
     assert [b["number"] for b in info["recent_blocks"]] == [0, 1, 2, 3]
     r = pot("dev", "--db", str(db), "--inspect")
     assert r.exit_code == 0 and "hashes: ok" in r.output and "block      3" in r.output

@@ -358,3 +358,4 @@ def test_chopsticks_configure_check_and_show_every_refusal(tmp_path, chopsticks)
     finally:
         client.close()
         auth.close()
+        fresh_chain(chopsticks)  # leave no network record behind for the session's other tests

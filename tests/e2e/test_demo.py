@@ -58,6 +58,23 @@ def check_summary(summary: dict, substitute_at: int, limit: float = DEMO_TIMEOUT
     assert 0 < summary["seconds"] < limit
 
 
+def check_events_agree(summary: dict, chain: str) -> None:
+    """`pot chain events` on the demo's chain, with no flags, derives the demo's own history: the
+    same challenges of its runs, the same verdicts, and no call of theirs refused."""
+    out = subprocess.run([sys.executable, "-m", "pot", "chain", "events", "--chain", chain, "--json"], cwd=REPO,
+                         env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    events = [json.loads(line) for line in out.stdout.splitlines()]
+    run_ids = {r["run_id"] for r in summary["runs"]}
+    issued = {e["challenge_id"] for e in events if e["event"] == "ChallengeIssued" and e["run_id"] in run_ids}
+    assert issued == {c["id"] for c in summary["challenges"]}
+    resolved = {e["challenge_id"]: e["verdict"] for e in events if e["event"] == "ChallengeResolved"
+                and e["challenge_id"] in issued}
+    assert resolved == {v["challenge_id"]: v["verdict"] for r in summary["runs"] for v in r["verdicts"]}
+    miners = {r["miner"] for r in summary["runs"]}
+    assert [e for e in events if e["event"] == "CallRefused" and e["origin"] in miners] == []
+
+
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_demo_on_the_dev_chain(tmp_path):
@@ -66,6 +83,7 @@ def test_demo_on_the_dev_chain(tmp_path):
     summary = run_demo(tmp_path, "--substitute-at", "6", env={"POT_NODE_FAULT": "noise"})
     check_summary(summary, 6)
     assert summary["chain"].startswith("dev://")
+    check_events_agree(summary, summary["chain"])
     # The work folder was kept (--workdir) with every child's log; no child outlived the demo.
     logs = {p.name for p in (tmp_path / "demo" / "logs").iterdir()}
     assert {"v1.log", "v2.log", "v3.log", "miner-honest.log", "miner-substituted.log"} <= logs
@@ -81,3 +99,4 @@ def test_demo_on_chopsticks(tmp_path, chopsticks):  # noqa: F811 - the fixture
     summary = run_demo(tmp_path, "--chain", chopsticks.url, "--timeout", "1500", timeout=1500)
     check_summary(summary, 7, limit=1500)
     assert summary["chain"] == chopsticks.url
+    check_events_agree(summary, chopsticks.url)
