@@ -101,3 +101,55 @@ def test_a_schedule_is_committed_by_the_spec():
     assert cos.digest() != plain.digest()
     assert cos.canonical()["optimizer"]["schedule"] == "cosine"
     assert Spec.from_cbor(cos.to_cbor()) == cos
+
+
+@pytest.mark.usefixtures("single_thread")
+def test_a_torch_native_walk_with_schedule_and_masked_decay_tracks_torch_adamw_and_lambdalr():
+    """Ten torch-native steps of the MLP model (warm-up, cosine decay to a floor, decay masked by
+    role, clipping) against the same model in plain torch with torch.optim.AdamW and a LambdaLR."""
+    import torch
+    import torch.nn.functional as F
+
+    from oracle import models
+    from oracle.step import init_state, step
+
+    lr, floor, w, d, wd = 1e-2, 1e-3, 3, 9, 0.1
+    spec = Spec.from_dict({
+        "profile": "torch-native", "hardware": {"device": "cpu"},
+        "model": {"kind": "mlp", "vocab_size": 32, "block_size": 8, "n_embd": 16, "hidden": [24]},
+        "optimizer": {"lr": lr, "weight_decay": wd, "grad_clip": 1.0, "schedule": "cosine",
+                      "warmup_steps": w, "decay_steps": d, "min_lr": floor},
+        "batch": {"batch_size": 4, "seq_len": 8}})
+
+    def factor(epoch: int) -> float:
+        t = epoch + 1
+        if t <= w:
+            return t / w
+        if t >= d:
+            return floor / lr
+        return (floor + 0.5 * (1 + math.cos(math.pi * (t - w) / (d - w))) * (lr - floor)) / lr
+
+    st = init_state(spec)
+    roles = {p.name: p.role for p in models.build(spec.model).param_specs()}
+    ref = {n: p.clone().requires_grad_(True) for n, p in st.params().items()}
+    topt = torch.optim.AdamW(
+        [{"params": [ref[n] for n in ref if roles[n] in ("matrix", "embedding")], "weight_decay": wd},
+         {"params": [ref[n] for n in ref if roles[n] in ("bias", "norm")], "weight_decay": 0.0}],
+        lr=lr, betas=(0.9, 0.95), eps=1e-8)
+    sched = torch.optim.lr_scheduler.LambdaLR(topt, factor)
+    g = torch.Generator().manual_seed(11)  # test data only
+    for t in range(1, 11):
+        batch = torch.randint(0, 32, (4, 9), generator=g)
+        st, loss = step(st, batch, spec, t)
+        x = F.gelu(F.linear(F.embedding(batch[:, :-1], ref["wte"]), ref["fc.0.weight"], ref["fc.0.bias"]),
+                   approximate="tanh")
+        logits = F.linear(x, ref["head.weight"], ref["head.bias"])
+        ref_loss = F.cross_entropy(logits.reshape(-1, 32), batch[:, 1:].reshape(-1))
+        topt.zero_grad()
+        ref_loss.backward()
+        torch.nn.utils.clip_grad_norm_(list(ref.values()), 1.0)
+        topt.step()
+        sched.step()
+        assert float(loss) == pytest.approx(float(ref_loss.detach()), rel=1e-5)
+    for n, p in st.params().items():
+        assert torch.allclose(p, ref[n].detach(), rtol=1e-4, atol=1e-6), n
