@@ -8,6 +8,9 @@ How to use it (the model and step code):
   - ``linear(x, weight, bias=None, *, variant)`` (x[..., in] @ weight[out, in].T + bias) and
     ``matmul(a, b, *, variant)`` (batched, equal batch dims). ``variant`` is the spec's
     ``exact.matmul``: "single" (one slice) or "hilo" (two slices, three GEMMs, ~2x the bits).
+    ``bf16=True`` (also on ``causal_attention``; spec dtype "bf16-mixed", which
+    ``oracle.profiles.MixedOps`` applies) rounds the operands and the result to bfloat16 with
+    ``oracle.exact.bf16.round_bf16``; gradients pass the roundings unchanged.
   - ``sum(x, dim=None, keepdim=False)``, ``mean(...)``, ``softmax(x, dim=-1)``,
     ``log_softmax(x, dim=-1)``, ``layer_norm(x, weight, bias, eps=1e-5)`` (weight/bias may be
     None), ``gelu(x, form="tanh"|"erf")``, ``exp``, ``log``, ``tanh``, ``erf``, ``sin``, ``cos``,
