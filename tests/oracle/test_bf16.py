@@ -134,3 +134,34 @@ def test_the_profiles_namespaces():
     assert profiles.get("exact-v1").ops is ops
     with pytest.raises(profiles.ProfileError, match="dtype"):
         profiles.get("exact-v1", "float16")
+
+
+def test_bf16_products_equal_their_eager_definition_on_edge_values():
+    """linear and matmul in bf16 form, forward and backward, with the kernels and without, on
+    finite edge values (subnormals, ties of bfloat16, extreme exponents) and random rows."""
+    from tests.oracle.vectors.edge import edge_values
+
+    e = edge_values()
+    e = e[torch.isfinite(e) & (e.abs() < 1e18)]
+    ties = torch.tensor([1.0 + 2**-8, 1.0 + 3 * 2**-8, -(1.0 + 2**-8), 2.0**-126 * (1 + 2**-8)])
+    g = torch.Generator().manual_seed(4)
+    vals = torch.cat([e, ties, torch.randn(64 - (e.numel() + 4) % 64, generator=g)])
+    x = vals.reshape(-1, 16)[:6].reshape(2, 3, 16)
+    w = torch.randn(5, 16, generator=g)
+    b = vals[:5].clone()
+
+    def run():
+        xl, wl, bl = (t.clone().requires_grad_(True) for t in (x, w, b))
+        y = ops.linear(xl, wl, bl, bf16=True)
+        y.backward(torch.linspace(-1, 1, y.numel()).reshape(y.shape))
+        a = x.reshape(2, 3, 16)[:, :, :4].contiguous().requires_grad_(True)
+        m = ops.matmul(a, a.transpose(-2, -1).contiguous(), bf16=True)
+        m.backward(torch.ones_like(m))
+        return [y, xl.grad, wl.grad, bl.grad, m, a.grad]
+
+    on = run()
+    with kernels.disabled():
+        off = run()
+    for i, (p, q) in enumerate(zip(on, off, strict=True)):
+        assert torch.equal(p.view(torch.int32), q.view(torch.int32)), i
+    assert torch.all(on[0].view(torch.int32) & 0xFFFF == 0) and torch.all(on[4].view(torch.int32) & 0xFFFF == 0)
