@@ -7,7 +7,7 @@ the largest difference of one step's loss in the window), the held-out loss of b
 final models (each evaluated in its own dtype and in float32) and the step-time ratio (steps 3
 on, one thread).
 
-    .venv/bin/python bench/bf16_loss.py [--steps N] [--every K] [--json] [--quick]
+    .venv/bin/python bench/bf16_loss.py [--steps N] [--every K] [--n-layer L] [--n-embd C] [--json] [--quick]
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def spec_of(dtype: str, steps: int):
+def spec_of(dtype: str, steps: int, n_layer: int = 2, n_embd: int = 64):
     from commitments.spec import Spec
 
     return Spec.from_dict({
         "profile": "exact-v1", "dtype": dtype, "steps": steps,
-        "model": {"kind": "gpt", "vocab_size": 256, "block_size": 64, "n_layer": 2, "n_head": 4, "n_embd": 64,
+        "model": {"kind": "gpt", "vocab_size": 256, "block_size": 64, "n_layer": n_layer, "n_head": 4, "n_embd": n_embd,
                   "dropout": 0.0, "tie_weights": True},
         "optimizer": {"kind": "adamw", "lr": 3e-3, "beta1": 0.9, "beta2": 0.95, "weight_decay": 0.1,
                       "grad_clip": 1.0, "schedule": "cosine", "warmup_steps": max(1, steps // 20),
@@ -59,6 +59,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--every", type=int, default=50)
     ap.add_argument("--eval-batches", type=int, default=16)
+    ap.add_argument("--n-layer", type=int, default=2)
+    ap.add_argument("--n-embd", type=int, default=64, help="width (4 heads)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--quick", action="store_true", help="a smoke run of the script: 6 steps")
     args = ap.parse_args()
@@ -74,7 +76,7 @@ def main() -> None:
     from oracle.step import init_state, step
 
     torch.set_num_threads(1)
-    specs = {d: spec_of(d, args.steps) for d in ("float32", "bf16-mixed")}
+    specs = {d: spec_of(d, args.steps, args.n_layer, args.n_embd) for d in ("float32", "bf16-mixed")}
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Path(tmp) / "corpus.npy"
         prepare_default_corpus(corpus)
@@ -105,7 +107,7 @@ def main() -> None:
                 ops = profiles.get("exact-v1", ev_dtype).ops
                 ev[f"{d} model, {ev_dtype} eval"] = held_out_loss(s, states[d].params(), ds, val, ops,
                                                                   args.eval_batches)
-    out = {"steps": args.steps, "train_loss": curve, "held_out_loss": ev,
+    out = {"steps": args.steps, "n_layer": args.n_layer, "n_embd": args.n_embd, "train_loss": curve, "held_out_loss": ev,
            "step_time_ratio_bf16_over_f32": secs["bf16-mixed"] / max(secs["float32"], 1e-9)}
     if args.json:
         print(json.dumps(out))
