@@ -540,12 +540,14 @@ def _safetensors_index(buf: memoryview) -> tuple[int, dict[str, tuple[str, tuple
     return 8 + n, index
 
 
-def parse_state_bytes(blob: bytes | memoryview, spec: Spec, *, where: str = "pre-state") -> Any:
+def parse_state_bytes(blob: bytes | memoryview, spec: Spec, *, where: str = "pre-state", copy: bool = True) -> Any:
     """A TrainState from safetensors bytes, checked against the spec's layout; OpeningRefused if not.
 
     The buffer may be a memory map: the header and the layout are checked before any tensor is
     made (a header claiming huge shapes allocates nothing), and each tensor is copied out of the
-    buffer once, so memory holds one state and no second copy of the file."""
+    buffer once, so memory holds one state and no second copy of the file. With `copy=False` the
+    tensors are read-only views of the buffer (of a map: page cache, no memory of the process's
+    own), for a reader that only hashes and checks them; never write to them."""
     import torch
 
     from oracle.state import StateError, TrainState, check_tensors, layout
@@ -570,7 +572,7 @@ def parse_state_bytes(blob: bytes | memoryview, spec: Spec, *, where: str = "pre
                                          offset=start + begin)
             else:
                 t = torch.empty(0, dtype=types[dtype])
-            tensors[slot.name] = t.reshape(shape).clone()
+            tensors[slot.name] = t.reshape(shape).clone() if copy else t.reshape(shape)
         state = TrainState(tensors)
         state.check(spec)
     except StateError as exc:
@@ -606,8 +608,12 @@ def _check_pretrained(state: Any, spec: Spec) -> None:
 
 def validate_opening(opening: Opening, *, expected_digest: bytes, run_id: bytes, step: int,
                      spec_digest: bytes, dataset_hash: bytes, schedule_commitment: bytes,
-                     initial_hash: bytes, root: bytes, size: int) -> ValidatedOpening:
+                     initial_hash: bytes, root: bytes, size: int, copy_state: bool = True) -> ValidatedOpening:
     """Check an opening against the chain's facts, cheapest first; each refusal names the problem.
+
+    `copy_state=False` leaves the pre-state's tensors as read-only views of the opening's bytes
+    (parse_state_bytes): for a caller that keeps nothing but the verdict, such as the node's
+    validate stage, validation then takes no second copy of a state that may be gigabytes.
 
     Order: opening digest, spec digest, run/step and committed roots, leaf t-1 and t inclusion,
     leaf shapes and steps, schedule proof, sample proofs, pre-state blob digest and length,
@@ -685,7 +691,7 @@ def validate_opening(opening: Opening, *, expected_digest: bytes, run_id: bytes,
         raise OpeningRefused(f"pre-state is {len(opening.pre_state)} bytes, the manifest says {m['pre_state_len']}")
     if not _eq(h(opening.pre_state), m["pre_state_blob"]):
         raise OpeningRefused("pre-state bytes do not match the manifest's blob digest")
-    state = parse_state_bytes(opening.pre_state, spec)
+    state = parse_state_bytes(opening.pre_state, spec, copy=copy_state)
     if state.step != t - 1:
         raise OpeningRefused(f"the pre-state's step counter is {state.step}, step {t} needs {t - 1}")
     sd = state.digest()

@@ -42,6 +42,35 @@ def test_an_opening_from_a_path_is_mapped_and_validates(run, tmp_path):
     assert v.state.digest() == run.states[1].digest()
 
 
+def test_validation_without_a_copy_checks_the_state_in_the_map(run, tmp_path):
+    import numpy as np
+
+    data = build_opening(spec=run.spec, run_id=RUN_ID, step=2, pre_state=run.states[1], dataset=run.dataset,
+                         schedule=run.schedule, leaves=run.leaves)
+    path = tmp_path / "x.opening"
+    path.write_bytes(data)
+    facts = dict(run_id=RUN_ID, step=2, spec_digest=run.spec.digest(), dataset_hash=run.dataset.dataset_hash,
+                 schedule_commitment=run.schedule.commitment, initial_hash=run.states[0].digest(),
+                 root=merkle.root(run.leaves), size=len(run.leaves))
+    op = load_opening(path)
+    v = validate_opening(op, expected_digest=op.digest, copy_state=False, **facts)
+    assert v.state.digest() == run.states[1].digest()
+    lo = np.frombuffer(op.pre_state, dtype=np.uint8).ctypes.data
+    hi = lo + len(op.pre_state)
+    # every tensor of any size lies inside the file's map: no byte of the state was copied
+    assert all(lo <= t.data_ptr() < hi for t in v.state.tensors.values() if t.numel())
+    copied = validate_opening(load_opening(path), expected_digest=op.digest, **facts)
+    assert not any(lo <= t.data_ptr() < hi for t in copied.state.tensors.values())
+    # and the refusals are the same: a state that is not leaf t-1's is refused either way
+    other = build_opening(spec=run.spec, run_id=RUN_ID, step=2, pre_state=run.states[2], dataset=run.dataset,
+                          schedule=run.schedule, leaves=run.leaves)
+    path.write_bytes(other)
+    op = load_opening(path)
+    for copy_state in (True, False):
+        with pytest.raises(OpeningRefused, match="step counter|pre-state digest"):
+            validate_opening(op, expected_digest=op.digest, copy_state=copy_state, **facts)
+
+
 def _header(blob: bytes) -> tuple[dict, bytes]:
     (n,) = struct.unpack("<Q", blob[:8])
     return json.loads(blob[8:8 + n]), blob[8 + n:]
