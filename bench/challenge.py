@@ -78,11 +78,32 @@ def native_step(spec, batch, threads: int) -> tuple[float, float]:
 # --- the verifier's side, in a process of its own --------------------------------------------------
 
 
+def _reset_peak() -> None:
+    """Start a new peak-RSS window for this process (Linux: clear_refs 5 resets VmHWM)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def _peak_mib() -> float:
+    """This process's peak RSS since the last reset (VmHWM), in MiB; ru_maxrss where there is none."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def verifier(job: dict) -> dict:
     """The node's stages on the served opening, timed one by one; a JSON-able report."""
     from node.pipeline import warm_up
 
-    report: dict = {"warm_up_s": warm_up()}
+    report: dict = {"warm_up_s": warm_up(), "warm_up_peak_mib": _peak_mib()}
     from challenges.witness import new_salt
     from commitments.leaves import witness_value_hash
     from node.db import open_database
@@ -94,6 +115,7 @@ def verifier(job: dict) -> dict:
     work = Path(job["work"])
     facts = ChainFacts(**{k: bytes.fromhex(v) if isinstance(v, str) else v for k, v in job["facts"].items()})
     dest, leaves_dest = work / "fetched.opening", work / "fetched.leaves"
+    _reset_peak()
     cpu = time.process_time()
     out = stage_fetch(uri=f"openings/{job['digest']}", endpoint=job["endpoint"], run_id=facts.run_id, dest=dest,
                       leaves_dest=leaves_dest, max_opening_bytes=job["max_bytes"], max_leaves_bytes=64 * MIB,
@@ -102,6 +124,8 @@ def verifier(job: dict) -> dict:
         raise SystemExit(f"fetch refused the opening: {out.refusal_class}: {out.reason}")
     report["fetch_s"] = out.finished_at - out.started_at
     report["fetch_cpu_s"] = time.process_time() - cpu
+    report["fetch_peak_mib"] = _peak_mib()
+    _reset_peak()
     cpu = time.process_time()
     report["fetched_bytes"] = out.data["bytes"]
     out = stage_validate(dest, facts, max_bytes=job["max_bytes"])
@@ -109,6 +133,8 @@ def verifier(job: dict) -> dict:
         raise SystemExit(f"validate refused the opening: {out.refusal_class}: {out.reason}")
     report["validate_s"] = out.finished_at - out.started_at
     report["validate_cpu_s"] = time.process_time() - cpu
+    report["validate_peak_mib"] = _peak_mib()
+    _reset_peak()
 
     pool = ReplayPool(1, job["timeout_s"], threads_per_worker=job["threads"])
     try:
@@ -137,7 +163,8 @@ def verifier(job: dict) -> dict:
     report["witness_s"] = time.time() - started
     report["witness_cpu_s"] = time.process_time() - cpu
     engine.dispose()
-    report["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    report["peak_rss_mib"] = max(report["warm_up_peak_mib"], report["fetch_peak_mib"], report["validate_peak_mib"],
+                                 _peak_mib())  # the node process over all its stages
     report["replay_worker_peak_rss_mib"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     return report
 
@@ -186,14 +213,18 @@ def run(args, work: Path) -> int:
     say(f"spec {args.spec}: batch {spec.batch.batch_size}x{spec.batch.seq_len}, schedule of {spec.steps} steps")
 
     # The miner: initial state, step 1 (exact-v1), the opening of step 1.
+    # A --workdir that holds the run already resumes it: the miner's step is not walked again.
     trainer = Trainer(spec, dataset, work / "run", None, keep_every=1, progress=True, log=say)
     wall = time.perf_counter()
     trainer.prepare()
     init_s = time.perf_counter() - wall
     n_params = sum(t.numel() for t in trainer.state.params().values())
+    resumed = trainer.state.step >= 1
     wall, cpu = time.perf_counter(), time.process_time()
     trainer.train(steps=1)
     exact_s, exact_cpu_s = time.perf_counter() - wall, time.process_time() - cpu
+    if resumed:
+        exact_s = exact_cpu_s = float("nan")
     batch = trainer.batch(1)
     leaves = list(trainer.store.leaves)
     facts = dict(run_id=trainer.run_id.hex(), step=1, spec_digest=spec.digest().hex(),
@@ -247,8 +278,8 @@ def run(args, work: Path) -> int:
         print(f"  {name:<30} {s:9.2f} {c:9.2f}")
     print(f"  (verifier warm-up at start-up {v['warm_up_s']:.2f} s; replay with a cold worker "
           f"{v['replay_with_worker_start_s']:.2f} s)")
-    print(f"verifier peak RSS: {v['peak_rss_mib']:.0f} MiB (node process), "
-          f"{v['replay_worker_peak_rss_mib']:.0f} MiB (replay worker)")
+    print(f"verifier peak RSS: {v['peak_rss_mib']:.0f} MiB (node process: fetch {v['fetch_peak_mib']:.0f}, "
+          f"validate {v['validate_peak_mib']:.0f}), {v['replay_worker_peak_rss_mib']:.0f} MiB (replay worker)")
     print(f"one torch-native step: {native_s:.2f} s wall, {native_cpu_s:.2f} s CPU; one exact-v1 step (miner, "
           f"{torch.get_num_threads()} threads): {exact_s:.2f} s wall, {exact_cpu_s:.2f} s CPU")
     print(f"replay / torch-native step: {v['replay_s'] / native_s:.2f} (wall), "
@@ -264,9 +295,11 @@ def run(args, work: Path) -> int:
             "build_cpu_s": round(build_cpu_s, 3), "serve_cpu_s": round(serve_cpu_s, 3), "warm_up_s": round(v["warm_up_s"], 3),
             "replay_with_worker_start_s": round(v["replay_with_worker_start_s"], 3),
             "verifier_peak_rss_mib": round(rss), "node_peak_rss_mib": round(v["peak_rss_mib"]),
+            "fetch_peak_rss_mib": round(v["fetch_peak_mib"]), "validate_peak_rss_mib": round(v["validate_peak_mib"]),
             "replay_worker_peak_rss_mib": round(v["replay_worker_peak_rss_mib"]),
             "native_step_s": round(native_s, 3), "native_step_cpu_s": round(native_cpu_s, 3),
-            "miner_exact_step_s": round(exact_s, 3), "miner_exact_step_cpu_s": round(exact_cpu_s, 3),
+            "miner_exact_step_s": None if resumed else round(exact_s, 3),
+            "miner_exact_step_cpu_s": None if resumed else round(exact_cpu_s, 3),
             "miner_init_s": round(init_s, 3), "replay_to_native": round(v["replay_s"] / native_s, 3),
             "replay_to_native_cpu": round(v["replay_cpu_s"] / native_cpu_s, 3)}))
     return 0
