@@ -106,9 +106,9 @@ class ProtocolState:
                 slashed=dict(obj["slashed"]),
                 verifiers=list(obj["verifiers"]),
                 # Snapshots of nodes older than the network record have none of these.
-                authority=obj.get("authority"),
-                configured_at=obj.get("configured_at"),
-                schedule=[list(x) for x in obj.get("schedule", [])],
+                authority=_optional(obj.get("authority"), str, "authority"),
+                configured_at=_optional(obj.get("configured_at"), int, "configured_at"),
+                schedule=_schedule(obj.get("schedule", [])),
             )
         except (CommitmentError, KeyError, TypeError, ValueError) as exc:
             raise SnapshotError(f"protocol state snapshot is unusable: {exc}") from None
@@ -122,6 +122,27 @@ def registration_digest(encoded: bytes) -> bytes:
     """What a run keeps of its registration: enough to know an identical repeat, 32 bytes
     whatever the spec's size."""
     return digest("pot/registration/v1", bytes(encoded))
+
+
+def _optional(v: Any, kind: type, name: str) -> Any:
+    if v is not None and (not isinstance(v, kind) or isinstance(v, bool)):
+        raise ValueError(f"{name} must be {kind.__name__} or null")
+    return v
+
+
+def _schedule(rows: Any) -> list[list[Any]]:
+    """Scheduled parameter changes, each [effective_block, configured_at, params], checked."""
+    if not isinstance(rows, list):
+        raise ValueError("schedule must be a list")
+    out = []
+    for row in rows:
+        if not (isinstance(row, list) and len(row) == 3):
+            raise ValueError("a scheduled change is [effective_block, configured_at, params]")
+        block, at, params = row
+        if any(not isinstance(v, int) or isinstance(v, bool) for v in (block, at)):
+            raise ValueError("a scheduled change's blocks must be integers")
+        out.append([block, at, ProtocolParams.from_dict(params).to_dict()])
+    return out
 
 
 def _row(obj: Any) -> dict[str, Any]:

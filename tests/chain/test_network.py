@@ -58,6 +58,12 @@ def test_the_first_record_names_the_authority_and_takes_effect_at_its_block():
     # The snapshot keeps the record, so a restarted follower goes on under the same rulebook.
     again = ProtocolState.from_cbor(state.to_cbor())
     assert (again.authority, again.configured_at, again.params) == ("alice", 1, OTHER)
+    # A snapshot whose record is not what a node writes is refused, not followed.
+    bad = cbor.decode(state.to_cbor())
+    for field, value in (("authority", 7), ("schedule", [[None, 1, BASE.to_dict()]]),
+                         ("schedule", [[9, 1, {"commit_window": 0}]])):
+        with pytest.raises(P.SnapshotError):
+            ProtocolState.from_cbor(cbor.encode({**bad, field: value}))
 
 
 def test_records_from_another_account_or_for_a_past_block_are_refused():

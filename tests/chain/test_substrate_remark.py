@@ -90,8 +90,10 @@ def test_foreign_and_malformed_remarks_are_skipped_with_reason(pair, caplog):
     assert block.calls == ((a.account, good),)
     text = caplog.text
     assert "skipped foreign remark (11 bytes" in text
-    assert "skipped malformed pot1 remark" in text and "not canonical CBOR" in text
-    assert "skipped foreign remark (10 bytes" in text  # "0x706f7431" is text, not the bytes pot1
+    assert "malformed pot1 remark" in text and "not canonical CBOR" in text
+    # "0x706f7431" is the hex of pot1 spelled as text: a near miss, recorded like a malformed call.
+    assert [(ig.position, ig.reason) for ig in block.ignored] == [(1, "bad_cbor"), (3, "bad_prefix"), (4, "bad_cbor")]
+    assert "0x-hex of a pot1 call spelled as text" in block.ignored[1].detail
 
 
 def test_failed_and_interrupted_extrinsics_do_not_count(pair, chopsticks, caplog):  # noqa: F811
