@@ -3,9 +3,12 @@
 Measures, side by side in one run, the latency of /api/v1/status and /api/v1/challenges idle and
 under load (p50/p99/max), the node's peak RSS (daemon + replay workers), its queue depth over time
 (challenges in a work stage), and how long the node takes to witness every challenge. Prints the
-results; never pass/fail.
+results; never pass/fail. With several `--workers` counts it runs once per count, side by side,
+and prints the challenges witnessed per hour of each and their ratio; `--backend ray` runs the
+replays on a Ray cluster on this machine with that many worker nodes (1 CPU each).
 
     .venv/bin/python bench/load.py [--challenges 50] [--clients 4] [--json]
+    .venv/bin/python bench/load.py --backend ray --workers 1,2 --challenges 8
 """
 
 from __future__ import annotations
@@ -145,16 +148,63 @@ def main() -> None:
     ap.add_argument("--interval", type=float, default=0.5, help="dev chain block interval (s)")
     ap.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     ap.add_argument("--keep", type=Path, default=None, help="work in this folder and keep it")
+    ap.add_argument("--workers", default="1", help="replay workers, or several counts to compare: 1,2 (default 1)")
+    ap.add_argument("--backend", choices=("local", "ray"), default="local",
+                    help="local worker processes, or a Ray cluster on this machine with one node per worker")
     args = ap.parse_args()
     if args.challenges < 1 or args.per_run < 1 or args.clients < 1:
         ap.error("--challenges, --per-run and --clients must be positive")
-    if args.keep is not None:
-        args.keep.mkdir(parents=True, exist_ok=True)
-        result = run(args, args.keep)
-    else:
-        with tempfile.TemporaryDirectory(prefix="pot-load-") as tmp:
-            result = run(args, Path(tmp))
-    report(result, args.json)
+    try:
+        counts = [int(w) for w in args.workers.split(",")]
+    except ValueError:
+        ap.error("--workers must be a comma-separated list of counts")
+    if not counts or min(counts) < 1:
+        ap.error("--workers counts must be positive")
+    results = []
+    for w in counts:
+        if args.keep is not None:
+            (args.keep / f"w{w}").mkdir(parents=True, exist_ok=True)
+            results.append(run_with(args, args.keep / f"w{w}", w))
+        else:
+            with tempfile.TemporaryDirectory(prefix="pot-load-") as tmp:
+                results.append(run_with(args, Path(tmp), w))
+        report(results[-1], args.json and len(counts) == 1)
+    if len(counts) > 1:
+        throughput(results, args.json)
+
+
+def run_with(args: argparse.Namespace, tmp: Path, workers: int) -> dict[str, Any]:
+    """One load run with `workers` replay workers (local processes, or Ray nodes started here)."""
+    if args.backend == "local":
+        return {**run(args, tmp, {"workers": workers}), "backend": "local", "workers": workers}
+    from devnet.ray_cluster import start_cluster
+
+    print(f"starting a Ray cluster of {workers} node(s) of 1 CPU", file=sys.stderr)
+    cluster = start_cluster(tmp, nodes=workers)
+    try:
+        replay = {"workers": workers, "backend": "ray", "address": cluster.address}
+        return {**run(args, tmp, replay), "backend": "ray", "workers": workers}
+    finally:
+        cluster.stop()
+
+
+def throughput(results: list[dict[str, Any]], as_json: bool) -> None:
+    """Challenges witnessed per hour of each run, and each run's ratio to the first."""
+    rows = []
+    for r in results:
+        per_h = None if not r["drained_s"] else r["witnessed"] / r["drained_s"] * 3600
+        rows.append({"backend": r["backend"], "workers": r["workers"], "witnessed": r["witnessed"],
+                     "drained_s": r["drained_s"], "challenges_per_hour": per_h})
+    base = rows[0]["challenges_per_hour"]
+    print(f"{'backend':<9}{'workers':>8}{'witnessed':>11}{'drained s':>11}{'per hour':>10}{'ratio':>8}")
+    for row in rows:
+        ph = row["challenges_per_hour"]
+        row["ratio"] = ph / base if ph and base else None
+        print(f"{row['backend']:<9}{row['workers']:>8}{row['witnessed']:>11}"
+              f"{(row['drained_s'] or float('nan')):>11.0f}{(ph or float('nan')):>10.0f}"
+              f"{(row['ratio'] or float('nan')):>8.2f}")
+    if as_json:
+        print(json.dumps(_finite({"throughput": rows}), sort_keys=True))
 
 
 def walk(tmp: Path):
@@ -183,7 +233,7 @@ def walk(tmp: Path):
     return spec, ds, schedule, states, leaves
 
 
-def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+def run(args: argparse.Namespace, tmp: Path, replay: dict[str, Any] | None = None) -> dict[str, Any]:
     from chain import protocol as P
     from chain.calls import StartTrainingCommitment, SubmitCheckpointRoot, SubmitOpening
     from chain.dev import DevChain, DevTransport
@@ -223,7 +273,8 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     atomic_write_text(cfg, to_toml({
         "node": {"data_dir": str(data), "log_level": "info", "loop_interval_s": 0.2},
         "chain": {"url": f"dev:///{chain_path}", "account": "verifier", "poll_s": 0.2, "watchdog_s": 60.0},
-        "database": {"url": ""}, "http": {"listen": f"127.0.0.1:{api_port}"}, "replay": {"workers": 1},
+        "database": {"url": ""}, "http": {"listen": f"127.0.0.1:{api_port}"},
+        "replay": replay or {"workers": 1},
         "fetch": {"allow": ["127.0.0.1"], "attempts": 3, "backoff_base_s": 0.2, "backoff_max_s": 2.0},
         "protocol": params.to_dict()}))
     log = open(tmp / "node.log", "ab")  # noqa: SIM115 - the process owns it

@@ -311,6 +311,7 @@ class OpeningGate:
     def __init__(self, *, expected_digest: bytes, spec_digest: bytes) -> None:
         self.expected_digest = bytes(expected_digest)
         self.spec_digest = bytes(spec_digest)
+        self.spec: Spec | None = None
 
     def __call__(self, prefix: bytes) -> tuple[bool, int]:
         if len(prefix) < _HEADER:
@@ -341,6 +342,7 @@ class OpeningGate:
         if manifest["pre_state_len"] > bound:
             raise OpeningRefused(f"the manifest declares a pre-state of {manifest['pre_state_len']} bytes; "
                                  f"its spec allows at most {bound}", "unavailable")
+        self.spec = spec  # the checked spec, for a caller that sizes work from it
         return True, _HEADER + mlen + manifest["pre_state_len"]
 
 

@@ -131,6 +131,16 @@ class FetchSection(_Section):
 class ReplaySection(_Section):
     workers: int = Field(1, ge=1, le=256)
     timeout_s: float = Field(1800.0, gt=0)
+    # "local": a pool of worker processes on this machine; "ray": tasks on a Ray cluster (node.cluster)
+    backend: Literal["local", "ray"] = "local"
+    address: str = ""  # the Ray cluster to join ("host:port" of its head, or "auto"); backend "ray" only
+    max_retries: int = Field(3, ge=0, le=100)  # a task whose worker or node died runs again elsewhere
+
+    @model_validator(mode="after")
+    def _cluster(self) -> ReplaySection:
+        if self.backend == "ray" and not self.address.strip():
+            raise ValueError('backend "ray" needs address (the head\'s host:port, or "auto")')
+        return self
 
 
 class ScheduleSection(_Section):

@@ -146,7 +146,9 @@ class VerifierNode:
         self.in_flight = InFlight(sched.max_jobs_per_miner)
         self.replay_owners: dict[bytes, tuple[str, ...]] = {}
         self._rr_last: str | None = None  # the miner served last: the next pass starts after it
-        self.replays = ReplayPool(cfg.replay.workers, cfg.replay.timeout_s)
+        self.replays: Any = self._replay_backend(cfg)
+        self.cluster = cfg.replay.backend == "ray"
+        self.cluster_specs: dict[bytes, Any] = {}  # the spec each peeked manifest carried (sizes the task)
         self._send_wake = threading.Event()  # a one-slot mailbox: "there may be a tx to send"
         self._sender: threading.Thread | None = None
         self.sent_here: set[int] = set()  # tx ids this process has sent (others: maybe sent before a crash)
@@ -156,6 +158,18 @@ class VerifierNode:
         self.stage_failures: dict[bytes, int] = {}  # stage thread errors in a row, per job (retry backoff)
         self.snapshot_block: int | None = None  # the block the database's snapshot is of (None: none yet)
         self.snapshot_bytes = 0
+
+    @staticmethod
+    def _replay_backend(cfg: NodeConfig) -> Any:
+        if cfg.replay.backend == "local":
+            return ReplayPool(cfg.replay.workers, cfg.replay.timeout_s)
+        from node.cluster import ClusterError, ClusterReplays
+
+        try:
+            return ClusterReplays(cfg.replay.address, cfg.replay.workers, cfg.replay.timeout_s,
+                                  max_retries=cfg.replay.max_retries)
+        except ClusterError as exc:
+            raise StartupError(str(exc)) from None
 
     # --- start-up -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -589,7 +603,7 @@ class VerifierNode:
                 dest=opening_path, leaves_dest=leaves_path, max_opening_bytes=self.cfg.fetch.max_opening_bytes,
                 max_leaves_bytes=self.cfg.fetch.max_leaves_bytes, policy=policy,
                 stop=lambda: self.stop.is_set() or time.monotonic() > deadline, facts=self._facts(job),
-                store=self.openings)
+                store=self.openings, manifest_only=self.cluster)
         elif stage == Stage.VALIDATE:
             fut = _run_on_thread("pot-validate", stage_validate, opening_path, self._facts(job),
                                  max_bytes=self.cfg.fetch.max_opening_bytes)
@@ -600,8 +614,16 @@ class VerifierNode:
 
     def _start_replay(self, job, owners: tuple[str, ...], budget: float) -> None:
         cid = bytes(job.challenge_id)
+        remote = None
+        if self.cluster:
+            from node.cluster import RemoteOpening, fallback_resources, replay_resources
+
+            spec = self.cluster_specs.get(cid)
+            size = job.opening_bytes or 0
+            res = replay_resources(spec, size) if spec is not None else fallback_resources(size)
+            remote = RemoteOpening(job.opening_uri, job.endpoint, self.policy, res)
         self.replays.start(cid, self._paths(cid)[0], self._facts(job), max_bytes=self.cfg.fetch.max_opening_bytes,
-                           timeout_s=budget)
+                           timeout_s=budget, remote=remote)
         self.replay_owners[cid] = owners
         self._set(cid, status="replaying", attempts=job.attempts + 1)
         log_event(log, "replay_started", challenge_id=cid.hex(), step=job.step, budget_s=round(budget, 1))
@@ -720,6 +742,15 @@ class VerifierNode:
             values.update(opening_path=str(self._paths(cid)[0]), opening_bytes=o.data.get("bytes"))
             detail = f"{o.data.get('bytes')} bytes from {o.data.get('url')}" + (
                 f"; leaves: {o.data['leaves_error']}" if "leaves_error" in o.data else "")
+            if self.cluster:
+                # the manifest only: a cluster worker fetches and validates the whole opening
+                nxt = Stage.LOSSCHECKS
+                values["opening_path"] = None
+                if o.data.get("spec") is not None:
+                    self.cluster_specs[cid] = o.data["spec"]
+                detail = (f"manifest of {o.data.get('bytes')} bytes checked at {o.data.get('url')}; "
+                          f"the cluster fetches it") + (
+                    f"; leaves: {o.data['leaves_error']}" if "leaves_error" in o.data else "")
         if o.stage == Stage.LOSSCHECKS:
             values["loss_checks"] = json.dumps(o.data, sort_keys=True)
             detail = "ok" if o.data.get("ok") else json.dumps(o.data.get("findings") or o.data.get("error"))
@@ -737,6 +768,8 @@ class VerifierNode:
 
     def _persist_replay(self, cid: bytes, msg: dict[str, Any]) -> None:
         now = time.time()
+        if msg.get("ok"):
+            self.cluster_specs.pop(cid, None)
         with self.engine.connect() as conn:
             job = self._job(conn, cid)
         if job is None or job.stage != Stage.REPLAY:
@@ -752,20 +785,26 @@ class VerifierNode:
             return
         r = msg.get("result")
         values: dict[str, Any] = {"stage": Stage.WITNESS, "updated_at": now, "status": None}
-        if r is None:
+        if r is None and msg.get("refusal_class"):
+            # a cluster worker's fetch or validation refused the opening: the refusal rule decides
+            values.update(refusal_class=msg["refusal_class"], refusal_reason=msg.get("reason"))
+            detail = f"{msg.get('refused_at')} on the cluster refused the opening: {msg.get('reason')}"
+        elif r is None:
             values.update(refusal_class="replay_failed", refusal_reason=msg.get("reason"))
             detail = msg.get("reason")
         else:
             values.update(replay_leaf=r["leaf"], replay_state_digest=r["state_digest"], replay_loss_bits=r["loss_bits"],
                           norm_bucket=r["norm_bucket"], matches_leaf=bool(msg.get("matches")))
             detail = "matches leaf t" if msg.get("matches") else msg.get("reason")
+        if "worker" in msg:
+            detail = f"{detail} (on {msg['worker']}: {msg.get('timings')})"
         with self.engine.begin() as conn:
             conn.execute(update(challenges).where(and_(challenges.c.challenge_id == cid, challenges.c.stage == Stage.REPLAY))
                          .values(**values))
             self._log_stage(conn, cid, Stage.REPLAY, msg.get("started_at", job.updated_at), msg.get("finished_at", now),
                             detail)
         log_event(log, "stage_replay", challenge_id=cid.hex(), matches_leaf=msg.get("matches"),
-                  reason=msg.get("reason") or None)
+                  reason=msg.get("reason") or None, worker=msg.get("worker"), timings=msg.get("timings"))
         self._maybe_kill("replayed")
 
     def _witness(self, job) -> None:

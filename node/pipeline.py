@@ -51,30 +51,36 @@ class StageOutcome:
     data: dict[str, Any] = field(default_factory=dict)
 
 
-def stage_fetch(*, uri: str, endpoint: str, run_id: bytes, dest: Path, leaves_dest: Path, max_opening_bytes: int,
+def stage_fetch(*, uri: str, endpoint: str, run_id: bytes, dest: Path, leaves_dest: Path | None, max_opening_bytes: int,
                 max_leaves_bytes: int, policy, stop=None, facts: ChainFacts | None = None,
-                store=None) -> StageOutcome:
-    """Download the opening to `dest` and the run's leaf list to `leaves_dest` (best effort).
+                store=None, manifest_only: bool = False) -> StageOutcome:
+    """Download the opening to `dest` and the run's leaf list to `leaves_dest` (best effort; None: not).
 
     With the chain's `facts`, the opening's manifest is checked against the opening digest and
     the spec digest as soon as it arrives, and the file may be no larger than its spec allows
     (nor than `max_opening_bytes`). Every download failure is the one class "unavailable"; the
     detail (kind and reason) goes to the node's own log and database. A full openings `store`
     (node.fetch.OpeningsStore) raises OpeningsFull: the node's condition, never a refusal.
+    `manifest_only` (with `facts`; a node whose replays run on a cluster) stops the download once
+    the manifest passed those checks and keeps no file: data "bytes" is then the opening's exact
+    size and data "spec" its spec.
     """
     from challenges.opening import OpeningGate, OpeningRefused
-    from node.fetch import FetchError, OpeningsFull, fetch_bytes, fetch_to_file, resolve_uri
+    from node.fetch import FetchError, fetch_to_file, resolve_uri
 
     out = StageOutcome(Stage.FETCH, time.time())
     if store is not None:
         store.room(0)  # a full openings disk stops new downloads before any connection
     gate = None if facts is None else OpeningGate(expected_digest=facts.expected_digest,
                                                   spec_digest=facts.spec_digest)
+    size_of = _manifest_only(gate) if manifest_only and gate is not None else gate
     try:
         url = resolve_uri(uri, endpoint)
         out.data["url"] = url
         out.data["bytes"] = fetch_to_file(url, dest, max_bytes=max_opening_bytes, policy=policy, stop=stop,
-                                          size_of=gate, room=None if store is None else store.room)
+                                          size_of=size_of, room=None if store is None else store.room)
+    except _ManifestRead as read:
+        out.data["bytes"], out.data["spec"] = read.size, gate.spec  # type: ignore[union-attr]
     except FetchError as exc:
         out.ok, out.refusal_class, out.reason = False, fetch_refusal_class(exc.kind), f"{exc.kind}: {exc.reason}"
         out.finished_at = time.time()
@@ -86,20 +92,48 @@ def stage_fetch(*, uri: str, endpoint: str, run_id: bytes, dest: Path, leaves_de
             out.reason = f"too_large: {exc.reason}"
         out.finished_at = time.time()
         return out
-    # The leaf list only feeds the secondary checks: its absence is a finding, not a refusal.
+    if manifest_only:
+        dest.unlink(missing_ok=True)  # a file too short to hold its manifest: the worker's validation refuses it
+        out.data.setdefault("spec", None)
+    if leaves_dest is not None:
+        fetch_leaves(out, run_id=run_id, endpoint=endpoint, dest=leaves_dest, max_bytes=max_leaves_bytes,
+                     policy=policy, store=store)
+    out.finished_at = time.time()
+    return out
+
+
+class _ManifestRead(Exception):  # noqa: N818 - the end of a manifest-only download, not an error
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
+
+
+def _manifest_only(gate):
+    def size_of(prefix: bytes) -> tuple[bool, int]:
+        done, n = gate(prefix)
+        if done:
+            raise _ManifestRead(n)
+        return done, n
+    return size_of
+
+
+def fetch_leaves(out: StageOutcome, *, run_id: bytes, endpoint: str, dest: Path, max_bytes: int, policy,
+                 store=None) -> None:
+    """The run's leaf list into `dest`. It only feeds the secondary checks: its absence is a
+    finding (out.data["leaves_error"]), not a refusal."""
+    from node.fetch import FetchError, OpeningsFull, fetch_bytes, resolve_uri
+
     try:
         leaves_url = resolve_uri(f"runs/{run_id.hex()}/leaves", endpoint)
-        data = fetch_bytes(leaves_url, max_bytes=max_leaves_bytes, policy=policy)
+        data = fetch_bytes(leaves_url, max_bytes=max_bytes, policy=policy)
         if store is not None:
             store.room(len(data))
-        atomic_write_bytes(leaves_dest, data)
+        atomic_write_bytes(dest, data)
         out.data["leaves_bytes"] = len(data)
     except FetchError as exc:
         out.data["leaves_error"] = f"{exc.kind}: {exc.reason}"
     except OpeningsFull as exc:
         out.data["leaves_error"] = str(exc)
-    out.finished_at = time.time()
-    return out
 
 
 def warm_up() -> float:
@@ -245,8 +279,9 @@ class ReplayPool:
         return any(w.key == key for w in self._workers)
 
     def start(self, key: bytes, path: Path, facts: ChainFacts, *, max_bytes: int,
-              timeout_s: float | None = None) -> None:
-        """Replay on a free worker; past `timeout_s` (at most the pool's) the worker is killed."""
+              timeout_s: float | None = None, remote=None) -> None:
+        """Replay on a free worker; past `timeout_s` (at most the pool's) the worker is killed.
+        (`remote`: what a cluster backend needs to fetch the opening itself; the pool reads `path`.)"""
         worker = next((w for w in self._workers if w.key is None), None)
         if worker is None:
             if len(self._workers) >= self.workers:
