@@ -57,10 +57,10 @@ def replay_resources(spec: Any, opening_bytes: int) -> Resources:
     state = state_size_bound(spec)
     m = spec.model
     width = getattr(m, "n_embd", None) or max(getattr(m, "hidden", None) or (64,))
-    # activations kept for the backward pass, in float64 partials: ~64 values per layer and
-    # feature and 3 per vocabulary entry, per token (GPT-2 small at 1 x 256: 1.5 GB)
+    # activations kept for the backward pass, in float64 partials: ~96 values per layer and
+    # feature and 3 per vocabulary entry, per token (GPT-2 small at 1 x 256: 2.1 GB)
     tokens = spec.batch.batch_size * spec.batch.seq_len
-    acts = tokens * ((getattr(m, "n_layer", None) or 1) * width * 64 + 3 * m.vocab_size) * 8
+    acts = tokens * ((getattr(m, "n_layer", None) or 1) * width * 96 + 3 * m.vocab_size) * 8
     memory = BASE_MEMORY + opening_bytes + 3 * state + spec.batch.batch_size * params * 8 + params * 4 + acts
     if spec.profile == "torch-native" and spec.hardware is not None:
         cpus = spec.hardware.threads
