@@ -6,7 +6,10 @@
    int8 slices; float64 GEMMs); every walk must give the CPU's digests, init state included.
 2. Timing, on CUDA: one GPT-2-small exact-v1 step (each route) against stock PyTorch fp32, TF32
    and bf16-autocast steps of the same model on the same GPU (torch.optim.AdamW), as ratios.
-3. One JSON line on stdout (progress on stderr); exit status 1 if a digest differs or a part
+3. Data parallelism over NCCL, on a machine with two or more GPUs: gpt-tiny walked by 2 ranks
+   under torchrun (`oracle.parallel`, one GPU each, shards of the batch) must give the CPU's
+   digests (docs/exact-v1.md §5.1).
+4. One JSON line on stdout (progress on stderr); exit status 1 if a digest differs or a part
    failed, 0 otherwise.
 
 Without CUDA only the CPU half runs: the CPU walks, on every route (the slice routes run through
@@ -195,7 +198,53 @@ def timing(batch: tuple[int, int], reps: int, out: dict, deadline: float) -> Non
     out["timing"] = res
 
 
+def nccl(spec: Spec, steps: int, reference: dict, out: dict) -> bool:
+    """gpt-tiny walked by 2 NCCL ranks (torchrun, one GPU each): the CPU reference's digests?"""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="pot-nccl-") as tmp:
+        result = Path(tmp) / "rank0.json"
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+               str(Path(__file__).resolve()), "--dp-rank", json.dumps(spec.canonical()), str(steps), str(result)]
+        log("nccl: gpt-tiny over 2 ranks (torchrun, NCCL) ...")
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        if proc.returncode != 0 or not result.exists():
+            out["nccl"] = {"error": f"exit {proc.returncode}: {proc.stderr[-1500:]}"}
+            log(f"nccl FAILED: exit {proc.returncode}")
+            return False
+        got = json.loads(result.read_text())
+    match = got["digests"] == reference["digests"] and got["loss_bits"] == reference["loss_bits"]
+    out["nccl"] = {"ranks": 2, "wall_s": round(time.perf_counter() - t0, 1), "match": match,
+                   "final_digest": got["digests"][-1]}
+    log(f"nccl: 2 ranks {'==' if match else '!= (MISMATCH)'} the CPU walk")
+    return match
+
+
+def dp_rank(spec_json: str, steps: int, dest: str) -> int:
+    """One rank of the NCCL check (run by torchrun): walk with oracle.parallel; rank 0 writes the digests."""
+    from oracle.parallel import Ranks
+    from oracle.step import init_state, step
+
+    ranks = Ranks.from_env()
+    spec = Spec.from_dict(json.loads(spec_json))
+    state = init_state(spec, device=ranks.device)
+    digests, losses = [state.digest().hex()], []
+    for t, batch in enumerate(batches(spec, steps), start=1):
+        state, loss = step(state, batch, spec, t, ranks=ranks)
+        digests.append(state.digest().hex())
+        losses.append(f"0x{loss.cpu().view(torch.int32).item() & 0xFFFFFFFF:08x}")
+    if ranks.leader:
+        Path(dest).write_text(json.dumps({"digests": digests, "loss_bits": losses}))
+    ranks.close()
+    return 0
+
+
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--dp-rank"]:
+        return dp_rank(argv[1], int(argv[2]), argv[3])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true",
                     help="a narrowed gpt-tiny only, 2 steps (the test suite's CPU half)")
@@ -225,6 +274,14 @@ def main(argv=None) -> int:
         small_cfgs = [("cpu", "dgemm")] + ([("cuda", r) for r in ("int7", "dgemm")] if cuda else [])
         ok &= compare("gpt2-small", spec_of("gpt2-small", batch=(1, 256)), 1, small_cfgs, digests)
     out["digests"] = digests
+    if cuda and torch.cuda.device_count() >= 2:
+        try:
+            ok &= nccl(spec_of("gpt-tiny", narrow=a.quick), 2 if a.quick else 3, digests[tiny]["runs"][0], out)
+        except Exception as exc:
+            out["nccl"] = {"error": repr(exc)[:500]}
+            ok = False
+    elif cuda:
+        out["nccl"] = {"skipped": "fewer than 2 GPUs"}
     if cuda:
         try:
             timing((a.timing_batch, a.timing_seq), a.reps, out, T0 + a.budget_s)

@@ -2,7 +2,9 @@
 # exact-v1 on a GPU: CUDA-vs-CPU digests of gpt-tiny and a GPT-2-small step on every integer-GEMM
 # route, and an exact-v1 step timed against stock fp32, TF32 and bf16-autocast steps on the same
 # GPU. Prints progress on stderr and one JSON line on stdout; exit status 1 on any mismatch or
-# failure. Without CUDA it runs its CPU half (the CPU walks on every route). No network.
+# failure. On two or more GPUs it also walks gpt-tiny data-parallel over NCCL (2 ranks under
+# torchrun), which must give the CPU's digests. Without CUDA it runs its CPU half (the CPU walks on
+# every route). No network.
 #
 #   bench/gpu.sh                 # the whole run (about 3-5 minutes on one GPU; capped at 470 s)
 #   bench/gpu.sh --quick         # gpt-tiny only (what the test suite runs)
