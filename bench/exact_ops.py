@@ -43,22 +43,30 @@ def _time(fn, reps: int) -> float:
     return statistics.median(out)
 
 
+def _clock():
+    """CPU time when torch runs one thread (a single-threaded call's CPU time is its time on an
+    idle core, whatever else the machine runs), else wall time."""
+    return time.process_time if torch.get_num_threads() == 1 else time.perf_counter
+
+
 def _interleaved(fns: dict, reps: int) -> dict:
     """Median seconds per function, the functions alternating so load changes hit all alike."""
+    clock = _clock()
     for f in fns.values():
         f()
     samples = {k: [] for k in fns}
     for _ in range(reps):
         for k, f in fns.items():
-            t0 = time.perf_counter()
+            t0 = clock()
             f()
-            samples[k].append(time.perf_counter() - t0)
+            samples[k].append(clock() - t0)
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
 def measure(json: bool = False, reps: int = 5, quick: bool = False) -> dict:  # noqa: A002 - CLI mirror
     torch.manual_seed(0)
-    res: dict = {"threads": torch.get_num_threads(), "gemm": {}, "transcendental_ns_per_elem": {}}
+    res: dict = {"threads": torch.get_num_threads(), "gemm": {}, "transcendental_ns_per_elem": {},
+                 "clock": "cpu" if _clock() is time.process_time else "wall"}
     shapes = dict(list(GEMM_SHAPES.items())[:1]) if quick else GEMM_SHAPES
     ratios = []
     for name, (m, k, n) in shapes.items():

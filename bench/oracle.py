@@ -9,7 +9,10 @@
   of --step-threads (default 1 and 2), each profile in its own child process (alternating), with
   each child's peak RSS. At 1 thread the ratio is of CPU times (a single-threaded process's CPU
   time is its wall time on an idle core, whatever else the machine runs); at more, of wall times
-  (CPU times are printed too). Another model is one more STEP_MODELS entry.
+  (CPU times are printed too). Another model is one more STEP_MODELS entry. The initial state is
+  made once per model in its own child and loaded by the step children; the peak RSS printed is
+  that of the steps alone (the kernel's mark is reset after loading). Large tensors use
+  transparent huge pages (THP_MEM_ALLOC_ENABLE=1, both profiles alike; --no-thp leaves it unset).
 
     .venv/bin/python bench/oracle.py [--json] [--threads N] [--step-threads 1,2] [--steps K] [--quick]
 """
@@ -24,6 +27,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -61,16 +65,48 @@ def _spec(model: str, profile: str, quick: bool):
     return Spec.from_dict(d)
 
 
-def child(model: str, profile: str, steps: int, quick: bool, warmup: int) -> None:
-    """Init, `warmup` untimed steps, then `steps` timed steps; prints one JSON line."""
-    import torch
+def _peak_rss_reset() -> bool:
+    """Reset the kernel's peak-RSS mark (VmHWM) of this process: Linux >= 4.0."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
 
-    from oracle.step import init_state, step
 
-    spec = _spec(model, profile, quick)
+def _peak_rss_mib() -> float:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def init_child(model: str, quick: bool, path: str) -> None:
+    """Initialise the model's state once and save it, so the step children load it."""
+    from oracle.step import init_state
+
+    spec = _spec(model, "exact-v1", quick)
     t0 = time.perf_counter()
     state = init_state(spec)
     init_s = time.perf_counter() - t0
+    state.to_safetensors(path)
+    print(json.dumps({"init_s": init_s, "peak_rss_mib": _peak_rss_mib()}))
+
+
+def child(model: str, profile: str, steps: int, quick: bool, warmup: int, state_path: str) -> None:
+    """Load the initial state, `warmup` untimed steps, then `steps` timed steps; prints one JSON
+    line. The peak RSS is that of the steps (the mark is reset after loading the state)."""
+    import torch
+
+    from oracle.state import TrainState
+    from oracle.step import step
+
+    spec = _spec(model, profile, quick)
+    state = TrainState.from_safetensors(state_path, spec)
+    reset = _peak_rss_reset()
     g = torch.Generator().manual_seed(0)  # benchmark data only
     batch = torch.randint(0, spec.model.vocab_size, (1, spec.sample_len), generator=g)
     times, cpu = [], []
@@ -79,25 +115,34 @@ def child(model: str, profile: str, steps: int, quick: bool, warmup: int) -> Non
         state, loss = step(state, batch, spec, t)
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
-    rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
-    print(json.dumps({"profile": profile, "init_s": init_s, "warmup": warmup,
+    print(json.dumps({"profile": profile, "warmup": warmup,
                       "step_s": statistics.median(times[warmup:]), "step_cpu_s": statistics.median(cpu[warmup:]),
-                      "peak_rss_mib": rss_mib,
+                      "peak_rss_mib": _peak_rss_mib(), "peak_is_steps_only": reset,
                       "loss": float(loss), "threads": torch.get_num_threads()}))
 
 
-def _run_child(model: str, profile: str, steps: int, quick: bool, threads: int | None, warmup: int) -> dict:
+def _child_env(threads: int | None, thp: bool) -> dict:
     env = os.environ.copy()
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
         env["NUMBA_NUM_THREADS"] = str(threads)
-    cmd = [sys.executable, __file__, "--child", profile, "--model", model, "--steps", str(steps),
-           "--warmup", str(warmup)]
-    cmd += ["--quick"] if quick else []
+    if thp:  # torch's CPU allocator asks for transparent huge pages for large tensors (both profiles)
+        env["THP_MEM_ALLOC_ENABLE"] = "1"
+    return env
+
+
+def _run(cmd: list[str], env: dict, what: str) -> dict:
     r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     if r.returncode != 0:
-        raise SystemExit(f"{profile} child failed:\n{r.stderr[-3000:]}")
+        raise SystemExit(f"{what} child failed:\n{r.stderr[-3000:]}")
     return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _run_child(model: str, profile: str, a, threads: int | None, state_path: str) -> dict:
+    cmd = [sys.executable, __file__, "--child", profile, "--model", model, "--steps", str(a.steps),
+           "--warmup", str(a.warmup), "--state", state_path]
+    cmd += ["--quick"] if a.quick else []
+    return _run(cmd, _child_env(threads, a.thp), profile)
 
 
 def _exact_ops_measure():
@@ -107,13 +152,13 @@ def _exact_ops_measure():
     return mod.measure
 
 
-def step_ratio(model: str, threads: int, a) -> dict:
+def step_ratio(model: str, threads: int, a, state_path: str) -> dict:
     """exact-v1 against torch-native steps of one model at one thread count (alternating children)."""
     runs: dict[str, list[dict]] = {"exact-v1": [], "torch-native": []}
     for _ in range(a.rounds):
         for profile in ("exact-v1", "torch-native"):
             print(f"step: {model} {profile} child, {threads} thread(s) ...", file=sys.stderr, flush=True)
-            runs[profile].append(_run_child(model, profile, a.steps, a.quick, threads, a.warmup))
+            runs[profile].append(_run_child(model, profile, a, threads, state_path))
 
     def med(profile, key):
         return statistics.median(r[key] for r in runs[profile])
@@ -124,7 +169,8 @@ def step_ratio(model: str, threads: int, a) -> dict:
         "exact_step_cpu_s": med("exact-v1", "step_cpu_s"), "native_step_cpu_s": med("torch-native", "step_cpu_s"),
         "exact_peak_rss_mib": max(r["peak_rss_mib"] for r in runs["exact-v1"]),
         "native_peak_rss_mib": max(r["peak_rss_mib"] for r in runs["torch-native"]),
-        "exact_init_s": runs["exact-v1"][0]["init_s"],
+        "peak_rss_of_steps_only": all(r["peak_is_steps_only"] for rs in runs.values() for r in rs),
+        "thp": a.thp,
     }
     step["step_ratio_wall"] = step["exact_step_s"] / step["native_step_s"]
     step["step_ratio_cpu"] = step["exact_step_cpu_s"] / step["native_step_cpu_s"]
@@ -145,24 +191,32 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=1, help="untimed steps before the timed ones")
     ap.add_argument("--rounds", type=int, default=1, help="alternating exact/native child pairs")
     ap.add_argument("--quick", action="store_true", help="2-layer model, one GEMM shape (smoke run)")
+    ap.add_argument("--no-thp", dest="thp", action="store_false",
+                    help="leave THP_MEM_ALLOC_ENABLE unset in the step children (default: 1 for both profiles)")
     ap.add_argument("--child", choices=["exact-v1", "torch-native"], help=argparse.SUPPRESS)
+    ap.add_argument("--init-child", help=argparse.SUPPRESS)
     ap.add_argument("--model", default="gpt2-small", help=argparse.SUPPRESS)
+    ap.add_argument("--state", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.init_child:
+        return init_child(a.model, a.quick, a.init_child)
     if a.child:
-        return child(a.model, a.child, a.steps, a.quick, a.warmup)
+        return child(a.model, a.child, a.steps, a.quick, a.warmup, a.state)
     threads_list = [int(t) for t in a.step_threads.split(",") if t.strip()]
     models = [m for m in a.models.split(",") if m.strip()]
     unknown = [m for m in models if m not in STEP_MODELS]
     if unknown or any(t < 1 for t in threads_list):
         raise SystemExit(f"--models takes {', '.join(STEP_MODELS)} (got {unknown}); --step-threads positive ints")
 
+    if a.thp:  # read by torch's allocator once, at its first allocation: set before importing torch
+        os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
     import torch
 
     measure = _exact_ops_measure()
     if a.threads:  # set after loading bench/exact_ops.py: set before it, the count did not hold
         torch.set_num_threads(a.threads)
     res = measure(quick=a.quick)
-    print(f"threads: {torch.get_num_threads()}")
+    print(f"threads: {torch.get_num_threads()} ({res['clock']} time: CPU time at 1 thread, else wall time)")
     print("exact GEMM throughput / torch fp32 matmul throughput, [256, K] @ [K, N]; limit = DGEMM/SGEMM "
           "throughput on the same shape:")
     for name, r in res["gemm"].items():
@@ -176,15 +230,22 @@ def main() -> None:
 
     steps = []
     for model in models:
-        for threads in threads_list:
-            st = step_ratio(model, threads, a)
-            steps.append(st)
+        with tempfile.TemporaryDirectory(prefix="pot-bench-") as tmp:
+            state_path = str(Path(tmp) / "state_0.safetensors")
+            print(f"init: {model} (once, shared by the step children) ...", file=sys.stderr, flush=True)
+            cmd = [sys.executable, __file__, "--init-child", state_path, "--model", model]
+            init = _run(cmd + (["--quick"] if a.quick else []), _child_env(None, a.thp), "init")
+            print(f"init {STEP_MODELS[model][0]}: {init['init_s']:.1f} s", flush=True)
+            for threads in threads_list:
+                st = step_ratio(model, threads, a, state_path)
+                st["exact_init_s"] = init["init_s"]
+                steps.append(st)
             print(f"step {st['model']}, {threads} thread(s): wall exact-v1 {st['exact_step_s']:.2f} s, torch-native "
                   f"{st['native_step_s']:.2f} s (ratio {st['step_ratio_wall']:.2f}); CPU exact "
                   f"{st['exact_step_cpu_s']:.2f} s, native {st['native_step_cpu_s']:.2f} s (ratio "
                   f"{st['step_ratio_cpu']:.2f}); step_ratio {st['step_ratio']:.2f}; peak RSS exact "
                   f"{st['exact_peak_rss_mib']:.0f} MiB, native {st['native_peak_rss_mib']:.0f} MiB "
-                  f"({st['rss_ratio']:.2f}x); exact init {st['exact_init_s']:.1f} s", flush=True)
+                  f"({st['rss_ratio']:.2f}x, steps only: {st['peak_rss_of_steps_only']})", flush=True)
     if a.json:
         first = steps[0] if steps else {}
         print(json.dumps({"gemm_ratio": res["gemm_ratio"], "dgemm_ratio": res["dgemm_ratio"],

@@ -53,10 +53,44 @@ class Fold:
     """A running sum (hi, lo) of float64 tensors, added to in a fixed order."""
 
     def __init__(self, shape, device) -> None:
-        self.hi = torch.zeros(shape, dtype=F64, device=device)
-        self.lo = torch.zeros(shape, dtype=F64, device=device)
+        self._shape, self._device = tuple(shape), device
+        # None stands for +0 everywhere (the fold starts at (0, 0); after one value lo is still
+        # +0): the words are allocated only when an operation needs them
+        self._hi: torch.Tensor | None = None
+        self._lo: torch.Tensor | None = None
         self.count = 0
         self._bad: list[torch.Tensor | int] = []
+
+    def _zeros(self) -> torch.Tensor:
+        return torch.zeros(self._shape, dtype=F64, device=self._device)
+
+    @property
+    def hi(self) -> torch.Tensor:
+        if self._hi is None:
+            self._hi = self._zeros()
+        return self._hi
+
+    @hi.setter
+    def hi(self, value: torch.Tensor) -> None:
+        self._hi = value
+
+    @property
+    def lo(self) -> torch.Tensor:
+        if self._lo is None:
+            self._lo = torch.zeros_like(self.hi)
+        return self._lo
+
+    @lo.setter
+    def lo(self, value: torch.Tensor | None) -> None:
+        self._lo = value
+
+    def copy(self) -> Fold:
+        """An independent Fold with the same words, count and inexact record."""
+        f = Fold(self._shape, self._device)
+        f._hi = None if self._hi is None else self._hi.clone()
+        f._lo = None if self._lo is None else self._lo.clone()
+        f.count, f._bad = self.count, list(self._bad)
+        return f
 
     @property
     def inexact(self) -> int:
@@ -72,8 +106,8 @@ class Fold:
             self._bad.append(bad)
         elif self.count == 0:
             # the first step from (0, 0) is exactly (v + 0, +0): same bytes, no work
-            self.hi = v + 0.0
-            self.lo = torch.zeros_like(self.hi)
+            self._hi = v + 0.0
+            self._lo = None
         else:
             self.add_many(v.unsqueeze(0))
             return
@@ -107,7 +141,11 @@ class Fold:
     def result(self) -> torch.Tensor:
         """float32 of hi + lo, rounded once; canonical NaN."""
         if self.count <= 1:  # lo is zero: one conversion rounds hi
+            if kernels.enabled() and self.hi.device.type == "cpu":
+                return kernels.f64_to_f32(self.hi)
             return canon_nan(self.hi.to(F32))
+        if kernels.enabled() and self.hi.device.type == "cpu":
+            return kernels.fold_result(self.hi, self.lo)
         s, err = two_sum(self.hi, self.lo)
         s = torch.where(torch.isfinite(s), s, self.hi)
         err = torch.where(torch.isfinite(err), err, torch.zeros_like(err))
@@ -284,10 +322,10 @@ class ExactGradAccumulator:
             if not sites:
                 out.append(torch.zeros_like(p))
                 continue
-            total = Fold(p.shape, p.device)
-            first = self._sites[sites[0]]
-            total.hi, total.lo, total.count = first.hi.clone(), first.lo.clone(), first.count
-            total._bad = list(first._bad)
+            if len(sites) == 1:  # one use site: its fold is the gradient
+                out.append(self._sites[sites[0]].result())
+                continue
+            total = self._sites[sites[0]].copy()
             for k in sites[1:]:
                 total.add_fold(self._sites[k])
             out.append(total.result())

@@ -296,9 +296,10 @@ def _kernel_quant(x: torch.Tensor, dim: int, s: int):
     return (q, e, ss) if dim == -1 else (q.transpose(-2, -1), e.transpose(-2, -1), ss)
 
 
-def _fast_single(a: torch.Tensor, b: torch.Tensor, k: int):
+def _fast_single(a: torch.Tensor, b: torch.Tensor, k: int, rounded: bool = False):
     """The single-slice product with both operands quantised by the CPU kernel (finite inputs),
-    or None. Same arithmetic as the general path."""
+    or None. Same arithmetic as the general path. With `rounded`, a 2-D product whose exact value
+    is one word comes back as its float32 result (hi, None) from one fused scale-and-round pass."""
     nc, kc = k_chunks(k)
     s = dot_bits(kc)
     qa = _kernel_quant(a, -1, s)
@@ -311,6 +312,9 @@ def _fast_single(a: torch.Tensor, b: torch.Tensor, k: int):
     hi, lo = _single_product(qa, qb, s, nc, kc,
                              lambda: math.sqrt(ssa) * math.sqrt(ssb) <= ONE_GEMM_BOUND)
     del qa, qb
+    if rounded and lo is None and hi.dim() == 2:
+        # RN32((hi * 2^(ea - s)) * 2^(eb - s)), the two products and the rounding as below
+        return kernels.scale_round_f32(hi, ea.reshape(-1), eb.reshape(-1), s), None
     return _scale(hi, lo, pow2(ea - s), pow2(eb - s))
 
 
@@ -437,6 +441,15 @@ def _matmul_parts(a: torch.Tensor, b: torch.Tensor, variant: str):
 
 def exact_matmul(a: torch.Tensor, b: torch.Tensor, variant: str = "single") -> torch.Tensor:
     """float32 result of the exact product of quantised a and b, rounded once."""
+    if variant == "single" and a.shape[-1] == b.shape[-2] and a.shape[-1] > 0:
+        fast = _fast_single(a, b, a.shape[-1], rounded=True)
+        if fast is not None and fast[0].dtype == F32:
+            return fast[0]
+        if fast is not None:  # two words: round them once below
+            hi, lo = fast
+            if lo is not None and not bool(torch.any(lo != 0)):
+                lo = None
+            return to_f32_once(hi, lo)
     hi, lo, nonfinite = _matmul_parts(a, b, variant)
     if lo is not None and not bool(torch.any(lo != 0)):
         lo = None  # hi alone is exact: one conversion rounds it

@@ -704,6 +704,42 @@ if numba is not None:
             out_bits[i] = NAN64_BITS if r != r else _f64_bits(r)
 
     @njit(parallel=True, **_opts)
+    def _fold_result_k(hi, lo, out):
+        """accumulate.Fold.result for count > 1: TwoSum, round-to-odd, float32, canonical NaN."""
+        for i in prange(hi.shape[0]):
+            h = hi[i]
+            lw = lo[i]
+            s = h + lw
+            bb = s - h
+            err = (h - (s - bb)) + (lw - bb)
+            if not abs(s) <= 1.7976931348623157e308:  # s is inf or NaN: torch.where(isfinite(s), s, hi)
+                s = h
+            if not abs(err) <= 1.7976931348623157e308:
+                err = 0.0
+            bits = _f64_bits(s)
+            if err != 0.0 and (bits & 1) == 0 and abs(s) <= 1.7976931348623157e308:
+                if (s > 0.0) == (err > 0.0):
+                    bits += 1
+                else:
+                    bits -= 1
+            out[i] = _f32(_bits_as_f64(bits))
+
+    @njit(parallel=True, **_opts)
+    def _scale_round_k(hi, ea, eb, s, out):
+        """gemm's epilogue: out = RN32((hi * 2^(ea_i - s)) * 2^(eb_j - s)), two exact scalings
+        (float64 products, in that order) and one rounding."""
+        M, N = hi.shape
+        for i in prange(M):
+            pa = _pow2(np.int64(ea[i] - s))
+            for j in range(N):
+                out[i, j] = _f32((hi[i, j] * pa) * _pow2(np.int64(eb[j] - s)))
+
+    @njit(parallel=True, **_opts)
+    def _to_f32_k(x, out):
+        for i in prange(x.shape[0]):
+            out[i] = _f32(x[i])
+
+    @njit(parallel=True, **_opts)
     def _sqrt32_k(x, out):
         for i in prange(x.shape[0]):
             out[i] = _f32(math.sqrt(np.float64(x[i])))
@@ -716,6 +752,30 @@ def _sqrt_cpu(x: torch.Tensor) -> torch.Tensor:
         _sqrt32_k(_np(x).reshape(-1), out.view(-1).numpy())
     else:
         _sqrt64_k(_np(x).reshape(-1), out.view(-1).view(torch.int64).numpy())
+    return out
+
+
+@_serial
+def fold_result(hi: torch.Tensor, lo: torch.Tensor) -> torch.Tensor:
+    """float32 of hi + lo rounded once, as accumulate.Fold.result computes it (count > 1)."""
+    out = torch.empty(hi.shape, dtype=F32)
+    _fold_result_k(_np(hi).reshape(-1), _np(lo).reshape(-1), out.view(-1).numpy())
+    return out
+
+
+@_serial
+def scale_round_f32(hi: torch.Tensor, ea: torch.Tensor, eb: torch.Tensor, s: int) -> torch.Tensor:
+    """float32 of (hi * 2^(ea - s)) * 2^(eb - s) for hi [M, N] float64, ea [M], eb [N] int64."""
+    out = torch.empty(hi.shape, dtype=F32)
+    _scale_round_k(_np(hi), _np(ea), _np(eb), int(s), out.numpy())
+    return out
+
+
+@_serial
+def f64_to_f32(x: torch.Tensor) -> torch.Tensor:
+    """canon_nan(x.to(float32)) in one pass."""
+    out = torch.empty(x.shape, dtype=F32)
+    _to_f32_k(_np(x).reshape(-1), out.view(-1).numpy())
     return out
 
 

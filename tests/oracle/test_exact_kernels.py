@@ -249,3 +249,47 @@ def test_hilo_fast_path_equals_general_path():
         with kernels.disabled():
             slow = G.exact_matmul(x, w.t(), "hilo")
         _same(fast, slow)
+
+
+def _fold_result_cases():
+    """(hi, lo) float64 pairs: float32 ties and near-ties, subnormal and overflowing results,
+    signed zeros, non-finite words and NaN payloads."""
+    g = torch.Generator().manual_seed(29)
+    n = 6000
+    f32 = (torch.randn(n, generator=g) * torch.exp(torch.randn(n, generator=g) * 30)).float().to(torch.float64)
+    ulp = torch.abs(f32) * 2.0**-24  # half a float32 unit: hi on or near a tie
+    hi = torch.cat([f32 + ulp, f32 - ulp, f32, torch.randn(n, generator=g, dtype=torch.float64) * 1e-40])
+    lo = torch.cat([torch.randn(n, generator=g, dtype=torch.float64) * 1e-30 * torch.abs(f32),
+                    -torch.abs(f32) * 2.0**-60, torch.zeros(n, dtype=torch.float64),
+                    torch.randn(n, generator=g, dtype=torch.float64) * 1e-60])
+    special = torch.tensor([
+        (0.0, 0.0), (-0.0, 0.0), (-0.0, -0.0), (0.0, -0.0), (float("inf"), 1.0), (float("-inf"), 0.0),
+        (float("nan"), 0.0), (1.0, float("nan")), (1.0, float("inf")), (float("inf"), float("-inf")),
+        (3.4028235677973366e38, 3e30), (3.4028235677973366e38, -1.0), (1e308, 1e308), (2.0**-150, 1e-300),
+        (2.0**-150, -1e-300), (-(2.0**-150), 1e-300), (2.0**-149 * 1.5, 1e-310), (1.0 + 2.0**-24, 1e-300),
+        (1.0 + 2.0**-24, -1e-300), (1.0 + 2.0**-24, 0.0), (1.0 + 3 * 2.0**-24, 0.0)], dtype=torch.float64)
+    hi = torch.cat([hi, special[:, 0]])
+    lo = torch.cat([lo, special[:, 1]])
+    nan_payload = torch.tensor([0x7FF0000000000123, -0x000FFFFFFFFFFFF1], dtype=torch.int64).view(torch.float64)
+    return torch.cat([hi, nan_payload]), torch.cat([lo, torch.zeros(2, dtype=torch.float64)])
+
+
+@pytest.mark.skipif(not kernels.enabled(), reason="numba kernels not available")
+def test_fold_result_and_f64_to_f32_kernels_equal_eager():
+    from oracle.exact.accumulate import Fold
+    from oracle.exact.quant import canon_nan
+
+    hi, lo = _fold_result_cases()
+    outs = []
+    for use in (True, False):
+        with (_null() if use else kernels.disabled()):
+            f = Fold(hi.shape, "cpu")
+            f.hi, f.lo, f.count = hi.clone(), lo.clone(), 2
+            one = Fold(hi.shape, "cpu")
+            one.add(hi.clone())
+            outs.append((f.result(), one.result()))
+    (r1, o1), (r2, o2) = outs
+    assert torch.equal(bits(r1), bits(r2))
+    assert torch.equal(bits(o1), bits(o2))
+    assert torch.equal(bits(kernels.f64_to_f32(hi)), bits(canon_nan(hi.to(torch.float32))))
+    assert int(torch.isnan(r1).sum()) >= 4 and bool((bits(r1)[torch.isnan(r1)] == 0x7FC00000).all())
