@@ -5,7 +5,8 @@
   float32 one (SGEMM), since the exact product is a float64 GEMM of integers plus quantisation,
   and how much of that limit the exact GEMM reaches;
 - step_ratio: exact-v1 step time / torch-native step time for each model of STEP_MODELS (GPT-2
-  small: 12 layers, 12 heads, 768 wide, vocab 50304, batch 1 x 256 tokens), at each thread count
+  small: 12 layers, 12 heads, 768 wide, vocab 50304, batch 1 x 256 tokens; a Llama of the same
+  width and depth with grouped-query attention and a SwiGLU MLP), at each thread count
   of --step-threads (default 1 and 2), each profile in its own child process (alternating), with
   each child's peak RSS. At 1 thread the ratio is of CPU times (a single-threaded process's CPU
   time is its wall time on an idle core, whatever else the machine runs); at more, of wall times
@@ -48,10 +49,26 @@ def _gpt2_small(quick: bool) -> dict:
     return d
 
 
+LLAMA_TINY = ROOT / "examples" / "specs" / "llama-tiny.toml"
+
+
+def _llama_small(quick: bool) -> dict:
+    """A Llama at GPT-2 small's width and depth (12 layers, 12 heads sharing 4 kv heads, 768 wide,
+    SwiGLU 2048, vocab 50304, tied head), batch 1 x 256 (--quick: 2 layers)."""
+    from commitments.spec import Spec
+
+    d = Spec.from_toml(LLAMA_TINY).canonical()
+    d["model"].update(vocab_size=50304, block_size=1024, n_layer=2 if quick else 12, n_head=12, n_kv_head=4,
+                      n_embd=768, intermediate_size=2048, tie_weights=True)
+    d["batch"] = {"batch_size": 1, "seq_len": 256}
+    return d
+
+
 # name -> (label, function(quick) -> the spec as a dict, without the profile); one line each in
 # the report, in this order
 STEP_MODELS = {
     "gpt2-small": ("GPT-2 small width/depth, batch 1x256", _gpt2_small),
+    "llama-small": ("Llama at GPT-2 small width/depth (GQA 12/4, SwiGLU 2048), batch 1x256", _llama_small),
 }
 
 
