@@ -74,3 +74,15 @@ def test_a_few_steps_lower_the_loss_on_a_repeated_batch():
         state, loss = step(state, batch, spec, t)
         losses.append(loss.item())
     assert losses[-1] < losses[0] - 0.2
+
+
+def test_a_one_billion_parameter_configuration_is_a_valid_spec():
+    """TinyLlama-1.1B's shape (22 layers, 32 heads sharing 4 kv heads, 2048 wide, SwiGLU 5632,
+    vocab 32000, untied head): the parameter count transformers gives it, nothing allocated."""
+    spec = Spec.from_dict({"model": {"kind": "llama", "vocab_size": 32000, "block_size": 2048, "n_layer": 22,
+                                     "n_head": 32, "n_kv_head": 4, "n_embd": 2048, "intermediate_size": 5632,
+                                     "tie_weights": False, "rms_eps": 1e-5},
+                           "batch": {"batch_size": 1, "seq_len": 2048}})
+    specs = models.build(spec.model).param_specs()
+    assert len(specs) == 201
+    assert sum(int(torch.Size(p.shape).numel()) for p in specs) == 1_100_048_384
