@@ -27,7 +27,7 @@ EXACT_PATH_FILES = (
 
 TORCH_NAMES = {
     "torch.Tensor": TYPE, "torch.float32": TYPE, "torch.float64": TYPE, "torch.int64": TYPE, "torch.int32": TYPE,
-    "torch.bool": TYPE, "torch.int8": TYPE, "torch.autograd.Function": TYPE,
+    "torch.bool": TYPE, "torch.int8": TYPE, "torch.autograd.Function": TYPE, "torch.device": TYPE,
     "torch.autograd.grad": SETTING, "torch.no_grad": SETTING, "torch.get_num_threads": SETTING,
     "torch.broadcast_shapes": SETTING, "torch.set_float32_matmul_precision": SETTING,
     "torch.set_flush_denormal": SETTING, "torch.use_deterministic_algorithms": SETTING,
