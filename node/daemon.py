@@ -569,6 +569,11 @@ class VerifierNode:
             stage = Stage(job.stage)
             if (replays_free if stage == Stage.REPLAY else threads_free) <= 0:
                 continue
+            if stage == Stage.REPLAY and not self.cluster and not self._paths(bytes(job.challenge_id))[0].exists():
+                # fetched by a cluster worker before this node switched to its local pool: fetch it here
+                self._set(bytes(job.challenge_id), stage=Stage.FETCH,
+                          status="the opening was fetched on the cluster; fetching it for the local pool")
+                continue
             owners = self._owners(job)
             if not self.in_flight.admits(owners):
                 continue

@@ -160,3 +160,36 @@ def test_a_task_past_its_budget_is_cancelled_on_the_cluster(cluster):
         replays.shutdown()
         _Trickle.stopped.set()
         server.shutdown()
+
+
+@pytest.fixture
+def local_node(tmp_path):
+    """An in-process daemon with the local pool, on its own dev chain and database."""
+    from node.config import load_config, load_secrets
+    from node.daemon import VerifierNode
+    from node.db import open_database
+
+    cfg_path = tmp_path / "n.toml"
+    cfg_path.write_text(f'[chain]\nurl = "dev:///{tmp_path}/c.db"\naccount = "v1"\n')
+    cfg = load_config(cfg_path, env={})
+    engine = open_database(cfg.database_url, init=True)
+    n = VerifierNode(cfg, load_secrets(None, env={}), engine)
+    n.head = 100
+    yield n
+    n.shutdown()
+    engine.dispose()
+
+
+def test_a_job_fetched_on_the_cluster_is_fetched_again_by_a_local_pool(local_node):
+    """A node switched from the cluster back to its local pool holds no opening file for a job at
+    replay: it goes back to fetch, never to a replay of a missing file."""
+    from tests.node.test_deadlines import _add_job, _job
+
+    node = local_node
+    cid = b"\x0c" * 32
+    _add_job(node, cid, "replay", "a")
+    assert not node.cluster
+    node.schedule()
+    job = _job(node, cid)
+    assert job.stage == "fetch" and "cluster" in job.status
+    assert not node.replays.running(cid)
