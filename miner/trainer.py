@@ -244,6 +244,8 @@ class Trainer:
 
     def register(self) -> None:
         """Submit start_training_commitment (idempotent: an identical repeat is a no-op on chain)."""
+        if self.transport is not None:
+            self._chain_view()  # refuses other parameters before anything is sent
         self._submit([StartTrainingCommitment(
             run_id=self.run_id, initial_hash=self.initial_hash, schedule_commitment=self.schedule.commitment,
             dataset_hash=self.dataset.dataset_hash, spec=self.spec.to_cbor(), declared_steps=self.spec.steps,
@@ -366,6 +368,8 @@ class Trainer:
 
     def run(self, *, follow: bool = True, **follow_kw: Any) -> dict[bytes, str]:
         """prepare, register, train, submit the final root, then (optionally) answer challenges."""
+        if self.transport is not None:
+            self._chain_view()  # the chain's parameters, checked against a pin, before any work
         self.prepare()
         if self.transport is not None:
             self.register()

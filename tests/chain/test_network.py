@@ -246,6 +246,28 @@ def test_a_node_whose_parameters_disagree_with_the_chain_refuses_to_start(tmp_pa
         engine.dispose()
 
 
+def test_the_miner_sdk_refuses_to_train_under_other_parameters(tmp_path):
+    """The trainer reads the chain's record before it registers: a pin that disagrees stops it
+    before any call is sent or step trained."""
+    from commitments.dataset import Dataset
+    from miner.trainer import Trainer, TrainerError
+    from tests.miner.helpers import corpus, tiny_spec
+
+    db = tmp_path / "c.db"
+    DevTransport(db, "authority").submit([_configure(BASE, 2)])
+    spec = tiny_spec(steps=2)
+    ds = Dataset.open(corpus(tmp_path), spec.sample_len, vocab_size=spec.model.vocab_size)
+    with Trainer(spec, ds, tmp_path / "run", DevTransport(db, "m"), params=OTHER, progress=False) as t:
+        with pytest.raises(TrainerError, match=r"the miner's parameters \(--params\) disagrees .* "
+                                               r"commit_window: 5 != 2 \(pinned != chain\)"):
+            t.run(follow=False)
+    assert DevTransport(db, "observer").finalized_head() == 1  # nothing sent after the record
+    with Trainer(spec, ds, tmp_path / "run2", DevTransport(db, "m2"), progress=False) as t:
+        t.prepare()
+        t.register()  # no pin: the chain's parameters
+        assert t.view.params == BASE and t.run_id in t.view.state.runs
+
+
 def test_the_node_api_lists_the_refusals_of_its_runs_and_of_any_account(tmp_path):
     """Remarks from a miner of one of the node's runs, and from a client with no run at all, as the
     node's own daemon recorded them, through its HTTP API."""
