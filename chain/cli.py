@@ -183,9 +183,9 @@ def events(
     from chain.protocol import ProtocolState
 
     pinned = load_params(params)
-    memo = BlockMemo(transport)
     try:
-        rec = read_network(memo, transport.finalized_head(), authority=authority)
+        memo = BlockMemo(transport)
+        rec = read_network(memo, memo.until, authority=authority)
         check_pinned(rec, pinned, pin_name="--params")
     except NetworkParamsError as exc:
         transport.close()

@@ -155,12 +155,14 @@ def seeded_state(rec: NetworkRecord, params: ProtocolParams) -> ProtocolState:
 
 
 class BlockMemo:
-    """A read-only view of a transport that keeps the blocks it has read (up to `limit`), so that
-    reading the network record and then replaying the chain reads each block once."""
+    """A read-only view of a transport that keeps the blocks up to the head it saw when made (at
+    most `limit`) until they are read a second time, so that reading the network record and then
+    replaying the chain reads each block once. Later blocks pass through unkept."""
 
     def __init__(self, transport: Transport, limit: int = 20_000) -> None:
         self.transport = transport
         self.limit = limit
+        self.until = transport.finalized_head()
         self._blocks: dict[int, Any] = {}
 
     def __getattr__(self, name: str) -> Any:
@@ -170,7 +172,7 @@ class BlockMemo:
         b = self._blocks.pop(number, None)  # a block is wanted twice at most: the scan, then the replay
         if b is None:
             b = self.transport.block(number)
-            if len(self._blocks) < self.limit:
+            if number <= self.until and len(self._blocks) < self.limit:
                 self._blocks[number] = b
         return b
 

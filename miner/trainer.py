@@ -232,7 +232,7 @@ class Trainer:
         if self.view is None:
             memo = BlockMemo(self.transport)
             try:
-                rec = read_network(memo, self.transport.finalized_head())
+                rec = read_network(memo, memo.until)
                 check_pinned(rec, self._params, pin_name="the miner's parameters (--params)")
             except NetworkParamsError as exc:
                 raise TrainerError(str(exc)) from None

@@ -117,7 +117,7 @@ def chain_facts(url: str, challenge_id: bytes, config: Path | None) -> dict[str,
     transport = connect(url) if url.startswith("dev://") else connect(url, key="//pot//verify-reader")
     try:
         memo = BlockMemo(transport)
-        rec = read_network(memo, transport.finalized_head())
+        rec = read_network(memo, memo.until)
         check_pinned(rec, params, pin_name="the config's [protocol] section")
         view = ChainView(memo, rec.initial or params)
         view.sync()

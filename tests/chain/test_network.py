@@ -146,6 +146,26 @@ def test_read_network_and_the_pin_check(tmp_path):
     assert rec.current == BASE and [e.refusal for e in rec.refused] == ["NotAuthority"]
 
 
+def test_reading_the_record_then_replaying_reads_each_block_once(tmp_path):
+    from chain.network import BlockMemo
+
+    t = DevTransport(tmp_path / "c.db", "alice")
+    t.submit([_configure(BASE, 3)])
+    for _ in range(3):
+        t.seal()
+    reads: list[int] = []
+    real = t.block
+    t.block = lambda n: reads.append(n) or real(n)  # type: ignore[method-assign]
+    memo = BlockMemo(t)
+    rec = read_network(memo, memo.until)
+    view = ChainView(memo, rec.initial)
+    view.sync()
+    assert reads == [1, 2, 3, 4] and view.params == BASE
+    t.seal()  # a block after the memo's head passes through, unkept
+    view.sync()
+    assert reads == [1, 2, 3, 4, 5] and memo._blocks == {}
+
+
 # --- real processes on the dev chain ------------------------------------------------------------------
 
 
