@@ -257,12 +257,12 @@ def main() -> None:
                 st = step_ratio(model, threads, a, state_path)
                 st["exact_init_s"] = init["init_s"]
                 steps.append(st)
-            print(f"step {st['model']}, {threads} thread(s): wall exact-v1 {st['exact_step_s']:.2f} s, torch-native "
-                  f"{st['native_step_s']:.2f} s (ratio {st['step_ratio_wall']:.2f}); CPU exact "
-                  f"{st['exact_step_cpu_s']:.2f} s, native {st['native_step_cpu_s']:.2f} s (ratio "
-                  f"{st['step_ratio_cpu']:.2f}); step_ratio {st['step_ratio']:.2f}; peak RSS exact "
-                  f"{st['exact_peak_rss_mib']:.0f} MiB, native {st['native_peak_rss_mib']:.0f} MiB "
-                  f"({st['rss_ratio']:.2f}x, steps only: {st['peak_rss_of_steps_only']})", flush=True)
+                print(f"step {st['model']}, {threads} thread(s): wall exact-v1 {st['exact_step_s']:.2f} s, torch-native "
+                      f"{st['native_step_s']:.2f} s (ratio {st['step_ratio_wall']:.2f}); CPU exact "
+                      f"{st['exact_step_cpu_s']:.2f} s, native {st['native_step_cpu_s']:.2f} s (ratio "
+                      f"{st['step_ratio_cpu']:.2f}); step_ratio {st['step_ratio']:.2f}; peak RSS exact "
+                      f"{st['exact_peak_rss_mib']:.0f} MiB, native {st['native_peak_rss_mib']:.0f} MiB "
+                      f"({st['rss_ratio']:.2f}x, steps only: {st['peak_rss_of_steps_only']})", flush=True)
     if a.json:
         first = steps[0] if steps else {}
         print(json.dumps({"gemm_ratio": res["gemm_ratio"], "dgemm_ratio": res["dgemm_ratio"],

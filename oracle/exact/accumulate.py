@@ -113,10 +113,17 @@ class Fold:
             return
         self.count += 1
 
-    def add_many(self, values: torch.Tensor) -> None:
-        """Add values[0], values[1], ... in that order (each param-shaped)."""
+    def add_many(self, values: torch.Tensor, owned: bool = False) -> None:
+        """Add values[0], values[1], ... in that order (each param-shaped). `owned`: the caller
+        hands `values` over (it is not used after), so a single value may become the fold's hi
+        in place."""
         n = values.shape[0]
         if n == 0:
+            return
+        if self.count == 0 and owned and n == 1 and values.dtype == F64:
+            self._hi = values[0].add_(0.0)  # as add(): (v + 0, +0), without a copy
+            self._lo = None
+            self.count = 1
             return
         if self.count == 0:
             self.add(values[0])

@@ -135,7 +135,7 @@ class _Linear(torch.autograd.Function):
                     ph, pl = matmul_parts(g3[lo:hi].transpose(1, 2), x3[lo:hi], variant)
                     if pl is not None:  # each sequence's exact value is hi + lo: add both, in order
                         ph = torch.stack([ph, pl], dim=1).reshape(-1, *ph.shape[1:])
-                    fold.add_many(ph)
+                    fold.add_many(ph, owned=True)  # ph is this call's own result
             gw = _param_grad(w_obj, fill_w)
         if ctx.has_b and ctx.needs_input_grad[2]:
             per_seq = _seq_sums(g3)
