@@ -142,7 +142,7 @@ def _exact_gemm(qa: torch.Tensor, qb: torch.Tensor, bits_a: int, bits_b: int, ro
 ROUTES = ("dgemm", "int7", "int8")
 SLICE_BITS = {"int7": 7, "int8": 8}
 INT64_BOUND = 2**63 - 2**10   # int64 partial sums stay below this; RN64 of one stays below 2^63
-MAX_SLICED_BATCH = 64        # more (small) matrices than this: the float64 GEMM's batched call
+MAX_SLICED_BATCH = 16        # more (small) matrices than this: the float64 GEMM's batched call
 _route_override: str | None = None
 
 
