@@ -61,7 +61,7 @@ def zeros(shape: tuple[int, ...], device=None) -> torch.Tensor:
     """float32 zeros. On CPU from calloc'd memory: the kernel maps zero pages lazily, so the
     zero moments of a large state cost no page faults until a step writes them (torch.zeros
     writes every page: half a second per 500 MB on a busy machine)."""
-    if device is None or torch.device(device).type == "cpu":
+    if device is None or str(device).split(":")[0] == "cpu":  # None, a torch.device or its name
         return torch.from_numpy(np.zeros(shape, dtype=np.float32))
     return torch.zeros(shape, dtype=torch.float32, device=device)
 

@@ -275,7 +275,8 @@ def box_muller_compiled(wa: torch.Tensor, wb: torch.Tensor, std: float = 1.0) ->
 
 
 def _use_kernel(device) -> bool:
-    return kernels.enabled() and (device is None or torch.device(device).type == "cpu")
+    # a device is None, a torch.device or its name ("cpu", "cuda:0"); str() of each gives the name
+    return kernels.enabled() and (device is None or str(device).split(":")[0] == "cpu")
 
 
 def _kernel_threads(n: int):
