@@ -12,8 +12,8 @@
   time is its wall time on an idle core, whatever else the machine runs); at more, of wall times
   (CPU times are printed too). Another model is one more STEP_MODELS entry. The initial state is
   made once per model in its own child and loaded by the step children; the peak RSS printed is
-  that of the steps alone (the kernel's mark is reset after loading). Large tensors use
-  transparent huge pages (THP_MEM_ALLOC_ENABLE=1, both profiles alike; --no-thp leaves it unset).
+  that of the steps alone (the kernel's mark is reset after loading). --thp asks torch's
+  allocator for transparent huge pages (THP_MEM_ALLOC_ENABLE=1) in every process, both profiles.
 
     .venv/bin/python bench/oracle.py [--json] [--threads N] [--step-threads 1,2] [--steps K] [--quick]
 """
@@ -208,8 +208,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=1, help="untimed steps before the timed ones")
     ap.add_argument("--rounds", type=int, default=1, help="alternating exact/native child pairs")
     ap.add_argument("--quick", action="store_true", help="2-layer model, one GEMM shape (smoke run)")
-    ap.add_argument("--no-thp", dest="thp", action="store_false",
-                    help="leave THP_MEM_ALLOC_ENABLE unset in the step children (default: 1 for both profiles)")
+    ap.add_argument("--thp", action="store_true",
+                    help="THP_MEM_ALLOC_ENABLE=1 (transparent huge pages for large tensors) in every process")
     ap.add_argument("--child", choices=["exact-v1", "torch-native"], help=argparse.SUPPRESS)
     ap.add_argument("--init-child", help=argparse.SUPPRESS)
     ap.add_argument("--model", default="gpt2-small", help=argparse.SUPPRESS)
