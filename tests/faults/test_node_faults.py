@@ -49,6 +49,9 @@ def _log_has(net: FaultNetwork, name: str, needle: str, after: int = 0) -> bool:
     return needle in net.log(name)[after:]
 
 
+# It stops the PostgreSQL server every other test shares, so it runs on its own (./scripts/test runs
+# the `serial` tests after the parallel part).
+@pytest.mark.serial
 def test_node_recovers_from_kills_chain_restart_db_outage_and_a_hanging_prover(tmp_path, pg_db):
     admin, pg_name, pg_url = pg_db
     net = FaultNetwork(tmp_path, PARAMS, interval=0.3)
