@@ -25,7 +25,7 @@ from commitments.files import atomic_write_text
 from commitments.spec import Spec
 from devnet.procs import free_port
 from devnet.toml import to_toml
-from node.db import chain_cursor, chain_events, challenges, open_database, runs
+from node.db import DatabaseError, chain_cursor, chain_events, challenges, open_database, runs
 from tests.chain.chopsticks_env import Chopsticks, chopsticks, fresh_chain, unique_key  # noqa: F401
 from tests.chain.test_substrate_reconnect import CuttableProxy
 from tests.faults.harness import wait_for
@@ -73,7 +73,10 @@ def test_node_resumes_from_its_cursor_after_the_socket_is_cut(tmp_path, chopstic
             if engine is None:
                 if not db_path.exists():
                     return -1
-                engine = open_database(f"sqlite:///{db_path}")
+                try:
+                    engine = open_database(f"sqlite:///{db_path}")
+                except DatabaseError:  # the node has created the file but not yet migrated it
+                    return -1
             with engine.connect() as c:
                 return c.execute(sa.select(chain_cursor.c.block)).scalar() or -1
 

@@ -99,9 +99,11 @@ def test_run_refuses_an_uninitialised_database(tmp_path):
     assert out.returncode == 0 and json.loads(out.stdout)["ok"] is True
 
 
-def _node(tmp_path, chain_db, env=None):
+def _node(tmp_path, chain_db, env=None, protocol="[protocol]\n"):
+    """A node on `chain_db`; its [protocol] section (by default present, so a pin of the defaults,
+    which these chains without a parameter record need) is `protocol`."""
     cfg_path = tmp_path / "n.toml"
-    cfg_path.write_text(f'[chain]\nurl = "dev:///{chain_db}"\naccount = "v1"\n')
+    cfg_path.write_text(f'[chain]\nurl = "dev:///{chain_db}"\naccount = "v1"\n{protocol}')
     cfg = load_config(cfg_path, env=env or {})
     engine = open_database(cfg.database_url, init=True)
     return VerifierNode(cfg, load_secrets(None, env={}), engine), engine
@@ -109,8 +111,22 @@ def _node(tmp_path, chain_db, env=None):
 
 def test_start_refuses_parameters_other_than_the_chains(tmp_path):
     DevTransport(tmp_path / "c.db", "miner").record_params(ProtocolParams(commit_window=9))
-    node, engine = _node(tmp_path, tmp_path / "c.db")
-    with pytest.raises(StartupError, match="chain records protocol parameters"):
+    node, engine = _node(tmp_path, tmp_path / "c.db", protocol="[protocol]\ncommit_window = 12\n")
+    with pytest.raises(StartupError, match="disagrees with the protocol parameters the chain records"):
+        node.start()
+    engine.dispose()
+    # Without a [protocol] section the node follows the chain's record.
+    follower, engine = _node(tmp_path, tmp_path / "c.db", protocol="")
+    follower.start()
+    assert follower.view is not None and follower.view.params.commit_window == 9
+    follower.shutdown()
+    engine.dispose()
+
+
+def test_start_refuses_a_chain_without_parameters_and_no_pin(tmp_path):
+    DevTransport(tmp_path / "c.db", "miner").seal()
+    node, engine = _node(tmp_path, tmp_path / "c.db", protocol="")
+    with pytest.raises(StartupError, match="records no protocol parameters .* and none are pinned"):
         node.start()
     engine.dispose()
 
