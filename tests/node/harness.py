@@ -28,6 +28,20 @@ from tests.miner.helpers import corpus, tiny_spec, walk
 REPO = Path(__file__).resolve().parents[2]
 
 
+def in_process_node(tmp_path: Path, chain_db: Path, toml: str = "", env: dict | None = None):
+    """A VerifierNode in this process (account v1) on the dev chain `chain_db`, with a fresh SQLite
+    database under `tmp_path`; `toml` is appended to its config. Returns (node, engine)."""
+    from node.config import load_config, load_secrets
+    from node.daemon import VerifierNode
+    from node.db import open_database
+
+    cfg_path = tmp_path / "n.toml"
+    cfg_path.write_text(f'[chain]\nurl = "dev:///{chain_db}"\naccount = "v1"\n{toml}')
+    cfg = load_config(cfg_path, env=env or {})
+    engine = open_database(cfg.database_url, init=True)
+    return VerifierNode(cfg, load_secrets(None, env={}), engine), engine
+
+
 def chain_calls(net: Network, origin: str | None = None) -> list[tuple[int, str, Any]]:
     """Every call on the chain (block, origin, call), optionally of one origin."""
     t = DevTransport(net.chain_path, "observer")

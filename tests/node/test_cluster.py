@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from chain.protocol import ProtocolParams
 from tests.miner.helpers import tiny_spec
-from tests.node.harness import Network
+from tests.node.harness import Network, in_process_node
 
 # Blocks every 0.25 s: a 60 s commit window leaves the stages room on a loaded machine.
 PARAMS = ProtocolParams(commit_window=240, reveal_window=24, opening_deadline=40, challenge_delay=4,
@@ -165,15 +165,7 @@ def test_a_task_past_its_budget_is_cancelled_on_the_cluster(cluster):
 @pytest.fixture
 def local_node(tmp_path):
     """An in-process daemon with the local pool, on its own dev chain and database."""
-    from node.config import load_config, load_secrets
-    from node.daemon import VerifierNode
-    from node.db import open_database
-
-    cfg_path = tmp_path / "n.toml"
-    cfg_path.write_text(f'[chain]\nurl = "dev:///{tmp_path}/c.db"\naccount = "v1"\n')
-    cfg = load_config(cfg_path, env={})
-    engine = open_database(cfg.database_url, init=True)
-    n = VerifierNode(cfg, load_secrets(None, env={}), engine)
+    n, engine = in_process_node(tmp_path, tmp_path / "c.db")
     n.head = 100
     yield n
     n.shutdown()

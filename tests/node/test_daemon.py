@@ -15,10 +15,9 @@ import sqlalchemy as sa
 from chain.calls import CommitWitness, RevealWitnessValue
 from chain.dev import DevTransport
 from chain.protocol import ProtocolParams
-from node.config import load_config, load_secrets
-from node.daemon import StartupError, VerifierNode
+from node.daemon import StartupError
 from node.db import chain_cursor, chain_events, challenges, open_database, stage_log, txs
-from tests.node.harness import REPO, Network, chain_calls
+from tests.node.harness import REPO, Network, chain_calls, in_process_node
 
 pytestmark = pytest.mark.slow
 
@@ -102,11 +101,7 @@ def test_run_refuses_an_uninitialised_database(tmp_path):
 def _node(tmp_path, chain_db, env=None, protocol="[protocol]\n"):
     """A node on `chain_db`; its [protocol] section (by default present, so a pin of the defaults,
     which these chains without a parameter record need) is `protocol`."""
-    cfg_path = tmp_path / "n.toml"
-    cfg_path.write_text(f'[chain]\nurl = "dev:///{chain_db}"\naccount = "v1"\n{protocol}')
-    cfg = load_config(cfg_path, env=env or {})
-    engine = open_database(cfg.database_url, init=True)
-    return VerifierNode(cfg, load_secrets(None, env={}), engine), engine
+    return in_process_node(tmp_path, chain_db, protocol, env)
 
 
 def test_start_refuses_parameters_other_than_the_chains(tmp_path):

@@ -18,7 +18,7 @@ from challenges.opening import MAGIC, build_opening
 from node.db import challenges, open_database, stage_log
 from node.pipeline import ChainFacts, ReplayPool
 from node.scheduler import BlockClock, Budgets, InFlight, describe_error, is_input_error, round_robin
-from tests.node.harness import Network, chain_calls
+from tests.node.harness import Network, chain_calls, in_process_node
 
 # --- the policy on its own ------------------------------------------------------------------------
 
@@ -132,14 +132,7 @@ def test_a_replay_past_its_budget_is_killed_and_its_worker_replaced(tmp_path):
 
 @pytest.fixture
 def node(tmp_path):
-    from node.config import load_config, load_secrets
-    from node.daemon import VerifierNode
-
-    cfg_path = tmp_path / "n.toml"
-    cfg_path.write_text(f'[chain]\nurl = "dev:///{tmp_path}/c.db"\naccount = "v1"\n[schedule]\nstage_attempts = 2\n')
-    cfg = load_config(cfg_path, env={})
-    engine = open_database(cfg.database_url, init=True)
-    n = VerifierNode(cfg, load_secrets(None, env={}), engine)
+    n, engine = in_process_node(tmp_path, tmp_path / "c.db", "[schedule]\nstage_attempts = 2\n")
     n.head = 100
     yield n
     n.shutdown()
