@@ -27,6 +27,8 @@ MAX_PROOF_LEN = 64  # a Merkle proof over 2^64 leaves has at most 64 hashes
 INT_MAX = 2**64 - 1
 BUCKET_MIN, BUCKET_MAX = -(2**31), 2**31 - 1
 SALT_MIN, SALT_MAX = 16, 64
+NONCE_MIN, NONCE_MAX = 16, 32
+MAX_MIRRORS = 4  # further addresses of one opening, besides its uri
 
 
 class CallError(ValueError):
@@ -44,6 +46,7 @@ IGNORE_REASONS: dict[str, str] = {
     "bad_fields": "the call's fields are missing, unknown or out of range",
     "truncated": "the payload is shorter than the pot1 prefix",
     "bad_prefix": "the payload nearly carries the pot1 prefix (its detail says how)",
+    "unfunded_bond": "a bond_verifier call without its transfer into the protocol account in the same extrinsic",
     "decoder_fault": "decoding the payload failed unexpectedly",
     "transport_fault": "reading the payload from its block failed unexpectedly",
 }
@@ -52,7 +55,7 @@ IGNORE_REASONS: dict[str, str] = {
 # Reasons whose decoder message is our own deterministic text about the payload (the field, the
 # rule): an ignored record keeps it, cut to MAX_DETAIL, as its `detail`. Faults keep none.
 DETAILED_REASONS = frozenset({"too_large", "bad_cbor", "bad_shape", "unknown_call", "bad_fields", "truncated",
-                              "bad_prefix"})
+                              "bad_prefix", "unfunded_bond"})
 MAX_DETAIL = 240
 
 
@@ -144,6 +147,21 @@ def _text(name: str, v: Any) -> str:
     return v
 
 
+def _uris(name: str, v: Any) -> tuple[str, ...]:
+    if not isinstance(v, (list, tuple)):
+        raise CallError(f"{name} must be a list of text, got {_describe(v)}")
+    if len(v) > MAX_MIRRORS:
+        raise CallError(f"{name} holds {len(v)} addresses; at most {MAX_MIRRORS}")
+    return tuple(_text(f"{name}[{i}]", x) for i, x in enumerate(v))
+
+
+def _amount(name: str, v: Any) -> int:
+    v = _uint(name, v)
+    if v < 1:
+        raise CallError(f"{name} must be at least 1")
+    return v
+
+
 def _proof(name: str, v: Any) -> tuple[bytes, ...]:
     if not isinstance(v, (list, tuple)):
         raise CallError(f"{name} must be a list of 32-byte hashes, got {_describe(v)}")
@@ -159,6 +177,7 @@ def _describe(v: Any) -> str:
 
 
 _SALT = _blob(SALT_MAX, SALT_MIN)
+_NONCE = _blob(NONCE_MAX, NONCE_MIN)
 _SPEC = _blob(MAX_SPEC_BYTES, 1)
 _LEAF = _blob(MAX_LEAF_BYTES, 1)
 
@@ -182,11 +201,15 @@ class Call:
 
 @dataclass(frozen=True)
 class StartTrainingCommitment(Call):
-    """Miner registers a run. `spec` is the spec's canonical CBOR; the protocol keeps its digest."""
+    """Miner registers a run. `spec` is the spec's canonical CBOR; the protocol keeps its digest.
+
+    The run id belongs to its sender: it must be `derive_run_id(origin, nonce)`, so a registration
+    copied out of the transaction pool names a run id that is not the copier's."""
 
     NAME: ClassVar[str] = "start_training_commitment"
     FIELDS: ClassVar[dict[str, Any]] = {
         "run_id": _bytes32,
+        "nonce": _NONCE,
         "initial_hash": _bytes32,
         "schedule_commitment": _bytes32,
         "dataset_hash": _bytes32,
@@ -195,6 +218,7 @@ class StartTrainingCommitment(Call):
         "endpoint": _text,
     }
     run_id: bytes
+    nonce: bytes
     initial_hash: bytes
     schedule_commitment: bytes
     dataset_hash: bytes
@@ -229,6 +253,7 @@ class SubmitOpening(Call):
         "challenge_id": _bytes32,
         "opening_digest": _bytes32,
         "uri": _text,
+        "mirrors": _uris,
         "leaf": _LEAF,
         "leaf_proof": _proof,
     }
@@ -237,6 +262,7 @@ class SubmitOpening(Call):
     uri: str
     leaf: bytes
     leaf_proof: tuple[bytes, ...]
+    mirrors: tuple[str, ...] = ()  # further addresses of the same bytes (bound by opening_digest)
 
 
 @dataclass(frozen=True)
@@ -251,17 +277,22 @@ class CommitWitness(Call):
 
 @dataclass(frozen=True)
 class RevealWitnessValue(Call):
-    """Verifier opens its commitment: the value hash, norm bucket and salt it committed to."""
+    """Verifier opens its commitment: the witness pair (value hash, proof hash), the norm bucket
+    and the salt it committed to. `value_hash` is H(recomputed leaf t); `proof_hash` is the keyed
+    digest of the whole recomputed post-state (challenges.witness.state_proof), which no public
+    data gives."""
 
     NAME: ClassVar[str] = "reveal_witness_value"
     FIELDS: ClassVar[dict[str, Any]] = {
         "challenge_id": _bytes32,
         "value_hash": _bytes32,
+        "proof_hash": _bytes32,
         "norm_bucket": _bucket,
         "salt": _SALT,
     }
     challenge_id: bytes
     value_hash: bytes
+    proof_hash: bytes
     norm_bucket: int
     salt: bytes
 
@@ -274,6 +305,29 @@ class DeclareWitnessNormBucket(Call):
     FIELDS: ClassVar[dict[str, Any]] = {"challenge_id": _bytes32, "bucket": _bucket}
     challenge_id: bytes
     bucket: int
+
+
+@dataclass(frozen=True)
+class BondVerifier(Call):
+    """An account bonds `amount` (protocol units) as a verifier, or tops its bond up.
+
+    On the dev chain the bond is accounting. On a Substrate chain the same extrinsic must carry a
+    transfer of `amount` x the network's planck-per-unit into the protocol's keyless account; the
+    transport passes the call on only then (chain.substrate.remark), so every node can check it."""
+
+    NAME: ClassVar[str] = "bond_verifier"
+    FIELDS: ClassVar[dict[str, Any]] = {"amount": _amount}
+    amount: int
+
+
+@dataclass(frozen=True)
+class UnbondVerifier(Call):
+    """A verifier starts unbonding `amount`: it leaves committee draws at once and the amount is
+    released after the unbonding delay, still answerable for the challenges it sits on."""
+
+    NAME: ClassVar[str] = "unbond_verifier"
+    FIELDS: ClassVar[dict[str, Any]] = {"amount": _amount}
+    amount: int
 
 
 MAX_PARAMS_BYTES = 4096
@@ -304,8 +358,21 @@ CALL_TYPES: dict[str, type[Call]] = {
         RevealWitnessValue,
         DeclareWitnessNormBucket,
         ConfigureNetwork,
+        BondVerifier,
+        UnbondVerifier,
     )
 }
+
+
+RUN_ID_DOMAIN = "pot/run-id/v2"
+
+
+def derive_run_id(origin: str, nonce: bytes) -> bytes:
+    """The run id an account may register: digest("pot/run-id/v2", origin, nonce)."""
+    if not isinstance(origin, str) or not origin:
+        raise CallError("origin must be a non-empty account id")
+    nonce = _NONCE("nonce", nonce)
+    return digest(RUN_ID_DOMAIN, origin, nonce)
 
 
 def encode_call(call: Call) -> bytes:
@@ -424,6 +491,9 @@ _MAX_DEPTH = 8
 
 
 __all__ = [
+    "BondVerifier",
+    "UnbondVerifier",
+    "derive_run_id",
     "CALL_TYPES",
     "Call",
     "ConfigureNetwork",
