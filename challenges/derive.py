@@ -87,3 +87,77 @@ def challenge_id(run_id: bytes, root: bytes, size: int, index: int, block_hash: 
     """The identifier of the index-th challenge issued for (run, root) at a block."""
     _check_hashes(block_hash, run_id, root)
     return digest(ID_DOMAIN, bytes(run_id), bytes(root), size, index, bytes(block_hash))
+
+
+COMMITTEE_DOMAIN = "pot/committee/v2"
+RECHALLENGE_DOMAIN = "pot/rechallenge-id/v2"
+
+
+def _uniform(seed: bytes, j: int, bound: int) -> int:
+    """An integer uniform in [0, bound) from digest(COMMITTEE_DOMAIN, seed, j, counter), by
+    rejection sampling over 64-bit draws (no modulo bias)."""
+    limit = _SPACE - (_SPACE % bound)
+    counter = 0
+    while True:
+        x = int.from_bytes(digest(COMMITTEE_DOMAIN, seed, j, counter)[:8], "big")
+        counter += 1
+        if x < limit:
+            return x % bound
+
+
+def draw_committee(block_hash: bytes, challenge_id: bytes, eligible: list[tuple[str, int]], seats: int) -> list[str]:
+    """`seats` accounts drawn stake-weighted without replacement from `eligible` [(account, bond)]
+    (every account once, bonds >= 1), in draw order; all of them when seats >= len(eligible).
+
+    Draw j picks x = _uniform(seed, j, total of the bonds still in the pool) and the account whose
+    range of the cumulative bonds (in account order) holds x; it leaves the pool. So a holder's
+    chance of a seat follows its bond, and splitting a bond over many accounts buys no more seats
+    in expectation. seed = block_hash || challenge_id."""
+    _check_hashes(block_hash, challenge_id, challenge_id)
+    pool = sorted((a, w) for a, w in eligible if w > 0)
+    if len({a for a, _ in pool}) != len(pool):
+        raise DeriveError("an eligible account is listed twice")
+    if seats >= len(pool):
+        return [a for a, _ in pool]
+    seed = bytes(block_hash) + bytes(challenge_id)
+    chosen: list[str] = []
+    for j in range(seats):
+        x = _uniform(seed, j, sum(w for _, w in pool))
+        for i, (account, w) in enumerate(pool):
+            if x < w:
+                chosen.append(account)
+                del pool[i]
+                break
+            x -= w
+    return chosen
+
+
+def challenge_step_at(block_hash: bytes, run_id: bytes, root: bytes, size: int, index: int,
+                      taken: Iterable[int] = (), forced: Iterable[int] = ()) -> int:
+    """The index-th challenged step of (root, size), drawn from the hash of the index-th
+    challenge's own block (protocol v2: one block per challenge).
+
+    Forced steps (demo/test knob) in [1, size-1] come first, in order. A drawn step already
+    taken is redrawn with the next counter, and so is one next to a taken step while the run has
+    room (size - 1 > 3 x draws): the opening of step t+1 holds the state after step t, which
+    would let a verifier of step t skip its replay."""
+    _check(block_hash, run_id, root, size)
+    taken = list(taken)
+    valid_forced = [t for t in dict.fromkeys(forced) if isinstance(t, int) and 1 <= t <= size - 1]
+    if index < len(valid_forced):
+        return valid_forced[index]
+    spaced = size - 1 > 3 * (len(taken) + 1)
+    counter = 0
+    while True:
+        t, counter = _draw(bytes(block_hash), bytes(run_id), bytes(root), size, index, counter)
+        if t in taken or (spaced and (t - 1 in taken or t + 1 in taken)):
+            if len(taken) >= size - 1:
+                raise DeriveError(f"every step of the run is taken ({size - 1} steps)")
+            continue
+        return t
+
+
+def rechallenge_id(first: bytes, round_: int, block_hash: bytes) -> bytes:
+    """The id of round `round_` (>= 2) of the challenge whose first round is `first`."""
+    _check_hashes(block_hash, first, first)
+    return digest(RECHALLENGE_DOMAIN, bytes(first), round_, bytes(block_hash))

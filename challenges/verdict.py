@@ -1,9 +1,11 @@
 """The clustering verdict: verifiers do not vote, they reveal values, and equal values cluster.
 
-Exact profiles cluster reveals by value hash (H(recomputed leaf t)); cross-architecture specs by
-norm bucket. The largest cluster wins if it meets the quorum; the winner is then compared with
-what the miner committed (H(leaf t), or its declared bucket). Pure: the same reveals in any
-order give the same result.
+Exact profiles cluster reveals by the whole witness pair (value hash H(recomputed leaf t), proof
+hash of the recomputed post-state); cross-architecture specs by norm bucket. The largest cluster
+wins if it meets the quorum, counted against the committee's seats; the winner's value half is
+then compared with what the miner committed (H(leaf t), or its declared bucket). A winning refused
+value gives the verdict REFUSED, which the protocol turns into a second opening window or fraud.
+Pure: the same reveals in any order give the same result.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from fractions import Fraction
 from typing import Literal
 
 HONEST, FRAUD, INCONCLUSIVE = "honest", "fraud", "inconclusive"
+REFUSED = "refused"  # the committee's winning cluster refused the opening (decide's answer, never a final verdict)
+_NO_PROOF = b"\x00" * 32
 Mode = Literal["value", "bucket"]
 
 
@@ -29,6 +33,7 @@ class Reveal:
     verifier: str
     value_hash: bytes
     norm_bucket: int
+    proof_hash: bytes = _NO_PROOF
 
 
 @dataclass(frozen=True)
@@ -45,7 +50,8 @@ class VerdictResult:
 
 
 def _key(r: Reveal, mode: Mode) -> bytes | int:
-    return r.value_hash if mode == "value" else r.norm_bucket
+    """The cluster key: the whole pair (64 bytes) for exact profiles, the bucket otherwise."""
+    return r.value_hash + r.proof_hash if mode == "value" else r.norm_bucket
 
 
 def decide(
@@ -57,12 +63,19 @@ def decide(
     declared_bucket: int | None = None,
     quorum_min_reveals: int,
     quorum_share: Fraction,
+    committee_size: int | None = None,
+    dispute: bool = False,
+    refused_value: bytes | None = None,
+    refused_bucket: int | None = None,
 ) -> VerdictResult:
-    """Judge one challenge.
+    """Judge one round of a challenge.
 
     `expected_value` is H(leaf t) from the opening (mode "value"); `declared_bucket` is the
     miner's declared norm bucket (mode "bucket"). The winning cluster needs at least
-    `quorum_min_reveals` reveals in all, at least `quorum_share` of them, and no equal rival.
+    `quorum_min_reveals` reveals in all, no equal rival, and at least `quorum_share` of the
+    committee's `committee_size` seats (of the reveals when no committee is given); in a
+    `dispute` round (every eligible verifier sits) the largest cluster suffices. A winning
+    cluster whose value half is `refused_value` gives REFUSED.
     """
     if mode not in ("value", "bucket"):
         raise VerdictError(f"mode must be 'value' or 'bucket', got {mode!r}")
@@ -94,19 +107,27 @@ def decide(
         return VerdictResult(
             INCONCLUSIVE, reason=f"tie: the two largest clusters both have {size} reveal(s)", **base
         )
-    if Fraction(size, n) < share:
+    seats = n if committee_size is None else committee_size
+    if not dispute and Fraction(size, max(seats, 1)) < share:
+        whom = "reveals" if committee_size is None else "committee seats"
         return VerdictResult(
             INCONCLUSIVE,
-            reason=f"largest cluster holds {size} of {n} reveals, below the quorum share {share}",
+            reason=f"largest cluster holds {size} of {seats} {whom}, below the quorum share {share}",
             **base,
         )
 
     outliers = tuple(sorted(v for v, r in by_verifier.items() if _key(r, mode) != top))
+    if (mode == "value" and refused_value is not None and top[:32] == refused_value) or (
+            mode == "bucket" and refused_bucket is not None and top == refused_bucket):
+        return VerdictResult(
+            REFUSED, reason=f"winning cluster ({size} of {n}) refused the opening", winning_value=top[:32] if mode == "value" else top,
+            cluster_size=size, outliers=outliers, **base)
     if mode == "value":
         if expected_value is None:
             raise VerdictError("mode 'value' needs expected_value (H(leaf t)) from the opening")
-        matches = top == expected_value
+        matches = top[:32] == expected_value
         what = "H(leaf t)"
+        top = top[:32]
     else:
         if declared_bucket is None:
             return VerdictResult(

@@ -170,10 +170,13 @@ def _header_and_chunks(name: str, tensor: Any) -> tuple[bytes, Iterable[Any], in
     return header, chunks, nbytes
 
 
-def _digest(name: str, tensor: Any, multithread: bool) -> bytes:
+def _digest(name: str, tensor: Any, multithread: bool, key: bytes | None = None) -> bytes:
     header, chunks, nbytes = _header_and_chunks(name, tensor)
     threads = _blake3.blake3.AUTO if multithread and nbytes >= MT_THRESHOLD else 1
-    hasher = _blake3.blake3(header, max_threads=threads)
+    if key is None:
+        hasher = _blake3.blake3(header, max_threads=threads)
+    else:
+        hasher = _blake3.blake3(header, key=key, max_threads=threads)
     for chunk in chunks:
         hasher.update(chunk)
     return hasher.digest()
@@ -212,7 +215,7 @@ def _pairs(items: Any) -> list[tuple[str, Any]]:
     return pairs
 
 
-def tensor_digests(items: Any, max_workers: int | None = None) -> list[tuple[str, bytes]]:
+def tensor_digests(items: Any, max_workers: int | None = None, *, key: bytes | None = None) -> list[tuple[str, bytes]]:
     """[(name, tensor_digest)] in the given order.
 
     Tensors of at least LARGE_TENSOR bytes are hashed one after another, each over all of
@@ -226,15 +229,23 @@ def tensor_digests(items: Any, max_workers: int | None = None) -> list[tuple[str
     rest = [i for i, (_, t) in enumerate(pairs) if _nbytes(t) < LARGE_TENSOR]
     if workers <= 1 or len(rest) <= 1:
         for i in rest:
-            out[i] = _digest(*pairs[i], multithread=workers > 1)
+            out[i] = _digest(*pairs[i], multithread=workers > 1, key=key)
     else:
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tensor-digest") as pool:
-            for i, d in zip(rest, pool.map(lambda i: _digest(*pairs[i], multithread=False), rest),
+            for i, d in zip(rest, pool.map(lambda i: _digest(*pairs[i], multithread=False, key=key), rest),
                             strict=True):
                 out[i] = d
     for i in large:
-        out[i] = _digest(*pairs[i], multithread=True)
+        out[i] = _digest(*pairs[i], multithread=True, key=key)
     return [(n, d) for (n, _), d in zip(pairs, out, strict=True)]
+
+
+def keyed_tensor_digests(items: Any, key: bytes, max_workers: int | None = None) -> list[tuple[str, bytes]]:
+    """[(name, keyed digest)]: `tensor_digests` with BLAKE3 in keyed mode under a 32-byte `key`
+    (the same header and bytes; no digest of one key says anything about another's)."""
+    if not isinstance(key, (bytes, bytearray)) or len(key) != 32:
+        raise TensorDigestError("a keyed tensor digest needs a 32-byte key")
+    return tensor_digests(items, max_workers, key=bytes(key))
 
 
 def state_digest_from_digests(named_digests: Iterable[tuple[str, bytes]]) -> bytes:

@@ -86,6 +86,9 @@ class ChallengeIssued(Event):
     opening_deadline: int
     commit_deadline: int
     reveal_deadline: int
+    round: int = 1  # 1 for a first challenge; a re-challenge of the same step counts on
+    first: bytes | None = None  # the first round's challenge id (None: this is the first round)
+    committee: tuple[str, ...] = ()  # the accounts whose reveals count, in draw order
 
 
 @dataclass(frozen=True)
@@ -97,7 +100,8 @@ class OpeningSubmitted(Event):
     opening_digest: bytes
     uri: str
     leaf: bytes
-    leaf_hash: bytes  # H(leaf t): the value an honest exact-profile replay reveals
+    leaf_hash: bytes  # H(leaf t): the value half an honest exact-profile replay reveals
+    mirrors: tuple[str, ...] = ()  # further addresses of the same bytes
 
 
 @dataclass(frozen=True)
@@ -113,7 +117,6 @@ class WitnessCommitted(Event):
     challenge_id: bytes
     verifier: str
     commitment: bytes
-    bonded: int  # stake bonded by this commit (verifier_stake on an account's first commit)
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,7 @@ class WitnessRevealed(Event):
     verifier: str
     value_hash: bytes
     norm_bucket: int
+    proof_hash: bytes = b"\x00" * 32
 
 
 @dataclass(frozen=True)
@@ -147,6 +151,8 @@ class ChallengeResolved(Event):
     reveals: int
     clusters: tuple[tuple[bytes | int, int], ...]
     outliers: tuple[str, ...]
+    round: int = 1
+    rechallenge: bytes | None = None  # the next round's challenge id, when this round re-challenges
 
 
 @dataclass(frozen=True)
@@ -166,6 +172,46 @@ class VerifierOutlier(Event):
     verifier: str
     value_hash: bytes
     norm_bucket: int
+
+
+@dataclass(frozen=True)
+class VerifierBonded(Event):
+    """An account bonded `amount` as a verifier (a top-up adds to its bond)."""
+
+    code: ClassVar[str] = "VerifierBonded"
+    verifier: str
+    amount: int
+    bond: int  # its active bond after this one
+
+
+@dataclass(frozen=True)
+class VerifierUnbonding(Event):
+    code: ClassVar[str] = "VerifierUnbonding"
+    verifier: str
+    amount: int
+    release_block: int
+    bond: int  # its active bond left
+
+
+@dataclass(frozen=True)
+class BondReleased(Event):
+    """An unbonding amount reached its release block. On the dev chain the amount is free again;
+    on a remark-only Substrate deployment it stays in the keyless account (docs/protocol.md)."""
+
+    code: ClassVar[str] = "BondReleased"
+    verifier: str
+    amount: int
+
+
+@dataclass(frozen=True)
+class VerifierPenalized(Event):
+    """A committee member paid from its bond: `why` is no_commit, no_reveal or outlier."""
+
+    code: ClassVar[str] = "VerifierPenalized"
+    challenge_id: bytes
+    verifier: str
+    amount: int  # what was taken (at most what it had left)
+    why: str
 
 
 @dataclass(frozen=True)
@@ -219,5 +265,6 @@ EVENT_TYPES: dict[str, type[Event]] = {
         RunRegistered, CheckpointRootUpdated, ChallengeIssued, OpeningSubmitted, NormBucketDeclared,
         WitnessCommitted, WitnessRevealed, RevealRejected, ChallengeResolved, MinerSlashed,
         VerifierOutlier, CallRefused, RemarkIgnored, NetworkConfigured, ParamsEffective,
+        VerifierBonded, VerifierUnbonding, BondReleased, VerifierPenalized,
     )
 }

@@ -24,22 +24,43 @@ MAX_WITNESSES_PER_CHALLENGE = 1024  # witness commitments of one challenge
 MAX_CHALLENGES_PER_RUN = 64  # challenges_per_run and forced_challenge_steps
 MAX_REASON_CHARS = 300  # the reason text a CallRefused event keeps
 MAX_SCHEDULED_CHANGES = 16  # configure_network records waiting for their effective block
+MAX_VERIFIERS = 4096  # accounts that ever bonded as verifiers
+MAX_UNBONDING_PER_VERIFIER = 16  # unbonding amounts of one verifier waiting for their release block
+MAX_COMMITTEE = 256  # seats of one challenge's committee (escalation included)
+MAX_MIRRORS = 4  # further addresses of one opening
 
 
 @dataclass(frozen=True)
 class ProtocolParams:
     """Every constant of the protocol. Windows and deadlines are counted in blocks."""
 
-    commit_window: int = 4
+    commit_window: int = 4  # the least commit window; a run's replay cost may need more (replay_blocks)
     reveal_window: int = 4
     opening_deadline: int = 4  # blocks after issuance by which the opening must be on chain
-    challenges_per_run: int = 1
-    challenge_delay: int = 2  # blocks after the complete root before challenges are issued
+    # Challenges per run, each drawn from the hash of its own block (the blocks after the
+    # complete root's challenge_delay): steering every draw needs the authors of all of them.
+    challenges_per_run: int = 4
+    challenge_delay: int = 2  # blocks after the complete root before the first challenge
     quorum_min_reveals: int = 3
-    quorum_share: Fraction = Fraction(1, 2)  # share of all reveals the largest cluster needs
+    quorum_share: Fraction = Fraction(1, 2)  # share of the committee's seats the winning cluster needs
     miner_stake: int = 1000
-    verifier_stake: int = 100
+    verifier_stake: int = 100  # the least active bond that makes an account eligible for committees
     slash_amount: int = 500
+    # Committees: `committee_size` seats in round 1, doubled each re-challenge; from round
+    # `max_rounds` on, every eligible verifier sits (the dispute round).
+    committee_size: int = 5
+    max_rounds: int = 3
+    no_show_penalty: int = 50  # a committee member that does not commit, or commits and does not reveal
+    outlier_penalty: int = 50  # a committee member that reveals outside the winning cluster
+    unbonding_delay: int = 40  # blocks from unbond_verifier to the amount's release
+    # Window sizing from a spec's replay cost (chain.protocol.cost): a reference CPU core's exact-v1
+    # speed, the bytes a verifier moves and hashes per second, the margin, the block time. A run
+    # whose replay needs more than max_replay_blocks blocks is refused at registration.
+    block_seconds: int = 6
+    reference_flops: int = 4_000_000_000  # exact-v1 FLOP/s of the reference core
+    reference_bytes_per_s: int = 50_000_000  # fetch + validate + hash of the opening
+    replay_margin: int = 4
+    max_replay_blocks: int = 2400
     # Demo/test knob: steps challenged first whatever the randomness says (e.g. (7,)).
     forced_challenge_steps: tuple[int, ...] = ()
 
@@ -47,11 +68,13 @@ class ProtocolParams:
         object.__setattr__(self, "quorum_share", Fraction(self.quorum_share))
         object.__setattr__(self, "forced_challenge_steps", tuple(self.forced_challenge_steps))
         for name in ("commit_window", "reveal_window", "opening_deadline", "challenge_delay",
-                     "challenges_per_run", "quorum_min_reveals"):
+                     "challenges_per_run", "quorum_min_reveals", "committee_size", "max_rounds",
+                     "unbonding_delay", "block_seconds", "reference_flops", "reference_bytes_per_s",
+                     "replay_margin", "max_replay_blocks"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"protocol parameter {name} must be a positive integer, got {v!r}")
-        for name in ("miner_stake", "verifier_stake", "slash_amount"):
+        for name in ("miner_stake", "verifier_stake", "slash_amount", "no_show_penalty", "outlier_penalty"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"protocol parameter {name} must be a non-negative integer, got {v!r}")
@@ -61,6 +84,12 @@ class ProtocolParams:
             raise ValueError("forced_challenge_steps must be steps >= 1")
         if self.challenges_per_run > MAX_CHALLENGES_PER_RUN or len(self.forced_challenge_steps) > MAX_CHALLENGES_PER_RUN:
             raise ValueError(f"challenges_per_run and forced_challenge_steps are capped at {MAX_CHALLENGES_PER_RUN}")
+        if self.committee_size > MAX_COMMITTEE:
+            raise ValueError(f"protocol parameter committee_size is capped at {MAX_COMMITTEE}")
+        if self.max_rounds > 8:
+            raise ValueError("protocol parameter max_rounds is capped at 8")
+        if self.verifier_stake < 1:
+            raise ValueError("protocol parameter verifier_stake must be at least 1: a committee seat needs a bond")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -117,7 +146,7 @@ class ProtocolParams:
         return params
 
     def digest(self) -> bytes:
-        return digest("pot/protocol-params/v1", self.to_dict())
+        return digest("pot/protocol-params/v2", self.to_dict())
 
     def differences(self, other: ProtocolParams) -> list[str]:
         """"name: mine != theirs" for every parameter that differs, in field order."""

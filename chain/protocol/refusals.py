@@ -196,6 +196,30 @@ class RetroactiveChange(Refused):
     code = "RetroactiveChange"
 
 
+class RunIdNotOwned(Refused):
+    """The run id is not derive_run_id(sender, nonce): a registration copied by another account."""
+
+    code = "RunIdNotOwned"
+
+
+class ReplayTooSlow(Refused):
+    """The spec's replay could not fit in max_replay_blocks at the reference speed."""
+
+    code = "ReplayTooSlow"
+
+
+class NotInCommittee(Refused):
+    """A witness commitment from an account the challenge's committee does not hold."""
+
+    code = "NotInCommittee"
+
+
+class NotBonded(Refused):
+    """An unbond of more than the account's active bond."""
+
+    code = "NotBonded"
+
+
 class ProtocolError(Refused):
     """Never raised by the rules: a follower records it when applying a call crashed inside the
     protocol (a bug), so one bad call cannot stop the node at that block."""
@@ -211,6 +235,7 @@ REFUSAL_TYPES: dict[str, type[Refused]] = {
         BadLeaf, OwnChallenge, CommitWindowClosed, AlreadyCommitted, NoCommitment, RevealTooEarly,
         RevealTooLate, CommitmentMismatch, NotCrossArchitecture, DeclarationTooLate, AlreadyDeclared,
         UnknownCall, FieldTooLarge, TooMany, NotAuthority, RetroactiveChange, ProtocolError,
+        RunIdNotOwned, ReplayTooSlow, NotInCommittee, NotBonded,
     )
 }
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from chain.calls import (
+    BondVerifier,
     Call,
     CommitWitness,
     ConfigureNetwork,
@@ -15,8 +16,15 @@ from chain.calls import (
     StartTrainingCommitment,
     SubmitCheckpointRoot,
     SubmitOpening,
+    UnbondVerifier,
+    derive_run_id,
 )
+from chain.protocol.cost import replay_cost
 from chain.protocol.events import (
+    BondReleased,
+    VerifierBonded,
+    VerifierPenalized,
+    VerifierUnbonding,
     CallRefused,
     ChallengeIssued,
     ChallengeResolved,
@@ -34,7 +42,10 @@ from chain.protocol.events import (
     WitnessRevealed,
 )
 from chain.protocol.params import (
+    MAX_COMMITTEE,
     MAX_DECLARED_STEPS,
+    MAX_UNBONDING_PER_VERIFIER,
+    MAX_VERIFIERS,
     MAX_ENDPOINT_BYTES,
     MAX_LEAF_BYTES,
     MAX_OPEN_RUNS_PER_MINER,
@@ -61,6 +72,10 @@ from chain.protocol.refusals import (
     InvalidCall,
     NoCommitment,
     NotAuthority,
+    NotBonded,
+    NotInCommittee,
+    ReplayTooSlow,
+    RunIdNotOwned,
     NotCrossArchitecture,
     NotRunOwner,
     OpeningTooLate,
@@ -76,10 +91,11 @@ from chain.protocol.refusals import (
     UnknownChallenge,
     UnknownRun,
 )
-from chain.protocol.state import ChallengeState, ProtocolState, RunState, registration_digest
+from chain.protocol.state import ChallengeState, ProtocolState, RunState, eligible_verifiers, registration_digest
 from challenges.derive import challenge_id as derive_challenge_id
-from challenges.derive import challenge_steps
-from challenges.verdict import FRAUD, Reveal, decide
+from challenges.derive import challenge_step_at, draw_committee, rechallenge_id
+from challenges.refused import REFUSED_BUCKET, refused_value_hash
+from challenges.verdict import FRAUD, HONEST, INCONCLUSIVE, REFUSED, Reveal, decide
 from challenges.witness import verify_witness
 from commitments import cbor
 from commitments.canonical import describe_refusal, first_difference
@@ -137,6 +153,9 @@ def _start(state: ProtocolState, c: StartTrainingCommitment, origin: str, n: int
             return []
         how = f"by {existing.miner!r}" if existing.miner != origin else "with different commitments"
         raise RunExists(f"run {c.run_id.hex()[:16]} is already registered {how}")
+    if derive_run_id(origin, c.nonce) != c.run_id:
+        raise RunIdNotOwned(f"run id {c.run_id.hex()[:16]} is not derive_run_id({origin!r}, nonce): a run id "
+                            f"belongs to the account that derived it")
     _cap("the spec", len(c.spec), MAX_SPEC_BYTES)
     _cap("the endpoint", len(c.endpoint.encode("utf-8")), MAX_ENDPOINT_BYTES)
     if c.declared_steps > MAX_DECLARED_STEPS:
@@ -154,10 +173,15 @@ def _start(state: ProtocolState, c: StartTrainingCommitment, origin: str, n: int
     if c.declared_steps != spec.steps:
         raise InvalidCall(f"declared_steps ({c.declared_steps}) differs from the spec's steps ({spec.steps})")
     mode = "value" if spec.profile == "exact-v1" else "bucket"
+    cost = replay_cost(spec, state.params)
+    if cost.blocks > state.params.max_replay_blocks:
+        raise ReplayTooSlow(
+            f"one step's replay needs about {float(cost.seconds):.0f} s at the reference speed ({cost.flops:.3g} FLOPs, "
+            f"{cost.bytes:.3g} bytes), {cost.blocks} blocks with the margin; the protocol allows {state.params.max_replay_blocks}")
     stake = state.params.miner_stake
     state.runs[c.run_id] = RunState(
         run_id=c.run_id, miner=origin, registration=registration, spec_digest=spec.digest(), mode=mode,
-        declared_steps=c.declared_steps, endpoint=c.endpoint, stake=stake,
+        declared_steps=c.declared_steps, endpoint=c.endpoint, stake=stake, replay_blocks=cost.blocks,
     )
     state.bonds[origin] = state.bonds.get(origin, 0) + stake
     return [RunRegistered(n, c.run_id, origin, spec.digest(), mode, c.declared_steps, c.endpoint,
@@ -218,12 +242,13 @@ def _opening(state: ProtocolState, c: SubmitOpening, origin: str, n: int) -> lis
     if n > ch.opening_deadline:
         raise OpeningTooLate(f"the opening was due by block {ch.opening_deadline}; this is block {n}")
     _open_challenge(state, c.challenge_id)
-    fields_ = {"opening_digest": c.opening_digest, "uri": c.uri, "leaf": c.leaf}
+    fields_ = {"opening_digest": c.opening_digest, "uri": c.uri, "mirrors": list(c.mirrors), "leaf": c.leaf}
     if ch.opening is not None:
         if all(ch.opening[k] == v for k, v in fields_.items()):
             return []
         raise AlreadyOpened(f"challenge {c.challenge_id.hex()[:16]} already has an opening")
-    _cap("the opening URI", len(c.uri.encode("utf-8")), MAX_URI_BYTES)
+    for uri in (c.uri, *c.mirrors):
+        _cap("an opening URI", len(uri.encode("utf-8")), MAX_URI_BYTES)
     _cap("the leaf", len(c.leaf), MAX_LEAF_BYTES)
     if not verify_inclusion(c.leaf, ch.step, ch.size, list(c.leaf_proof), ch.root):
         raise BadLeafProof(f"the leaf proof does not show the leaf at index {ch.step} of the challenged root")
@@ -235,7 +260,8 @@ def _opening(state: ProtocolState, c: SubmitOpening, origin: str, n: int) -> lis
         raise BadLeaf(f"the leaf says step {leaf.t}, the challenge is step {ch.step}")
     leaf_hash = witness_value_hash(c.leaf)
     ch.opening = {**fields_, "leaf_hash": leaf_hash, "block": n}
-    return [OpeningSubmitted(n, ch.challenge_id, run.run_id, ch.step, c.opening_digest, c.uri, c.leaf, leaf_hash)]
+    return [OpeningSubmitted(n, ch.challenge_id, run.run_id, ch.step, c.opening_digest, c.uri, c.leaf, leaf_hash,
+                             tuple(c.mirrors))]
 
 
 def _declare(state: ProtocolState, c: DeclareWitnessNormBucket, origin: str, n: int) -> list[Event]:
@@ -266,15 +292,13 @@ def _commit(state: ProtocolState, c: CommitWitness, origin: str, n: int) -> list
         if prior == c.commitment:
             return []
         raise AlreadyCommitted(f"{origin!r} has already committed to this challenge")
+    if origin not in ch.committee:
+        raise NotInCommittee(f"{origin!r} does not sit on the committee of challenge {c.challenge_id.hex()[:16]} "
+                             f"(round {ch.round}, {len(ch.committee)} seats)")
     if len(ch.commitments) >= MAX_WITNESSES_PER_CHALLENGE:
         raise TooMany(f"the challenge has {MAX_WITNESSES_PER_CHALLENGE} witness commitments already")
-    bonded = 0
-    if origin not in state.verifiers:
-        bonded = state.params.verifier_stake
-        state.verifiers.append(origin)
-        state.bonds[origin] = state.bonds.get(origin, 0) + bonded
     ch.commitments[origin] = c.commitment
-    return [WitnessCommitted(n, c.challenge_id, origin, c.commitment, bonded)]
+    return [WitnessCommitted(n, c.challenge_id, origin, c.commitment)]
 
 
 def _reveal(state: ProtocolState, c: RevealWitnessValue, origin: str, n: int) -> list[Event]:
@@ -287,15 +311,76 @@ def _reveal(state: ProtocolState, c: RevealWitnessValue, origin: str, n: int) ->
     if n > ch.reveal_deadline:
         raise RevealTooLate(f"the reveal window closed at block {ch.reveal_deadline}; this is block {n}")
     _open_challenge(state, c.challenge_id)
-    if not verify_witness(commitment, c.challenge_id, c.value_hash, c.norm_bucket, c.salt, origin):
-        reason = "the revealed value, bucket and salt do not open the commitment"
+    if not verify_witness(commitment, c.challenge_id, c.value_hash, c.norm_bucket, c.salt, origin,
+                          proof_hash=c.proof_hash):
+        reason = "the revealed value, proof, bucket and salt do not open the commitment"
         if all(r[1] != origin for r in ch.rejected):  # one record per verifier keeps the list bounded
             ch.rejected.append([n, origin, reason])
         raise CommitmentMismatch(reason, [RevealRejected(n, c.challenge_id, origin, reason)])
     if origin in ch.reveals:
         return []
-    ch.reveals[origin] = [c.value_hash, c.norm_bucket]
-    return [WitnessRevealed(n, c.challenge_id, origin, c.value_hash, c.norm_bucket)]
+    ch.reveals[origin] = [c.value_hash, c.norm_bucket, c.proof_hash]
+    return [WitnessRevealed(n, c.challenge_id, origin, c.value_hash, c.norm_bucket, c.proof_hash)]
+
+
+def _bond(state: ProtocolState, c: BondVerifier, origin: str, n: int) -> list[Event]:
+    if origin not in state.vbonds and len(state.verifiers) >= MAX_VERIFIERS and origin not in state.verifiers:
+        raise TooMany(f"{MAX_VERIFIERS} accounts have bonded as verifiers already")
+    if origin not in state.verifiers:
+        state.verifiers.append(origin)
+    state.vbonds[origin] = state.vbonds.get(origin, 0) + c.amount
+    state.bonds[origin] = state.bonds.get(origin, 0) + c.amount
+    return [VerifierBonded(n, origin, c.amount, state.vbonds[origin])]
+
+
+def _unbond(state: ProtocolState, c: UnbondVerifier, origin: str, n: int) -> list[Event]:
+    active = state.vbonds.get(origin, 0)
+    if c.amount > active:
+        raise NotBonded(f"{origin!r} has an active bond of {active}; it cannot unbond {c.amount}")
+    waiting = state.unbonding.setdefault(origin, [])
+    if len(waiting) >= MAX_UNBONDING_PER_VERIFIER:
+        raise TooMany(f"{origin!r} has {MAX_UNBONDING_PER_VERIFIER} unbonding amounts waiting already")
+    release = n + state.params.unbonding_delay
+    state.vbonds[origin] = active - c.amount
+    waiting.append([release, c.amount])
+    return [VerifierUnbonding(n, origin, c.amount, release, state.vbonds[origin])]
+
+
+def _release_due(state: ProtocolState, n: int) -> list[Event]:
+    events: list[Event] = []
+    for account in sorted(state.unbonding):
+        waiting = state.unbonding[account]
+        due = [x for x in waiting if x[0] <= n]
+        if due:
+            state.unbonding[account] = [x for x in waiting if x[0] > n]
+            events += [BondReleased(n, account, amount) for _, amount in due if amount > 0]
+        if not state.unbonding[account]:
+            del state.unbonding[account]
+    return events
+
+
+def _penalize(state: ProtocolState, ch: ChallengeState, account: str, amount: int, why: str, n: int) -> list[Event]:
+    """Take up to `amount` from a committee member's bond: the active bond first, then what it is
+    unbonding (newest first), so leaving cannot outrun a penalty."""
+    if amount <= 0:
+        return []
+    left = amount
+    active = state.vbonds.get(account, 0)
+    take = min(active, left)
+    if account in state.vbonds:
+        state.vbonds[account] = active - take
+    left -= take
+    for entry in reversed(state.unbonding.get(account, [])):
+        if left == 0:
+            break
+        t = min(entry[1], left)
+        entry[1] -= t
+        left -= t
+    taken = amount - left
+    if taken == 0:
+        return []
+    state.slashed[account] = state.slashed.get(account, 0) + taken
+    return [VerifierPenalized(n, ch.challenge_id, account, taken, why)]
 
 
 def _configure(state: ProtocolState, c: ConfigureNetwork, origin: str, n: int) -> list[Event]:
@@ -335,73 +420,138 @@ _HANDLERS = {
     CommitWitness: _commit,
     RevealWitnessValue: _reveal,
     ConfigureNetwork: _configure,
+    BondVerifier: _bond,
+    UnbondVerifier: _unbond,
 }
 
 
 def on_block(state: ProtocolState, block: Any) -> list[Event]:
-    """Protocol work due at a new finalized block, before its calls: issue, then resolve."""
+    """Protocol work due at a new finalized block, before its calls: parameters and bond releases
+    that are due, the challenge drawn from this block's hash for every run whose turn it is, then
+    the challenges whose windows have closed."""
     n, block_hash = block.number, block.hash
     if n <= state.head:
         raise ValueError(f"block {n} is not after the last processed block {state.head}")
     state.head = n
     events: list[Event] = activate_due(state, n)
+    events += _release_due(state, n)
+    p = state.params
     for run in sorted(state.runs.values(), key=lambda r: r.run_id):
-        if run.challenges_at is not None and run.challenges_at <= n and not run.challenges:
-            events += _issue(state, run, n, block_hash)
+        if run.challenges_at is not None and run.challenges_at <= n and run.drawn < min(p.challenges_per_run,
+                                                                                            run.size - 1):
+            events += _issue_first(state, run, n, block_hash)
     due = [
         ch for ch in state.challenges.values()
         if ch.verdict is None and (n > ch.reveal_deadline or (ch.opening is None and n > ch.opening_deadline))
     ]
-    for ch in sorted(due, key=lambda c: (c.issued, c.run_id, c.index)):
-        events += _resolve(state, ch, n)
+    for ch in sorted(due, key=lambda c: (c.issued, c.run_id, c.index, c.round)):
+        events += _resolve(state, ch, n, block_hash)
     return events
 
 
-def _issue(state: ProtocolState, run: RunState, n: int, block_hash: bytes) -> list[Event]:
-    p = state.params
+def _issue_first(state: ProtocolState, run: RunState, n: int, block_hash: bytes) -> list[Event]:
+    """The run's next first-round challenge, drawn from this block's hash alone (one block per
+    challenge: an author that re-seals its block steers only its own draw)."""
     assert run.root is not None
-    steps = challenge_steps(block_hash, run.run_id, run.root, run.size, p.challenges_per_run,
-                            p.forced_challenge_steps)
-    events: list[Event] = []
-    for index, step in enumerate(steps):
-        cid = derive_challenge_id(run.run_id, run.root, run.size, index, block_hash)
-        opening_deadline = n + p.opening_deadline
-        commit_deadline = opening_deadline + p.commit_window
-        ch = ChallengeState(
-            challenge_id=cid, run_id=run.run_id, index=index, step=step, root=run.root, size=run.size,
-            mode=run.mode, issued=n, opening_deadline=opening_deadline, commit_deadline=commit_deadline,
-            reveal_deadline=commit_deadline + p.reveal_window,
-        )
-        state.challenges[cid] = ch
-        run.challenges.append(cid)
-        events.append(ChallengeIssued(n, cid, run.run_id, index, step, run.root, run.size, run.mode,
-                                      run.endpoint, ch.opening_deadline, ch.commit_deadline, ch.reveal_deadline))
-    return events
+    p = state.params
+    index = run.drawn
+    taken = [state.challenges[c].step for c in run.challenges]
+    step = challenge_step_at(block_hash, run.run_id, run.root, run.size, index, taken, p.forced_challenge_steps)
+    cid = derive_challenge_id(run.run_id, run.root, run.size, index, block_hash)
+    run.drawn += 1
+    return _open_round(state, run, cid, index, step, n, block_hash, round_=1, first=None, refused_rounds=0)
 
 
-def _resolve(state: ProtocolState, ch: ChallengeState, n: int) -> list[Event]:
+def _seats(p: ProtocolParams, round_: int) -> int | None:
+    """The committee size of a round: committee_size doubled each round; None (every eligible
+    verifier) from round max_rounds on."""
+    if round_ >= p.max_rounds:
+        return None
+    return min(p.committee_size << (round_ - 1), MAX_COMMITTEE)
+
+
+def _open_round(state: ProtocolState, run: RunState, cid: bytes, index: int, step: int, n: int, block_hash: bytes,
+                *, round_: int, first: bytes | None, refused_rounds: int) -> list[Event]:
+    p = state.params
+    eligible = eligible_verifiers(state, exclude=run.miner)
+    seats = _seats(p, round_)
+    committee = draw_committee(block_hash, cid, eligible, MAX_COMMITTEE if seats is None else seats)
+    opening_deadline = n + p.opening_deadline * round_
+    commit_deadline = opening_deadline + max(p.commit_window, run.replay_blocks) * round_
+    ch = ChallengeState(
+        challenge_id=cid, run_id=run.run_id, index=index, step=step, root=run.root, size=run.size,
+        mode=run.mode, issued=n, opening_deadline=opening_deadline, commit_deadline=commit_deadline,
+        reveal_deadline=commit_deadline + p.reveal_window * round_, round=round_, first=first,
+        committee=committee, refused_rounds=refused_rounds,
+    )
+    state.challenges[cid] = ch
+    run.challenges.append(cid)
+    return [ChallengeIssued(n, cid, run.run_id, index, step, run.root, run.size, run.mode, run.endpoint,
+                            ch.opening_deadline, ch.commit_deadline, ch.reveal_deadline, round_, first,
+                            tuple(committee))]
+
+
+def _resolve(state: ProtocolState, ch: ChallengeState, n: int, block_hash: bytes) -> list[Event]:
     p = state.params
     run = state.runs[ch.run_id]
+    dispute = _seats(p, ch.round) is None
+    refused = refused_value_hash(ch.challenge_id)
     result = decide(
-        [Reveal(v, r[0], r[1]) for v, r in ch.reveals.items()],
+        [Reveal(v, r[0], r[1], r[2]) for v, r in ch.reveals.items() if v in ch.committee],
         mode=ch.mode,  # type: ignore[arg-type]
         opening_submitted=ch.opening is not None,
         expected_value=ch.opening["leaf_hash"] if ch.opening else None,
         declared_bucket=ch.declared_bucket,
         quorum_min_reveals=p.quorum_min_reveals,
         quorum_share=p.quorum_share,
+        committee_size=len(ch.committee),
+        dispute=dispute,
+        refused_value=refused,
+        refused_bucket=REFUSED_BUCKET,
     )
-    ch.verdict = result.verdict
-    events: list[Event] = [ChallengeResolved(
-        n, ch.challenge_id, ch.run_id, ch.step, result.verdict, result.reason, result.mode,
+    verdict, reason, follow = result.verdict, result.reason, None
+    if verdict == REFUSED:
+        if ch.refused_rounds == 0:
+            verdict, follow = INCONCLUSIVE, "reopen"
+            reason = f"{reason}: the miner gets a second opening window"
+        else:
+            verdict = FRAUD
+            reason = f"{reason} again: no usable opening in two opening windows"
+    elif verdict == INCONCLUSIVE and ch.opening is not None:
+        if dispute:
+            reason = f"{reason}; unresolved after the dispute round: the miner's stake stays bonded"
+        else:
+            follow = "rechallenge"
+            reason = f"{reason}: re-challenged with a larger committee"
+    events: list[Event] = []
+    nxt = None
+    if follow is not None:
+        first = ch.first or ch.challenge_id
+        nxt = rechallenge_id(first, ch.round + 1, block_hash)
+        ch.rechallenge = nxt
+    ch.verdict = verdict
+    events.append(ChallengeResolved(
+        n, ch.challenge_id, ch.run_id, ch.step, verdict, reason, result.mode,
         result.winning_value, result.cluster_size, result.reveals, result.clusters, result.outliers,
-    )]
-    if result.verdict == FRAUD:
+        ch.round, nxt,
+    ))
+    if verdict == FRAUD:
         amount = min(p.slash_amount, run.stake - run.slashed)
         run.slashed += amount
         state.slashed[run.miner] = state.slashed.get(run.miner, 0) + amount
-        events.append(MinerSlashed(n, run.run_id, ch.challenge_id, run.miner, amount, result.reason))
+        events.append(MinerSlashed(n, run.run_id, ch.challenge_id, run.miner, amount, reason))
+    if ch.opening is not None:  # with no opening on chain there was nothing to witness
+        for v in ch.committee:
+            if v not in ch.commitments:
+                events += _penalize(state, ch, v, p.no_show_penalty, "no_commit", n)
+            elif v not in ch.reveals:
+                events += _penalize(state, ch, v, p.no_show_penalty, "no_reveal", n)
     for v in result.outliers:
-        value_hash, bucket = ch.reveals[v]
+        value_hash, bucket = ch.reveals[v][0], ch.reveals[v][1]
         events.append(VerifierOutlier(n, ch.challenge_id, v, value_hash, bucket))
+        events += _penalize(state, ch, v, p.outlier_penalty, "outlier", n)
+    if nxt is not None:
+        events += _open_round(state, run, nxt, ch.index, ch.step, n, block_hash, round_=ch.round + 1,
+                              first=ch.first or ch.challenge_id,
+                              refused_rounds=ch.refused_rounds + (follow == "reopen"))
     return events

@@ -11,7 +11,7 @@ from commitments import cbor
 from commitments.errors import CommitmentError
 from commitments.hashing import digest
 
-SNAPSHOT_VERSION = "pot/protocol-state/v1"
+SNAPSHOT_VERSION = "pot/protocol-state/v2"
 
 
 @dataclass
@@ -27,8 +27,10 @@ class RunState:
     slashed: int = 0
     root: bytes | None = None
     size: int = 0
-    challenges_at: int | None = None
-    challenges: list[bytes] = field(default_factory=list)
+    challenges_at: int | None = None  # the block of the first challenge; one more each block after
+    challenges: list[bytes] = field(default_factory=list)  # every round's challenge ids, in issue order
+    replay_blocks: int = 1  # the commit window this run's replay needs (chain.protocol.cost)
+    drawn: int = 0  # first-round challenges issued so far
 
 
 @dataclass
@@ -44,12 +46,18 @@ class ChallengeState:
     opening_deadline: int
     commit_deadline: int
     reveal_deadline: int
-    opening: dict[str, Any] | None = None  # opening_digest, uri, leaf, leaf_hash, block
+    opening: dict[str, Any] | None = None  # opening_digest, uri, mirrors, leaf, leaf_hash, block
     declared_bucket: int | None = None
     commitments: dict[str, bytes] = field(default_factory=dict)
-    reveals: dict[str, list[Any]] = field(default_factory=dict)  # verifier -> [value_hash, bucket]
+    # verifier -> [value_hash, bucket, proof_hash]
+    reveals: dict[str, list[Any]] = field(default_factory=dict)
     rejected: list[list[Any]] = field(default_factory=list)  # [block, verifier, reason]
     verdict: str | None = None
+    round: int = 1
+    first: bytes | None = None  # the first round's id (None for a first round)
+    committee: list[str] = field(default_factory=list)
+    refused_rounds: int = 0  # earlier rounds of this step whose committee refused the opening
+    rechallenge: bytes | None = None  # the next round, once this one re-challenged
 
 
 @dataclass
@@ -60,9 +68,11 @@ class ProtocolState:
     head: int = -1  # the last block passed to on_block
     runs: dict[bytes, RunState] = field(default_factory=dict)
     challenges: dict[bytes, ChallengeState] = field(default_factory=dict)
-    bonds: dict[str, int] = field(default_factory=dict)  # account -> stake bonded (before slashes)
-    slashed: dict[str, int] = field(default_factory=dict)  # account -> total slashed
-    verifiers: list[str] = field(default_factory=list)  # accounts bonded as verifiers
+    bonds: dict[str, int] = field(default_factory=dict)  # account -> stake ever bonded (before slashes)
+    slashed: dict[str, int] = field(default_factory=dict)  # account -> total slashed or penalised
+    verifiers: list[str] = field(default_factory=list)  # accounts that bonded as verifiers, first bond first
+    vbonds: dict[str, int] = field(default_factory=dict)  # verifier -> active bond (committee weight)
+    unbonding: dict[str, list[list[int]]] = field(default_factory=dict)  # verifier -> [[release_block, amount]]
     # The network record (configure_network): its authority once one is accepted (or pinned by the
     # follower before any), the block of the accepted record taken last, and the changes waiting
     # for their block as [effective_block, configured_at, params dict], in effective order.
@@ -81,6 +91,8 @@ class ProtocolState:
             "bonds": dict(self.bonds),
             "slashed": dict(self.slashed),
             "verifiers": list(self.verifiers),
+            "vbonds": dict(self.vbonds),
+            "unbonding": {k: [list(x) for x in v] for k, v in self.unbonding.items()},
             "authority": self.authority,
             "configured_at": self.configured_at,
             "schedule": [list(x) for x in self.schedule],
@@ -105,6 +117,8 @@ class ProtocolState:
                 bonds=dict(obj["bonds"]),
                 slashed=dict(obj["slashed"]),
                 verifiers=list(obj["verifiers"]),
+                vbonds=dict(obj["vbonds"]),
+                unbonding={k: [list(x) for x in v] for k, v in obj["unbonding"].items()},
                 # Snapshots of nodes older than the network record have none of these.
                 authority=_optional(obj.get("authority"), str, "authority"),
                 configured_at=_optional(obj.get("configured_at"), int, "configured_at"),
@@ -147,6 +161,13 @@ def _schedule(rows: Any) -> list[list[Any]]:
 
 def _row(obj: Any) -> dict[str, Any]:
     return {f.name: getattr(obj, f.name) for f in fields(obj)}
+
+
+def eligible_verifiers(state: ProtocolState, exclude: str | None = None) -> list[tuple[str, int]]:
+    """[(account, active bond)] of the accounts a committee may seat: active bond at least
+    verifier_stake, the run's miner excluded, in account order."""
+    floor = state.params.verifier_stake
+    return sorted((a, b) for a, b in state.vbonds.items() if b >= floor and a != exclude)
 
 
 

@@ -9,11 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from chain.calls import (
+    BondVerifier,
     CommitWitness,
     RevealWitnessValue,
     StartTrainingCommitment,
     SubmitCheckpointRoot,
     SubmitOpening,
+    derive_run_id,
 )
 from challenges.witness import witness_commitment
 from commitments import merkle
@@ -28,6 +30,7 @@ class SyntheticRun:
     seed: str = "run-a"
     profile: str = "exact-v1"
     endpoint: str = "http://miner.test:8000"
+    miner: str = "miner"  # the account that registers it: the run id is derived from it
     leaves: list[bytes] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -44,12 +47,17 @@ class SyntheticRun:
         return Spec.from_dict(kw)
 
     @property
+    def nonce(self) -> bytes:
+        return digest("pot/test/run-nonce/v1", self.seed)[:16]
+
+    @property
     def run_id(self) -> bytes:
-        return digest("pot/test/run/v1", self.seed)
+        return derive_run_id(self.miner, self.nonce)
 
     def register(self, **overrides) -> StartTrainingCommitment:
         fields = {
             "run_id": self.run_id,
+            "nonce": self.nonce,
             "initial_hash": digest("pot/test/state/v1", self.seed, 0),
             "schedule_commitment": digest("pot/test/schedule/v1", self.seed),
             "dataset_hash": digest("pot/test/dataset/v1", self.seed),
@@ -84,9 +92,21 @@ class SyntheticRun:
         return witness_value_hash(self.leaves[step])
 
 
+def proof(challenge_id: bytes) -> bytes:
+    """The proof half every honest replayer of a synthetic run reveals for a challenge (a real
+    run's is challenges.witness.state_proof of the post-state; synthetic runs have no tensors)."""
+    return digest("pot/test/proof/v1", challenge_id)
+
+
+def bond(amount: int = 100) -> BondVerifier:
+    return BondVerifier(amount=amount)
+
+
 def witness(challenge_id: bytes, verifier: str, value_hash: bytes, bucket: int = 0,
-            salt: bytes | None = None) -> tuple[CommitWitness, RevealWitnessValue]:
-    """The (commit, reveal) pair of one verifier for one challenge."""
+            salt: bytes | None = None, proof_hash: bytes | None = None) -> tuple[CommitWitness, RevealWitnessValue]:
+    """The (commit, reveal) pair of one verifier for one challenge. `proof_hash` defaults to the
+    honest replayer's `proof(challenge_id)`."""
     salt = salt if salt is not None else digest("pot/test/salt/v1", challenge_id, verifier)
-    com = witness_commitment(challenge_id, value_hash, bucket, salt, verifier)
-    return CommitWitness(challenge_id, com), RevealWitnessValue(challenge_id, value_hash, bucket, salt)
+    p = proof(challenge_id) if proof_hash is None else proof_hash
+    com = witness_commitment(challenge_id, value_hash, bucket, salt, verifier, proof_hash=p)
+    return CommitWitness(challenge_id, com), RevealWitnessValue(challenge_id, value_hash, p, bucket, salt)
