@@ -106,30 +106,41 @@ def _uniform(seed: bytes, j: int, bound: int) -> int:
 
 
 def draw_committee(block_hash: bytes, challenge_id: bytes, eligible: list[tuple[str, int]], seats: int) -> list[str]:
-    """`seats` accounts drawn stake-weighted without replacement from `eligible` [(account, bond)]
-    (every account once, bonds >= 1), in draw order; all of them when seats >= len(eligible).
+    """`seats` seats drawn stake-weighted WITH replacement from `eligible` [(account, bond)], in
+    draw order: an account drawn j times holds j seats (its reveal counts j times, its penalties
+    are j-fold). So a holder's expected seats are exactly seats x its share of the bonds however it
+    splits them over accounts: splitting a bond over Sybil accounts buys nothing (drawing without
+    replacement would reward splitting, since one account could hold only one seat).
 
-    Draw j picks x = _uniform(seed, j, total of the bonds still in the pool) and the account whose
-    range of the cumulative bonds (in account order) holds x; it leaves the pool. So a holder's
-    chance of a seat follows its bond, and splitting a bond over many accounts buys no more seats
-    in expectation. seed = block_hash || challenge_id."""
+    Draw j picks x = _uniform(seed, j, total bond) and the account whose range of the cumulative
+    bonds (in account order) holds x. seed = block_hash || challenge_id. No eligible account: no
+    seats."""
     _check_hashes(block_hash, challenge_id, challenge_id)
     pool = sorted((a, w) for a, w in eligible if w > 0)
     if len({a for a, _ in pool}) != len(pool):
         raise DeriveError("an eligible account is listed twice")
-    if seats >= len(pool):
-        return [a for a, _ in pool]
+    if not pool:
+        return []
     seed = bytes(block_hash) + bytes(challenge_id)
+    total = sum(w for _, w in pool)
     chosen: list[str] = []
     for j in range(seats):
-        x = _uniform(seed, j, sum(w for _, w in pool))
-        for i, (account, w) in enumerate(pool):
+        x = _uniform(seed, j, total)
+        for account, w in pool:
             if x < w:
                 chosen.append(account)
-                del pool[i]
                 break
             x -= w
     return chosen
+
+
+def dispute_seats(eligible: list[tuple[str, int]], unit: int) -> list[str]:
+    """The dispute round's seats: every eligible account, one seat per `unit` of its bond (the
+    least bond), in account order; splitting a bond gains no seat."""
+    out: list[str] = []
+    for account, w in sorted(eligible):
+        out += [account] * (w // unit)
+    return out
 
 
 def challenge_step_at(block_hash: bytes, run_id: bytes, root: bytes, size: int, index: int,

@@ -67,6 +67,7 @@ def decide(
     dispute: bool = False,
     refused_value: bytes | None = None,
     refused_bucket: int | None = None,
+    seats: dict[str, int] | None = None,
 ) -> VerdictResult:
     """Judge one round of a challenge.
 
@@ -75,7 +76,9 @@ def decide(
     `quorum_min_reveals` reveals in all, no equal rival, and at least `quorum_share` of the
     committee's `committee_size` seats (of the reveals when no committee is given); in a
     `dispute` round (every eligible verifier sits) the largest cluster suffices. A winning
-    cluster whose value half is `refused_value` gives REFUSED.
+    cluster whose value half is `refused_value` gives REFUSED. `seats` weighs each verifier's
+    reveal by the seats it holds (a committee drawn with replacement); clusters and the quorum
+    share count seats, `quorum_min_reveals` counts verifiers.
     """
     if mode not in ("value", "bucket"):
         raise VerdictError(f"mode must be 'value' or 'bucket', got {mode!r}")
@@ -93,9 +96,13 @@ def decide(
         if r.verifier in by_verifier and by_verifier[r.verifier] != r:
             raise VerdictError(f"verifier {r.verifier!r} has two different reveals")
         by_verifier[r.verifier] = r
-    counts = Counter(_key(r, mode) for r in by_verifier.values())
+    weight = (lambda v: 1) if seats is None else (lambda v: seats.get(v, 0))
+    counts: Counter = Counter()
+    for v, r in by_verifier.items():
+        counts[_key(r, mode)] += weight(v)
     clusters = tuple(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
     n = len(by_verifier)
+    revealed = sum(weight(v) for v in by_verifier)
     base = {"mode": mode, "reveals": n, "clusters": clusters}
 
     if n < quorum_min_reveals:
@@ -107,12 +114,12 @@ def decide(
         return VerdictResult(
             INCONCLUSIVE, reason=f"tie: the two largest clusters both have {size} reveal(s)", **base
         )
-    seats = n if committee_size is None else committee_size
-    if not dispute and Fraction(size, max(seats, 1)) < share:
-        whom = "reveals" if committee_size is None else "committee seats"
+    total = revealed if committee_size is None else committee_size
+    if not dispute and Fraction(size, max(total, 1)) < share:
+        whom = "revealed seats" if committee_size is None else "committee seats"
         return VerdictResult(
             INCONCLUSIVE,
-            reason=f"largest cluster holds {size} of {seats} {whom}, below the quorum share {share}",
+            reason=f"largest cluster holds {size} of {total} {whom}, below the quorum share {share}",
             **base,
         )
 

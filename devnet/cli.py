@@ -96,11 +96,31 @@ def demo(
 def redteam(json_out: bool = typer.Option(False, "--json", help="Print the result as JSON (last line)."),
             workdir: Path | None = typer.Option(None, "--workdir", help="Keep the run and chain here (default: a "
                                                 "temporary directory, removed afterwards)."),
-            only: list[str] = typer.Option([], "--only", help="Apply only this edit (repeatable)."),
+            only: list[str] = typer.Option([], "--only", help="Apply only this edit (repeatable); with --protocol, "
+                                           "only this row."),
+            protocol: bool = typer.Option(False, "--protocol", help="Play the protocol's adversary matrix instead "
+                                          "(lazy, Sybil, stalling, grinding, front-running actors) on the state "
+                                          "machine: each row's verdict and who pays."),
             verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progress to stderr.")) -> None:
     """Train a fresh tiny run, forge it in every way the protocol must stop, and check each forgery
     through the verifier's real path. Exits 1 if an edit that changes bytes passes or an honest
-    step is flagged."""
+    step is flagged. With --protocol: play every adversary row; exits 1 if a row's outcome is not
+    the one the protocol must give."""
+    if protocol:
+        from devnet.protocol_matrix import format_matrix, run_matrix
+
+        try:
+            rows = run_matrix(only or None)
+        except ValueError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+        ok = all(r.ok for r in rows)
+        if json_out:
+            typer.echo(format_matrix(rows), err=True)
+            typer.echo(json.dumps({"rows": [r.as_json() for r in rows], "ok": ok}, sort_keys=True))
+        else:
+            typer.echo(format_matrix(rows))
+        raise typer.Exit(0 if ok else 1)
     from devnet.redteam import RedTeamError, format_table, run_redteam
 
     def log(msg: str) -> None:

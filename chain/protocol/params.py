@@ -26,7 +26,8 @@ MAX_REASON_CHARS = 300  # the reason text a CallRefused event keeps
 MAX_SCHEDULED_CHANGES = 16  # configure_network records waiting for their effective block
 MAX_VERIFIERS = 4096  # accounts that ever bonded as verifiers
 MAX_UNBONDING_PER_VERIFIER = 16  # unbonding amounts of one verifier waiting for their release block
-MAX_COMMITTEE = 256  # seats of one challenge's committee (escalation included)
+MAX_COMMITTEE = 256  # seats of one round's drawn committee
+MAX_DISPUTE_SEATS = 4096  # seats of a dispute round (one per verifier_stake of bond)
 MAX_MIRRORS = 4  # further addresses of one opening
 
 

@@ -4,6 +4,7 @@ a refused call leaves the state as it was."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from chain.calls import (
@@ -43,6 +44,7 @@ from chain.protocol.events import (
 )
 from chain.protocol.params import (
     MAX_COMMITTEE,
+    MAX_DISPUTE_SEATS,
     MAX_DECLARED_STEPS,
     MAX_UNBONDING_PER_VERIFIER,
     MAX_VERIFIERS,
@@ -93,7 +95,7 @@ from chain.protocol.refusals import (
 )
 from chain.protocol.state import ChallengeState, ProtocolState, RunState, eligible_verifiers, registration_digest
 from challenges.derive import challenge_id as derive_challenge_id
-from challenges.derive import challenge_step_at, draw_committee, rechallenge_id
+from challenges.derive import challenge_step_at, dispute_seats, draw_committee, rechallenge_id
 from challenges.refused import REFUSED_BUCKET, refused_value_hash
 from challenges.verdict import FRAUD, HONEST, INCONCLUSIVE, REFUSED, Reveal, decide
 from challenges.witness import verify_witness
@@ -475,7 +477,12 @@ def _open_round(state: ProtocolState, run: RunState, cid: bytes, index: int, ste
     p = state.params
     eligible = eligible_verifiers(state, exclude=run.miner)
     seats = _seats(p, round_)
-    committee = draw_committee(block_hash, cid, eligible, MAX_COMMITTEE if seats is None else seats)
+    if seats is None or len(eligible) <= seats:
+        # the dispute round, or a network no larger than the committee: every eligible verifier
+        # sits, with one seat per verifier_stake of its bond
+        committee = dispute_seats(eligible, p.verifier_stake)[:MAX_DISPUTE_SEATS]
+    else:
+        committee = draw_committee(block_hash, cid, eligible, seats)
     opening_deadline = n + p.opening_deadline * round_
     commit_deadline = opening_deadline + max(p.commit_window, run.replay_blocks) * round_
     ch = ChallengeState(
@@ -505,6 +512,7 @@ def _resolve(state: ProtocolState, ch: ChallengeState, n: int, block_hash: bytes
         quorum_min_reveals=p.quorum_min_reveals,
         quorum_share=p.quorum_share,
         committee_size=len(ch.committee),
+        seats=Counter(ch.committee),
         dispute=dispute,
         refused_value=refused,
         refused_bucket=REFUSED_BUCKET,
@@ -540,16 +548,17 @@ def _resolve(state: ProtocolState, ch: ChallengeState, n: int, block_hash: bytes
         run.slashed += amount
         state.slashed[run.miner] = state.slashed.get(run.miner, 0) + amount
         events.append(MinerSlashed(n, run.run_id, ch.challenge_id, run.miner, amount, reason))
+    seats = Counter(ch.committee)  # penalties are per seat held
     if ch.opening is not None:  # with no opening on chain there was nothing to witness
-        for v in ch.committee:
+        for v in sorted(seats):
             if v not in ch.commitments:
-                events += _penalize(state, ch, v, p.no_show_penalty, "no_commit", n)
+                events += _penalize(state, ch, v, p.no_show_penalty * seats[v], "no_commit", n)
             elif v not in ch.reveals:
-                events += _penalize(state, ch, v, p.no_show_penalty, "no_reveal", n)
+                events += _penalize(state, ch, v, p.no_show_penalty * seats[v], "no_reveal", n)
     for v in result.outliers:
         value_hash, bucket = ch.reveals[v][0], ch.reveals[v][1]
         events.append(VerifierOutlier(n, ch.challenge_id, v, value_hash, bucket))
-        events += _penalize(state, ch, v, p.outlier_penalty, "outlier", n)
+        events += _penalize(state, ch, v, p.outlier_penalty * seats[v], "outlier", n)
     if nxt is not None:
         events += _open_round(state, run, nxt, ch.index, ch.step, n, block_hash, round_=ch.round + 1,
                               first=ch.first or ch.challenge_id,
