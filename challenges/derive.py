@@ -134,12 +134,18 @@ def draw_committee(block_hash: bytes, challenge_id: bytes, eligible: list[tuple[
     return chosen
 
 
-def dispute_seats(eligible: list[tuple[str, int]], unit: int) -> list[str]:
+def dispute_seats(eligible: list[tuple[str, int]], unit: int, cap: int) -> list[str]:
     """The dispute round's seats: every eligible account, one seat per `unit` of its bond (the
-    least bond), in account order; splitting a bond gains no seat."""
+    least bond), in account order; splitting a bond gains no seat. When that makes more than `cap`
+    seats, every account's seats are scaled by cap / total (rounded down, at least one), so no
+    account loses its seats to another's name sorting first."""
+    counts = [(account, w // unit) for account, w in sorted(eligible)]
+    total = sum(c for _, c in counts)
+    if total > cap:
+        counts = [(a, max(1, c * cap // total)) for a, c in counts]
     out: list[str] = []
-    for account, w in sorted(eligible):
-        out += [account] * (w // unit)
+    for account, c in counts:
+        out += [account] * c
     return out
 
 

@@ -349,8 +349,16 @@ def _unbond(state: ProtocolState, c: UnbondVerifier, origin: str, n: int) -> lis
 
 
 def _release_due(state: ProtocolState, n: int) -> list[Event]:
+    """Release unbonding amounts whose block has come, except those of an account seated on a
+    challenge that is still open: it waits until its seats are settled, so unbonding cannot outrun
+    a penalty however long the rounds last."""
     events: list[Event] = []
+    if not any(x[0] <= n for waiting in state.unbonding.values() for x in waiting):
+        return events
+    seated = {v for ch in state.challenges.values() if ch.verdict is None for v in ch.committee}
     for account in sorted(state.unbonding):
+        if account in seated:
+            continue
         waiting = state.unbonding[account]
         due = [x for x in waiting if x[0] <= n]
         if due:
@@ -480,7 +488,7 @@ def _open_round(state: ProtocolState, run: RunState, cid: bytes, index: int, ste
     if seats is None or len(eligible) <= seats:
         # the dispute round, or a network no larger than the committee: every eligible verifier
         # sits, with one seat per verifier_stake of its bond
-        committee = dispute_seats(eligible, p.verifier_stake)[:MAX_DISPUTE_SEATS]
+        committee = dispute_seats(eligible, p.verifier_stake, MAX_DISPUTE_SEATS)
     else:
         committee = draw_committee(block_hash, cid, eligible, seats)
     opening_deadline = n + p.opening_deadline * round_
