@@ -1,5 +1,6 @@
 """Block decoding: a finalized block's extrinsics as call trees cut from their exact bytes, and
-what its events say about each extrinsic (success, failure, executed remarks, interrupted batches)."""
+what its events say about each extrinsic (success, failure, executed remarks, interrupted batches,
+balance transfers)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,9 @@ class Executed:
     failure: Any = None
     remarks: list[tuple[bytes, bytes]] = field(default_factory=list)  # (sender pubkey, remark hash)
     batch_interrupted: bool = False
+    # (from pubkey, to pubkey, planck) of each Balances.Transfer event, in order: what bond
+    # remarks of this extrinsic are paid with (chain.substrate.bonds).
+    transfers: list[tuple[bytes, bytes, int]] = field(default_factory=list)
 
 
 def read_block(
@@ -105,6 +109,13 @@ def _record_event(ev: Any, outcome: dict[int, Executed]) -> None:
             return
     elif mod == "Utility" and name in ("BatchInterrupted", "ItemFailed"):
         ex.batch_interrupted = True
+    elif mod == "Balances" and name == "Transfer" and isinstance(attrs, dict):
+        try:
+            src, dst, amount = pubkey(attrs["from"]), pubkey(attrs["to"]), attrs["amount"]
+        except (KeyError, ValueError, TypeError):
+            return
+        if isinstance(amount, int) and not isinstance(amount, bool) and amount >= 0:
+            ex.transfers.append((src, dst, amount))
 
 
 def call_tree(si: SubstrateInterface, data: bytes, depth: int = 0) -> dict[str, Any]:

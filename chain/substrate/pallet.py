@@ -1,5 +1,13 @@
 """The substrate-pallet transport: protocol calls as calls of a native PoT pallet, checked against
-the runtime's metadata (pallet, call argument names, events) before use."""
+the runtime's metadata (pallet, call argument names, events) before use.
+
+Bonding is refused here. A bond on a Substrate chain must be paid in chain value that every node
+can check (chain.substrate.bonds); a native pallet would take the payment itself (reserve or
+transfer the amount inside its `bond_verifier` dispatch), and no runtime with such a pallet exists
+for this project to define and test that against. So `submit` refuses `BondVerifier` with a
+TransportError, and a `bond_verifier` pallet call read from a block is recorded as ignored with
+reason "unfunded_bond", never passed to the protocol. Bond on the remark transport instead.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +19,7 @@ from typing import Any
 from scalecodec.utils.ss58 import ss58_encode
 from substrateinterface import Keypair, SubstrateInterface
 
-from chain.calls import CALL_TYPES, Call, CallError, Ignored
+from chain.calls import CALL_TYPES, BondVerifier, Call, CallError, Ignored
 from chain.substrate.base import SubstrateTransport
 from chain.substrate.blocks import Executed
 from chain.substrate.client import SubstrateClient
@@ -22,8 +30,17 @@ log = logging.getLogger(__name__)
 
 
 # Protocol calls a PoT pallet may lack: a runtime that keeps the network's parameters in its own
-# storage has no configure_network, and its participants pin the parameters instead.
-OPTIONAL_CALLS = frozenset({"configure_network"})
+# storage has no configure_network, and its participants pin the parameters instead; this
+# transport does not bond (see the module docstring), so the bonding calls are optional too.
+OPTIONAL_CALLS = frozenset({"configure_network", "bond_verifier", "unbond_verifier"})
+
+PALLET_BOND_REFUSAL = (
+    "the pallet transport cannot bond: a bond must be paid in chain value every node can check, "
+    "which needs a PoT pallet that takes the payment in its bond_verifier call, and no such runtime "
+    "exists to define and check it against; bond with the substrate-remark transport (kind='remark'), "
+    "which pays into the keyless bond account in the same extrinsic"
+)
+PALLET_BOND_IGNORED = "a bond_verifier pallet call: the pallet transport cannot check a bond's payment"
 
 
 class PalletMissingError(TransportError):
@@ -121,6 +138,8 @@ class PalletTransport(SubstrateTransport):
         for i, call in enumerate(calls):
             if not isinstance(call, Call) or type(call).NAME not in CALL_TYPES:
                 raise TransportError(f"call {i} is not a protocol call: {type(call).__name__}")
+            if isinstance(call, BondVerifier):
+                raise TransportError(f"call {i}: {PALLET_BOND_REFUSAL}")
         self.check_runtime()
         cfg = self.config
 
@@ -167,6 +186,10 @@ class PalletTransport(SubstrateTransport):
                     log.info("%s: skipped pallet call %s (not configured)", where, pcall.get("function"))
                     continue
                 at, position = position, position + 1
+                if proto == BondVerifier.NAME:
+                    log.warning("%s: ignored a pallet bond_verifier from %s (unfunded_bond)", where, origin)
+                    ignored.append(Ignored.of(at, origin, pcall.get("raw"), "unfunded_bond", PALLET_BOND_IGNORED))
+                    continue
                 try:
                     calls.append((origin, self._decode_pallet_call(proto, pcall)))
                 except TransportError:
