@@ -91,3 +91,28 @@ def test_cli_prints_the_matrix_as_json():
     bad = subprocess.run([sys.executable, "-m", "pot", "redteam", "--protocol", "--only", "nope"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "unknown row" in bad.stderr
+
+
+def test_unbonding_waits_while_the_verifier_sits_on_an_open_challenge():
+    """A committee member that unbonds cannot have its bond released before its seat is settled,
+    however long the rounds last."""
+    net = M.Net(M._params(unbonding_delay=1, commit_window=6, reveal_window=6))
+    first = M.setup(net, {f"v{i}": 100 for i in range(5)})
+    leaver = first.committee[0]
+    net.block((leaver, UnbondVerifier(amount=100)), (M.MINER, net.opening(first)))
+    net.until(first.commit_deadline - 2)  # long past the release block
+    assert net.state.unbonding[leaver][0][1] == 100
+    assert not [e for e in net.events if e.code == "BondReleased"]
+    M.play_round(net, first, lambda n, ch, who: "absent" if who == leaver else n.honest_pair(ch), open_it=False)
+    net.block()
+    released = [e for e in net.events if e.code == "BondReleased"]
+    assert [(e.verifier, e.amount) for e in released] == [(leaver, 50)]  # what the penalty left
+
+
+def test_dispute_seats_scale_by_stake_not_by_name():
+    from challenges.derive import dispute_seats
+
+    eligible = [("a-early", 100), ("z-late", 100 * 9)]
+    seats = dispute_seats(eligible, 100, cap=5)
+    assert seats.count("z-late") > seats.count("a-early") >= 1
+    assert dispute_seats(eligible, 100, cap=100) == ["a-early"] + ["z-late"] * 9
