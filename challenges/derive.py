@@ -95,7 +95,10 @@ RECHALLENGE_DOMAIN = "pot/rechallenge-id/v2"
 
 def _uniform(seed: bytes, j: int, bound: int) -> int:
     """An integer uniform in [0, bound) from digest(COMMITTEE_DOMAIN, seed, j, counter), by
-    rejection sampling over 64-bit draws (no modulo bias)."""
+    rejection sampling over 64-bit draws (no modulo bias). `bound` is at most 2^63 (the protocol
+    caps bonds so that their total stays below it), so at least half of all draws are accepted."""
+    if not 1 <= bound <= _SPACE >> 1:
+        raise DeriveError(f"a committee draw's total weight must be in 1..2^63, got {bound}")
     limit = _SPACE - (_SPACE % bound)
     counter = 0
     while True:
@@ -159,7 +162,7 @@ def challenge_step_at(block_hash: bytes, run_id: bytes, root: bytes, size: int, 
     room (size - 1 > 3 x draws): the opening of step t+1 holds the state after step t, which
     would let a verifier of step t skip its replay."""
     _check(block_hash, run_id, root, size)
-    taken = list(taken)
+    taken = sorted(set(taken))
     valid_forced = [t for t in dict.fromkeys(forced) if isinstance(t, int) and 1 <= t <= size - 1]
     if index < len(valid_forced):
         return valid_forced[index]

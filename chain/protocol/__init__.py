@@ -9,16 +9,20 @@ block's hash, resolve challenges whose windows have closed), then `apply(state, 
 block)` runs for each call of the block in chain order. Refusals raise `Refused` subclasses with a
 reason and leave the state as it was; `apply_recorded` turns them into `CallRefused` events.
 
-Timeline of a run (all counts in blocks, constants in `ProtocolParams`):
-  * the miner registers the run (bonding `miner_stake`) and moves its checkpoint root forward;
-  * once a root covers every declared step (size = declared_steps + 1) at block B, challenges are
-    issued at block I = B + challenge_delay from block I's hash, so the challenged steps derive
-    from a block that did not exist when the root was submitted;
-  * the opening is due by I + opening_deadline (none by then: fraud);
-  * verifiers commit until commit_deadline = opening deadline + commit_window, then reveal until
-    reveal_deadline = commit_deadline + reveal_window; the challenge resolves at the next block.
-Verifiers need no registration: the first `commit_witness` of an account bonds `verifier_stake`
-for it (the miner of a run cannot witness its own challenges).
+Timeline of a run (all counts in blocks, constants in `ProtocolParams`; docs/protocol.md is the
+normative text):
+  * verifiers bond (`bond_verifier`); an active bond of at least `verifier_stake` makes an account
+    eligible for committees, drawn stake-weighted per challenge round;
+  * the miner registers the run (its run id derived from its account and a nonce, bonding
+    `miner_stake`; a spec whose replay cannot fit `max_replay_blocks` is refused) and moves its
+    checkpoint root forward;
+  * once a root covers every declared step at block B, challenge i is issued at block
+    B + challenge_delay + i from that block's hash, with its committee;
+  * the opening is due by the round's opening deadline (none by then: fraud); committee members
+    commit to the witness pair (H(recomputed leaf t), the keyed proof of the post-state), then
+    reveal; the round resolves at the block after its reveal deadline: honest, fraud, or a new
+    round (no quorum, or a refused opening's second window) with a larger committee, up to the
+    dispute round where every eligible verifier sits. No-shows and outliers pay from their bond.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ MAX_CHALLENGES_PER_RUN = 64  # challenges_per_run and forced_challenge_steps
 MAX_REASON_CHARS = 300  # the reason text a CallRefused event keeps
 MAX_SCHEDULED_CHANGES = 16  # configure_network records waiting for their effective block
 MAX_VERIFIERS = 4096  # accounts that ever bonded as verifiers
+MAX_BOND = 1 << 48  # one verifier's active plus unbonding bond, in protocol units: 4096 of them stay below 2^63
 MAX_UNBONDING_PER_VERIFIER = 16  # unbonding amounts of one verifier waiting for their release block
 MAX_COMMITTEE = 256  # seats of one round's drawn committee
 MAX_DISPUTE_SEATS = 4096  # seats of a dispute round (one per verifier_stake of bond)

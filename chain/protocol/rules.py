@@ -43,6 +43,7 @@ from chain.protocol.events import (
     WitnessRevealed,
 )
 from chain.protocol.params import (
+    MAX_BOND,
     MAX_COMMITTEE,
     MAX_DISPUTE_SEATS,
     MAX_DECLARED_STEPS,
@@ -326,12 +327,15 @@ def _reveal(state: ProtocolState, c: RevealWitnessValue, origin: str, n: int) ->
 
 
 def _bond(state: ProtocolState, c: BondVerifier, origin: str, n: int) -> list[Event]:
+    held = state.vbonds.get(origin, 0) + sum(x[1] for x in state.unbonding.get(origin, []))
+    if held + c.amount > MAX_BOND:
+        raise FieldTooLarge(f"{origin!r} would hold a bond of {held + c.amount}; the protocol keeps at most {MAX_BOND}")
     if origin not in state.vbonds and len(state.verifiers) >= MAX_VERIFIERS and origin not in state.verifiers:
         raise TooMany(f"{MAX_VERIFIERS} accounts have bonded as verifiers already")
     if origin not in state.verifiers:
         state.verifiers.append(origin)
     state.vbonds[origin] = state.vbonds.get(origin, 0) + c.amount
-    state.bonds[origin] = state.bonds.get(origin, 0) + c.amount
+    state.bonds[origin] = min(state.bonds.get(origin, 0) + c.amount, (1 << 63) - 1)  # a running total, saturating
     return [VerifierBonded(n, origin, c.amount, state.vbonds[origin])]
 
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from chain.calls import StartTrainingCommitment, derive_run_id, encode_call
 from chain.protocol.cost import replay_cost
-from chain.protocol.params import ProtocolParams
+from chain.protocol.params import MAX_DISPUTE_SEATS, ProtocolParams
 from chain.protocol.state import registration_digest
 from challenges.derive import (
     COMMITTEE_DOMAIN,
@@ -129,7 +129,7 @@ def example() -> dict[str, str]:
     out["committee digest 0"] = digest(COMMITTEE_DOMAIN, seed, 0, 0).hex()
     out["committee draws"] = "x = " + ", ".join(str(v) for v in draws)
     out["committee"] = "committee = [" + ", ".join(committee) + "]"
-    out["dispute seats"] = "dispute seats = [" + ", ".join(dispute_seats(VERIFIERS, params.verifier_stake)) + "]"
+    out["dispute seats"] = "dispute seats = [" + ", ".join(dispute_seats(VERIFIERS, params.verifier_stake, MAX_DISPUTE_SEATS)) + "]"
 
     post = toy_state(step)
     key = proof_key(cid)
