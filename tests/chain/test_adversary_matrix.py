@@ -116,3 +116,29 @@ def test_dispute_seats_scale_by_stake_not_by_name():
     seats = dispute_seats(eligible, 100, cap=5)
     assert seats.count("z-late") > seats.count("a-early") >= 1
     assert dispute_seats(eligible, 100, cap=100) == ["a-early"] + ["z-late"] * 9
+
+
+def test_bonds_are_capped_so_a_committee_draw_always_ends():
+    from chain.calls import BondVerifier
+    from chain.protocol.params import MAX_BOND
+
+    net = M.Net(M._params())
+    net.block(("whale", BondVerifier(amount=MAX_BOND)), ("whale", BondVerifier(amount=1)),
+              ("other", BondVerifier(amount=2**64 - 1)))
+    refused = [e for e in net.events if e.code == "CallRefused"]
+    assert [(e.origin, e.refusal) for e in refused] == [("whale", "FieldTooLarge"), ("other", "FieldTooLarge")]
+    assert net.state.vbonds == {"whale": MAX_BOND}
+
+
+def test_a_re_challenged_step_never_stops_the_draws_of_a_short_run():
+    """Every step of a 10-step run challenged, rounds re-challenged while draws are still being
+    issued: block processing goes on (a step counted once per round used to exhaust the draw)."""
+    net = M.Net(M._params(challenges_per_run=10, opening_deadline=1, commit_window=1, reveal_window=1), steps=10)
+    first = M.setup(net, {f"v{i}": 100 for i in range(5)})
+    for ch in list(net.issued()):
+        if ch.round == 1 and net.number < ch.opening_deadline:
+            net.block((M.MINER, net.opening(ch)))
+    net.until(80)
+    steps = {c.step for c in net.issued()}
+    assert steps == set(range(1, 11)) and any(c.round > 1 for c in net.issued())
+    assert first.step in steps
