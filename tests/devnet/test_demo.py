@@ -10,6 +10,8 @@ import tomllib
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from chain import protocol as P
 from chain.protocol import ChallengeState, ProtocolParams, ProtocolState, RunState
 from chain.protocol.events import VerifierPenalized
@@ -143,3 +145,26 @@ def test_demo_toml_round_trips():
     back = tomllib.loads(to_toml({"protocol": params.to_dict()}))["protocol"]
     assert ProtocolParams.from_dict(back) == params
     assert tomllib.loads(to_toml({"key": {"uri": '//Al"ice'}}))["key"]["uri"] == '//Al"ice'
+
+
+def test_the_demo_waits_for_every_bond_on_chain(tmp_path):
+    """wait_bonds reads the chain's state: it returns once each verifier's bond is on chain (here
+    sent by the test in each verifier's name, as each node does on start) and records it."""
+    from chain.calls import BondVerifier
+    from chain.dev import DevTransport
+    from devnet.demo import DemoError
+
+    said: list[str] = []
+    d = Demo(tmp_path, chain=None, port=0, steps=10, substitute_at=7, timeout=60, say=said.append)
+    d.open_chain()
+    try:
+        d.verifier_accounts = {name: name for name, _ in VERIFIERS}
+        with pytest.raises(DemoError, match="v1, v2, v3, v4 had no bond"):
+            d.wait_bonds(timeout=1.0)
+        for name, _ in VERIFIERS:
+            DevTransport(tmp_path / "chain.db", name).submit([BondVerifier(amount=DEMO_BOND)], timeout=30)
+        d.wait_bonds(timeout=30.0)
+        assert d.bonds_before == dict.fromkeys(d.verifier_accounts, DEMO_BOND)
+        assert any(line.startswith("every verifier is bonded") for line in said)
+    finally:
+        d.close()
