@@ -37,6 +37,7 @@ from chain.calls import (
 )
 from chain.network import BlockMemo, NetworkParamsError, check_pinned, read_network
 from chain.protocol import CallRefused, ChallengeIssued, ChallengeResolved
+from chain.protocol.params import MAX_URI_BYTES
 from chain.protocol.state import registration_digest
 from chain.transport import TransportError
 from chain.view import ChainView
@@ -109,6 +110,7 @@ class Trainer:
             raise TrainerError(f"account {account!r} given, but the transport signs as {transport.account!r}")
         self._account = account or OFFLINE_ACCOUNT
         self.endpoint = endpoint.rstrip("/")
+        _check_uri_room(self.endpoint, "the endpoint")
         self.mirrors = check_mirrors(mirrors, self.endpoint)
         self.root_every = root_every or max(1, spec.steps // 4)
         self.substitute_batch_at = substitute_batch_at
@@ -521,6 +523,17 @@ class Trainer:
         self.close()
 
 
+_OPENING_PATH_BYTES = len("/openings/") + 64
+
+
+def _check_uri_room(base: str, what: str) -> None:
+    """An opening's address is base + /openings/<64 hex>: the protocol keeps at most MAX_URI_BYTES
+    of it, and refuses the whole opening (a fraud verdict) over that."""
+    if len(base.encode("utf-8")) + _OPENING_PATH_BYTES > MAX_URI_BYTES:
+        raise TrainerError(f"{what} is too long: with /openings/<digest> an opening's address must fit in "
+                           f"{MAX_URI_BYTES} bytes")
+
+
 def check_mirrors(mirrors: Any, endpoint: str = "") -> tuple[str, ...]:
     """Mirror base URLs of the prover, checked: at most MAX_MIRRORS, each http(s)://..., none
     repeated nor equal to the endpoint; returned without a trailing slash."""
@@ -531,6 +544,7 @@ def check_mirrors(mirrors: Any, endpoint: str = "") -> tuple[str, ...]:
         if not isinstance(m, str) or not m.startswith(("http://", "https://")) or len(m.rstrip("/")) <= len("https://"):
             raise TrainerError(f"a mirror must be a base URL such as https://host:port, got {m!r}")
         m = m.rstrip("/")
+        _check_uri_room(m, f"mirror {m[:60]}")
         if m == endpoint or m in out:
             raise TrainerError(f"mirror {m} is listed twice (or is the endpoint itself)")
         out.append(m)

@@ -152,6 +152,10 @@ def test_bad_arguments(tmp_path, data):
         Trainer(spec, ds, tmp_path / "m", None, mirrors=["ftp://m.example"])
     with pytest.raises(TrainerError, match="listed twice"):
         Trainer(spec, ds, tmp_path / "m", None, mirrors=["http://m.example/", "http://m.example"])
+    with pytest.raises(TrainerError, match="too long"):
+        Trainer(spec, ds, tmp_path / "m", None, mirrors=["http://m.example/" + "x" * 500])
+    with pytest.raises(TrainerError, match="the endpoint is too long"):
+        Trainer(spec, ds, tmp_path / "m", None, endpoint="http://m.example/" + "x" * 500)
     with pytest.raises(TrainerError, match="signs as"):
         Trainer(spec, ds, tmp_path / "m", DevTransport(tmp_path / "c.db", "miner"), account="other")
 
