@@ -1,5 +1,8 @@
 """Load on one verifier node: N challenges in flight at once on a dev chain, while clients poll the API.
 
+The node bonds on start (`[verifier] bond`); the runs are registered once its bond is on chain, so
+it sits alone on every challenge's committee (committee_size 1), a re-challenge round included.
+
 Measures, side by side in one run, the latency of /api/v1/status and /api/v1/challenges idle and
 under load (p50/p99/max), the node's peak RSS (daemon + replay workers), its queue depth over time
 (challenges in a work stage), and how long the node takes to witness every challenge. Prints the
@@ -33,6 +36,7 @@ SPEC = {"steps": 8, "model": {"kind": "mlp", "block_size": 16, "hidden": [32]},
         "batch": {"batch_size": 4, "seq_len": 16}, "rng": {"seed": 7, "schedule_seed": 11}}
 WORK = ("awaiting_opening", "fetch", "validate", "losschecks", "replay", "witness", "commit")
 ENDPOINTS = ("/api/v1/status", "/api/v1/challenges")
+BOND = 1000  # what the node bonds on start
 
 
 class Files(http.server.BaseHTTPRequestHandler):
@@ -235,20 +239,21 @@ def walk(tmp: Path):
 
 def run(args: argparse.Namespace, tmp: Path, replay: dict[str, Any] | None = None) -> dict[str, Any]:
     from chain import protocol as P
-    from chain.calls import StartTrainingCommitment, SubmitCheckpointRoot, SubmitOpening
+    from chain.calls import StartTrainingCommitment, SubmitCheckpointRoot, SubmitOpening, derive_run_id
     from chain.dev import DevChain, DevTransport
     from chain.protocol import ProtocolParams
     from chain.view import ChainView
     from challenges.opening import build_opening, encode_leaves, load_opening
     from commitments import merkle
     from commitments.files import atomic_write_text
+    from commitments.hashing import digest
     from devnet.procs import free_port
     from devnet.toml import to_toml
 
     n_runs = -(-args.challenges // args.per_run)
     total = n_runs * args.per_run
     params = ProtocolParams(commit_window=1200, reveal_window=120, opening_deadline=240, challenges_per_run=args.per_run,
-                            challenge_delay=2, quorum_min_reveals=1)
+                            challenge_delay=2, quorum_min_reveals=1, committee_size=1)
     print(f"walking the tiny run; {n_runs} runs x {args.per_run} challenges = {total} in flight", file=sys.stderr)
     spec, ds, schedule, states, leaves = walk(tmp)
     root = merkle.root(leaves)
@@ -276,6 +281,7 @@ def run(args: argparse.Namespace, tmp: Path, replay: dict[str, Any] | None = Non
         "database": {"url": ""}, "http": {"listen": f"127.0.0.1:{api_port}"},
         "replay": replay or {"workers": 1},
         "fetch": {"allow": ["127.0.0.1"], "attempts": 3, "backoff_base_s": 0.2, "backoff_max_s": 2.0},
+        "verifier": {"bond": BOND},  # bonded on start: the committee of every challenge below
         "protocol": params.to_dict()}))
     log = open(tmp / "node.log", "ab")  # noqa: SIM115 - the process owns it
     node = subprocess.Popen([sys.executable, "-m", "pot", "node", "run", "--config", str(cfg), "--init"],
@@ -290,21 +296,30 @@ def run(args: argparse.Namespace, tmp: Path, replay: dict[str, Any] | None = Non
         time.sleep(args.idle_s)
         idle = poller.stop()
         rss_idle = rss_bytes(node.pid)
+        _wait_bonded(chain_path, params, "verifier", node, tmp / "node.log")
 
-        run_ids = [bytes([0xD0, k]) + bytes(30) for k in range(n_runs)]
+        # Each run id is the miner's own: derive_run_id(miner, nonce).
+        nonces = [digest("pot/bench/load-nonce/v1", k)[:16] for k in range(n_runs)]
+        run_ids = [derive_run_id(miner.account, n) for n in nonces]
         for rid in run_ids:
             (served / "leaves" / rid.hex()).write_bytes(encode_leaves(leaves))
         answered: set[bytes] = set()
 
+        built: dict[tuple[bytes, int], bytes] = {}  # (run id, step) -> opening digest: every round reuses it
+
         def answer() -> None:
+            # Every ChallengeIssued of the runs, re-challenge rounds (new ids, same step) included.
             view = ChainView(DevTransport(chain_path, "miner"), params)
-            while not stop.is_set() and len(answered) < total:
+            while not stop.is_set():
                 for ev in view.sync():
                     if isinstance(ev, P.ChallengeIssued) and ev.run_id in run_ids:
-                        blob = build_opening(spec=spec, run_id=ev.run_id, step=ev.step, pre_state=states[ev.step - 1],
-                                             dataset=ds, schedule=schedule, leaves=leaves)
-                        d = load_opening(blob).digest
-                        (served / "openings" / d.hex()).write_bytes(blob)
+                        d = built.get((ev.run_id, ev.step))
+                        if d is None:
+                            blob = build_opening(spec=spec, run_id=ev.run_id, step=ev.step,
+                                                 pre_state=states[ev.step - 1], dataset=ds, schedule=schedule,
+                                                 leaves=leaves)
+                            d = built[ev.run_id, ev.step] = load_opening(blob).digest
+                            (served / "openings" / d.hex()).write_bytes(blob)
                         miner.submit([SubmitOpening(ev.challenge_id, d, f"{endpoint}/openings/{d.hex()}",
                                                     leaves[ev.step], tuple(tree.inclusion_proof(ev.step)))],
                                      wait=False)
@@ -313,9 +328,9 @@ def run(args: argparse.Namespace, tmp: Path, replay: dict[str, Any] | None = Non
 
         threading.Thread(target=answer, daemon=True).start()
         t_load = time.monotonic()
-        for rid in run_ids:
-            miner.submit([StartTrainingCommitment(rid, states[0].digest(), schedule.commitment, ds.dataset_hash,
-                                                  spec.to_cbor(), spec.steps, endpoint)], wait=False)
+        for rid, nonce in zip(run_ids, nonces, strict=True):
+            miner.submit([StartTrainingCommitment(rid, nonce, states[0].digest(), schedule.commitment,
+                                                  ds.dataset_hash, spec.to_cbor(), spec.steps, endpoint)], wait=False)
             miner.submit([SubmitCheckpointRoot(rid, root, len(leaves), ())], wait=False)
         print(f"load: {total} challenges; polling the API with {args.clients} clients until all are witnessed",
               file=sys.stderr)
@@ -355,6 +370,23 @@ def run(args: argparse.Namespace, tmp: Path, replay: dict[str, Any] | None = Non
         "queue_peak": max(s["queue"] for s in samples), "queue_series": [(round(s["t"], 1), s["queue"]) for s in samples],
         "drained_s": done_at, "witnessed": final.get("witnessed"), "missed": final.get("missed"),
     }
+
+
+def _wait_bonded(chain_path: Path, params: Any, account: str, node: subprocess.Popen, log: Path,
+                 timeout: float = 120.0) -> None:
+    """Until the chain shows `account` (the node) with an active bond of at least verifier_stake."""
+    from chain.dev import DevTransport
+    from chain.view import ChainView
+
+    view = ChainView(DevTransport(chain_path, "bench-observer"), params, keep_events=False)
+    deadline = time.monotonic() + timeout
+    while view.state.vbonds.get(account, 0) < params.verifier_stake:
+        if node.poll() is not None:
+            raise RuntimeError(f"the node exited with {node.returncode} before bonding:\n{log.read_text()[-3000:]}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the node's bond was not on chain within {timeout:g} s ([verifier] bond)")
+        time.sleep(0.5)
+        view.sync()
 
 
 def _wait_api(base: str, node: subprocess.Popen, log: Path, timeout: float = 180.0) -> None:

@@ -1,6 +1,9 @@
-"""`pot demo`: a whole network on one machine. A miner trains a small GPT twice (honestly, and once on
-a substituted batch), three verifier nodes (one revealing noise) witness the challenged steps, and
-the demo prints progress, serves one node's dashboard and ends with a summary of verdicts.
+"""`pot demo`: a whole network on one machine. Four verifier nodes bond on chain; then a miner trains
+a small GPT twice (honestly, and once on a substituted batch) and the verifiers, each on every
+challenge's committee, witness the challenged steps: two honestly, one revealing noise and one
+LAZY (it commits the public H(leaf t) with a made-up proof hash, never fetching or replaying). The
+demo prints progress, serves one node's dashboard and ends with a summary of verdicts, of the
+verifiers outside the winning cluster and penalised, and of every verifier's bond before and after.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from chain.connect import connect
 from chain.dev import DevTransport
 from chain.network import read_network
 from chain.protocol import ProtocolParams
+from chain.protocol.events import VerifierBonded, VerifierPenalized
 from chain.transport import TransportError
 from chain.view import ChainView
 from commitments.dataset import prepare_default_corpus
@@ -48,10 +52,17 @@ SPEC = {
     "exact": {"matmul": "single"},
 }
 
-VERIFIERS = (("v1", "none"), ("v2", "none"), ("v3", "noise"))
+# (node name, its [node] fault): two honest verifiers, one revealing noise, one lazy.
+VERIFIERS = (("v1", "none"), ("v2", "none"), ("v3", "noise"), ("v4", "lazy"))
+FAULTS = {"none": "honest", "noise": "FAULTY: reveals noise",
+          "lazy": "LAZY: commits the public H(leaf t) with a made-up proof, never replays"}
 DEV_MINERS = ("miner-a", "miner-b")
-# Substrate dev keys: the two runs' miners, then the three verifiers.
-SUBSTRATE_KEYS = ("//Alice", "//Bob", "//Charlie", "//Dave", "//Eve")
+# Substrate dev keys: the two runs' miners, then the four verifiers.
+SUBSTRATE_KEYS = ("//Alice", "//Bob", "//Charlie", "//Dave", "//Eve", "//Ferdie")
+# What each verifier node bonds on start ([verifier] bond): ten times the committee floor, so that
+# a faulty one's outlier penalties are visible and leave it eligible for the demo's challenges.
+DEMO_BOND = 1000
+BOND_WAIT_S = 120.0
 # The chain view's retries when the chain does not answer: jittered, growing to 5 s, 20 at most.
 CHAIN_RETRY = Backoff(base_s=0.4, cap_s=5.0)
 CHAIN_ATTEMPTS = 20
@@ -62,10 +73,13 @@ class DemoError(RuntimeError):
 
 
 def demo_params(steps: int, substitute_at: int) -> ProtocolParams:
-    """Protocol parameters of the demo: the substituted step is challenged first, one step is drawn."""
+    """Protocol parameters of the demo: the substituted step is challenged first and one step is
+    drawn (two challenges per run, in consecutive blocks); every verifier sits on every committee
+    (committee_size = the number of verifiers), and the winning cluster needs half of its seats."""
     return ProtocolParams(commit_window=120, reveal_window=60, opening_deadline=60,
                           challenges_per_run=2, challenge_delay=2, quorum_min_reveals=3,
-                          forced_challenge_steps=(substitute_at,))
+                          committee_size=len(VERIFIERS), verifier_stake=100, no_show_penalty=50,
+                          outlier_penalty=50, forced_challenge_steps=(substitute_at,))
 
 
 # --- the network ----------------------------------------------------------------------------------
@@ -101,6 +115,11 @@ class ChallengeInfo:
     outliers: tuple[str, ...] = ()
     committed: set[str] = field(default_factory=set)
     revealed: set[str] = field(default_factory=set)
+    round: int = 1
+    first: bytes | None = None  # the first round's id (None: this is the first round)
+    committee: tuple[str, ...] = ()
+    rechallenge: bytes | None = None
+    penalties: list[tuple[str, int, str]] = field(default_factory=list)  # (account, amount, why)
 
 
 class Demo:
@@ -133,6 +152,7 @@ class Demo:
         self.start_block = 0
         self.addresses: dict[str, str] = {}  # Substrate key URI -> account address
         self.chain_url = ""
+        self.bonds_before: dict[str, int] = {}  # verifier account -> active bond once all are bonded
 
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
@@ -248,7 +268,8 @@ class Demo:
             node["secrets_file"] = str(secrets)
             chain["start_block"] = self.start_block
             self.verifier_accounts[self.addresses[key]] = name
-        doc = {"node": node, "chain": chain, "database": {"url": ""},
+        # [verifier] bond: the node bonds on start, before any challenge it is to sit on is drawn.
+        doc = {"node": node, "chain": chain, "database": {"url": ""}, "verifier": {"bond": DEMO_BOND},
                "fetch": {"allow": ["127.0.0.1"], "attempts": 5, "backoff_base_s": 0.3, "backoff_max_s": 3.0},
                "replay": {"workers": 1}, "http": {"listen": f"127.0.0.1:{free_port()}"},
                "protocol": self.params.to_dict()}
@@ -269,7 +290,8 @@ class Demo:
                 self.verifier_accounts[name] = name
             child = self.children.start(name, ["node", "run", "--config", str(path)])
             self.node_children.append(child)
-            self.say(f"verifier {name} started (pid {child.proc.pid}){'  FAULTY: reveals noise' if fault != 'none' else ''}")
+            self.say(f"verifier {name} started (pid {child.proc.pid}), bonding {DEMO_BOND}"
+                     f"{'  ' + FAULTS[fault] if fault != 'none' else ''}")
 
     def serve_dashboard(self) -> None:
         """The API and dashboard of node v1, served from this process."""
@@ -288,6 +310,32 @@ class Demo:
         host, port = self.api.address
         self.dashboard_url = f"http://{host}:{port}/"
         self.say(f"dashboard of verifier v1: {self.dashboard_url}  (API: {self.dashboard_url}api/v1/status)")
+
+    def wait_bonds(self, timeout: float = BOND_WAIT_S) -> None:
+        """Until the chain shows every verifier bonded (active bond at least verifier_stake): a
+        committee is drawn from the bonds on chain when its challenge is issued, so no miner
+        trains before. Records each verifier's bond at that point."""
+        floor = self.params.verifier_stake
+        deadline = time.monotonic() + timeout
+        while True:
+            for ev in self.view.sync():
+                self.on_event(ev)
+            bonds = self.view.state.vbonds
+            missing = [self._name(a) for a in self.verifier_accounts if bonds.get(a, 0) < floor]
+            if not missing:
+                break
+            for c in self.node_children:
+                if c.proc.poll() is not None:
+                    raise DemoError(f"verifier {c.name} exited with status {c.proc.returncode} before its bond "
+                                    f"was on chain:\n{c.tail()}")
+            if time.monotonic() > deadline:
+                raise DemoError(f"verifier(s) {', '.join(sorted(missing))} had no bond of at least {floor} on chain "
+                                f"within {timeout:.0f} s (the node bonds on start from its [verifier] bond); logs "
+                                f"are in {self.workdir / 'logs'}")
+            time.sleep(0.3)
+        self.bonds_before = {a: bonds.get(a, 0) for a in self.verifier_accounts}
+        self.say("every verifier is bonded: " + ", ".join(
+            f"{self._name(a)} {b}" for a, b in sorted(self.bonds_before.items(), key=lambda x: self._name(x[0]))))
 
     def start_miners(self, corpus: Path, spec_path: Path) -> None:
         deadline = max(60, int(self.timeout - self.elapsed()))
@@ -341,11 +389,17 @@ class Demo:
                     run.complete_at = now
         elif isinstance(ev, P.ChallengeIssued):
             self.challenges[ev.challenge_id] = ChallengeInfo(ev.challenge_id, ev.run_id, ev.step, ev.index,
-                                                             ev.block, now)
-            forced = " (forced by the demo's parameters)" if ev.step in self.params.forced_challenge_steps else \
-                " (drawn from block randomness)"
+                                                             ev.block, now, round=ev.round, first=ev.first,
+                                                             committee=tuple(ev.committee))
+            if ev.round > 1:
+                why = f" (round {ev.round}: re-challenge of {short(ev.first or b'')})"
+            elif ev.step in self.params.forced_challenge_steps:
+                why = " (forced by the demo's parameters)"
+            else:
+                why = " (drawn from block randomness)"
+            seats = ", ".join(self._name(a) for a in ev.committee) or "nobody"
             self.say(f"block {ev.block}: challenge {short(ev.challenge_id)} issued: run {short(ev.run_id)} "
-                     f"({self._label(self._run_of(ev.run_id))}) step {ev.step}{forced}")
+                     f"({self._label(self._run_of(ev.run_id))}) step {ev.step}{why}; committee: {seats}")
         elif isinstance(ev, P.OpeningSubmitted):
             ch = self.challenges.get(ev.challenge_id)
             if ch is not None:
@@ -368,9 +422,12 @@ class Demo:
                 ch.resolved_at, ch.resolved_block = now, ev.block
                 ch.verdict, ch.reason = ev.verdict, ev.reason
                 ch.cluster_size, ch.reveals, ch.outliers = ev.cluster_size, ev.reveals, tuple(ev.outliers)
+                ch.rechallenge = ev.rechallenge
             outl = ", ".join(self._name(v) for v in ev.outliers) or "none"
+            more = f"; re-challenged as {short(ev.rechallenge)}" if ev.rechallenge is not None else ""
             self.say(f"block {ev.block}: challenge {short(ev.challenge_id)} (step {ev.step}) RESOLVED: "
-                     f"{ev.verdict.upper()} (cluster {ev.cluster_size} of {ev.reveals}; outliers: {outl}; {ev.reason})")
+                     f"{ev.verdict.upper()} (cluster {ev.cluster_size} of {ev.reveals}; outliers: {outl}; "
+                     f"{ev.reason}){more}")
         elif isinstance(ev, P.MinerSlashed):
             run = self._run_of(ev.run_id)
             if run is not None:
@@ -378,31 +435,51 @@ class Demo:
             self.say(f"block {ev.block}: miner {short(ev.miner)} slashed {ev.amount}")
         elif isinstance(ev, P.RevealRejected):
             self.say(f"block {ev.block}: reveal of {self._name(ev.verifier)} rejected: {ev.reason}")
+        elif isinstance(ev, VerifierBonded):
+            if ev.verifier in self.verifier_accounts:
+                self.say(f"block {ev.block}: verifier {self._name(ev.verifier)} bonded {ev.amount} (bond {ev.bond})")
+        elif isinstance(ev, VerifierPenalized):
+            ch = self.challenges.get(ev.challenge_id)
+            if ch is not None:
+                ch.penalties.append((ev.verifier, ev.amount, ev.why))
+            self.say(f"block {ev.block}: challenge {short(ev.challenge_id)}: verifier {self._name(ev.verifier)} "
+                     f"PENALISED {ev.amount} ({ev.why})")
 
     def someone_must_act(self) -> bool:
-        """True while a miner or a verifier still has to put something on chain in an open window."""
+        """True while a miner or a verifier still has to put something on chain in an open window
+        (a verifier: only for the challenges whose committee seats it)."""
         st = self.view.state
         n = st.head
         accounts = set(self.verifier_accounts)
         if not st.challenges and not any(r.challenges_at is not None for r in st.runs.values()):
-            return True  # training: blocks at the slow pace carry the roots
+            return True  # bonding and training: blocks at the slow pace carry the bonds and roots
         for ch in st.challenges.values():
             if ch.verdict is not None:
                 continue
+            seated = accounts & set(ch.committee)
             if ch.opening is None and n < ch.opening_deadline:
                 return True
-            if n <= ch.commit_deadline and not accounts <= set(ch.commitments):
+            if n <= ch.commit_deadline and not seated <= set(ch.commitments):
                 return True
-            if ch.commit_deadline < n <= ch.reveal_deadline and not accounts <= set(ch.reveals):
+            if ch.commit_deadline < n <= ch.reveal_deadline and not seated <= set(ch.reveals):
                 return True
         return False
 
     def done(self) -> bool:
+        """Every run complete, all its challenges drawn and every round of each resolved (a
+        re-challenge is a new round to wait for), as the chain's state says."""
         if any(r.run_id is None or r.complete_at is None for r in self.runs):
             return False
-        mine = [c for c in self.challenges.values() if any(c.run_id == r.run_id for r in self.runs)]
-        expected = self.params.challenges_per_run * len(self.runs)
-        return len(mine) >= expected and all(c.verdict is not None for c in mine)
+        st = self.view.state
+        for r in self.runs:
+            run = st.runs.get(r.run_id)
+            if run is None or run.challenges_at is None:
+                return False
+            if run.drawn < min(st.params.challenges_per_run, run.size - 1):
+                return False
+            if not all(st.challenges[c].verdict is not None for c in run.challenges):
+                return False
+        return True
 
     def watch(self) -> None:
         failures = 0
@@ -466,47 +543,91 @@ class Demo:
                 self.say(f"{c.name} still following after the verdicts; stopping it")
 
     # --- the summary -----------------------------------------------------------------------------
+    def _final(self, c: ChallengeInfo) -> ChallengeInfo:
+        """The last round of a challenge (following its re-challenges)."""
+        while c.rechallenge is not None and c.rechallenge in self.challenges:
+            c = self.challenges[c.rechallenge]
+        return c
+
     def summary(self) -> dict[str, Any]:
         runs = []
         for r in self.runs:
-            mine = sorted((c for c in self.challenges.values() if c.run_id == r.run_id), key=lambda c: c.index)
+            mine = sorted((c for c in self.challenges.values() if c.run_id == r.run_id),
+                          key=lambda c: (c.index, c.round))
             runs.append({
                 "run_id": r.run_id.hex() if r.run_id else None, "miner": r.miner, "honest": r.honest,
                 "substituted_step": r.substituted_step, "steps": self.steps, "slashed": r.slashed,
                 "training_seconds": round(r.complete_at - r.registered_at, 2)
                 if r.complete_at and r.registered_at else None,
-                "verdicts": [{"challenge_id": c.challenge_id.hex(), "step": c.step, "verdict": c.verdict}
-                             for c in mine]})
+                # Every round's verdict; "final" is each challenge's last round, once per challenge.
+                "verdicts": [{"challenge_id": c.challenge_id.hex(), "step": c.step, "verdict": c.verdict,
+                              "round": c.round} for c in mine],
+                "final": [{"challenge_id": c.challenge_id.hex(), "step": c.step, "verdict": self._final(c).verdict,
+                           "rounds": self._final(c).round} for c in mine if c.round == 1]})
         challenges = []
-        for c in sorted(self.challenges.values(), key=lambda c: (c.issued_block, c.index)):
+        for c in sorted(self.challenges.values(), key=lambda c: (c.issued_block, c.index, c.round)):
             challenges.append({
-                "id": c.challenge_id.hex(), "run_id": c.run_id.hex(), "step": c.step,
+                "id": c.challenge_id.hex(), "run_id": c.run_id.hex(), "step": c.step, "round": c.round,
+                "first": c.first.hex() if c.first else None,
+                "rechallenge": c.rechallenge.hex() if c.rechallenge else None,
                 "forced": c.step in self.params.forced_challenge_steps, "verdict": c.verdict, "reason": c.reason,
                 "cluster_size": c.cluster_size, "reveals": c.reveals,
+                "committee": [self._name(v) for v in c.committee],
                 "outliers": [self._name(v) for v in c.outliers],
+                "penalties": [{"verifier": self._name(v), "amount": a, "why": why} for v, a, why in c.penalties],
                 "issued_block": c.issued_block, "resolved_block": c.resolved_block,
                 "seconds": round(c.resolved_at - c.issued_at, 2) if c.resolved_at else None})
+        bonds = self.view.state.vbonds if self.view is not None else {}
         verifiers = []
         for name, fault in VERIFIERS:
             account = next(a for a, n in self.verifier_accounts.items() if n == name)
-            verifiers.append({"name": name, "account": account, "faulty": fault != "none", "fault": fault,
-                              "outlier_count": sum(account in c.outliers for c in self.challenges.values()),
-                              "revealed": sum(account in c.revealed for c in self.challenges.values())})
+            penalties = [{"challenge_id": c.challenge_id.hex(), "amount": a, "why": why}
+                         for c in self.challenges.values() for v, a, why in c.penalties if v == account]
+            verifiers.append({
+                "name": name, "account": account, "faulty": fault != "none", "fault": fault,
+                "outlier_count": sum(account in c.outliers for c in self.challenges.values()),
+                "revealed": sum(account in c.revealed for c in self.challenges.values()),
+                "seated": sum(account in c.committee for c in self.challenges.values()),
+                "bond_before": self.bonds_before.get(account), "bond_after": bonds.get(account, 0),
+                "penalties": penalties, "penalised": sum(p["amount"] for p in penalties)})
         honest = [r for r in runs if r["honest"]]
         subst = [r for r in runs if not r["honest"]]
+        decided = [c for c in challenges if c["verdict"] in ("honest", "fraud")]
+        lazy = [v for v in verifiers if v["fault"] == "lazy"]
         checks = {
             "honest_run_judged_honest": bool(honest) and all(
-                v["verdict"] == "honest" for r in honest for v in r["verdicts"]) and all(r["verdicts"] for r in honest),
+                v["verdict"] == "honest" for r in honest for v in r["final"]) and all(r["final"] for r in honest),
             "substitution_judged_fraud": bool(subst) and all(
-                any(v["step"] == r["substituted_step"] and v["verdict"] == "fraud" for v in r["verdicts"])
+                any(v["step"] == r["substituted_step"] and v["verdict"] == "fraud" for v in r["final"])
                 for r in subst),
             "faulty_verifier_outlier": all(v["outlier_count"] > 0 for v in verifiers if v["faulty"]),
+            # The lazy verifier's pair (H(leaf t), a made-up proof) never joins the replayers' cluster:
+            # it is an outlier of every decided challenge and pays an outlier penalty for each.
+            "lazy_verifier_outside_cluster": bool(lazy) and bool(decided) and all(
+                v["name"] in c["outliers"] for v in lazy for c in decided),
+            "lazy_verifier_penalised": bool(lazy) and all(
+                sum(p["why"] == "outlier" for p in v["penalties"]) >= len(decided) > 0
+                and v["bond_before"] is not None and v["bond_after"] < v["bond_before"] for v in lazy),
             "honest_verifiers_agree": all(v["outlier_count"] == 0 for v in verifiers if not v["faulty"]),
+            "honest_verifiers_unpenalised": all(v["penalised"] == 0 and v["bond_before"] is not None
+                                                and v["bond_after"] == v["bond_before"]
+                                                for v in verifiers if not v["faulty"]),
         }
         return {"runs": runs, "challenges": challenges, "verifiers": verifiers,
                 "seconds": round(self.elapsed(), 2), "timings": {k: round(v, 2) for k, v in self.timings.items()},
                 "chain": self.chain_url, "params": self.params.to_dict(), "dashboard": self.dashboard_url,
                 "workdir": str(self.workdir), "workdir_kept": self.keep_workdir, "checks": checks, "ok": all(checks.values())}
+
+    def say_bonds(self, summary: dict[str, Any]) -> None:
+        """Each verifier's bond before the runs and after the verdicts, with what it was penalised."""
+        self.say("verifier bonds (before the runs -> after the verdicts):")
+        for v in summary["verifiers"]:
+            why: dict[str, int] = {}
+            for p in v["penalties"]:
+                why[p["why"]] = why.get(p["why"], 0) + p["amount"]
+            paid = ", ".join(f"{k} {n}" for k, n in sorted(why.items())) or "no penalty"
+            self.say(f"  {v['name']:<3} {FAULTS[v['fault']]:<72} {v['bond_before']} -> {v['bond_after']} "
+                     f"({paid}; outlier in {v['outlier_count']} of {v['seated']} seat(s))")
 
     # --- the whole thing -------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -515,13 +636,17 @@ class Demo:
         t = time.monotonic()
         self.start_nodes()
         self.serve_dashboard()
+        self.wait_bonds()
+        self.timings["bonding_s"] = time.monotonic() - t
         self.start_miners(corpus, spec_path)
         self.watch()
         self.timings["protocol_s"] = time.monotonic() - t
         self.wait_miners()
         self.wait_nodes_caught_up()
         self.children.stop()
-        return self.summary()
+        summary = self.summary()
+        self.say_bonds(summary)
+        return summary
 
     def close(self) -> None:
         self.children.stop()

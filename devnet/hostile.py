@@ -24,12 +24,13 @@ from urllib.parse import urlsplit
 
 from fastapi.testclient import TestClient
 
-from chain.calls import PREFIX, StartTrainingCommitment, SubmitCheckpointRoot, encode_call
+from chain.calls import PREFIX, StartTrainingCommitment, SubmitCheckpointRoot, derive_run_id, encode_call
 from chain.dev import DevTransport
 from chain.view import ChainView
 from challenges.opening import MAGIC as MAGIC_OPENING
 from challenges.opening import load_opening
 from commitments import cbor, merkle
+from commitments.hashing import digest
 from commitments.spec import Spec
 from devnet.forge import max_opening_bytes
 from devnet.lab import CHALLENGED, Lab, Prover, Serve
@@ -151,9 +152,15 @@ def read_chain_bounded(path: Path, budget_s: float = READ_BUDGET_S) -> dict[str,
             proc.wait(5)
 
 
-def _honest_registration(lab: Lab, run_id: bytes) -> list[Any]:
+def _owned(account: str, tag: str) -> tuple[bytes, bytes]:
+    """(run_id, nonce) of a run `account` may register: derive_run_id(account, nonce)."""
+    nonce = digest("pot/redteam/hostile-nonce/v1", tag)[:16]
+    return derive_run_id(account, nonce), nonce
+
+
+def _honest_registration(lab: Lab, run_id: bytes, nonce: bytes) -> list[Any]:
     leaves = lab.leaves
-    return [StartTrainingCommitment(run_id, lab.honest.initial_hash, lab.honest.schedule.commitment,
+    return [StartTrainingCommitment(run_id, nonce, lab.honest.initial_hash, lab.honest.schedule.commitment,
                                     lab.dataset.dataset_hash, lab.spec.to_cbor(), lab.spec.steps,
                                     lab.prover.endpoint),
             SubmitCheckpointRoot(run_id, merkle.root(leaves), len(leaves), ())]
@@ -167,10 +174,10 @@ def _chain_with(lab: Lab, name: str, payloads: list[bytes]) -> tuple[Path, bytes
     attacker = DevTransport(path, "attacker", sealing="instant")
     attacker.record_params(lab.params)
     attacker.submit_payloads(payloads)
-    run_id = bytes([0x5A]) * 32
+    run_id, nonce = _owned("miner", "honest-after-hostile")
     miner = DevTransport(path, "miner")
-    miner.submit(_honest_registration(lab, run_id)[:1])
-    miner.submit(_honest_registration(lab, run_id)[1:])
+    miner.submit(_honest_registration(lab, run_id, nonce)[:1])
+    miner.submit(_honest_registration(lab, run_id, nonce)[1:])
     for t in (attacker, miner):
         t.close()
     return path, run_id
@@ -227,8 +234,9 @@ def _oversized_spec(lab: Lab) -> tuple[bool, str, str]:
     d["profile"] = "torch-native"
     d["hardware"] = {"device": "cpu-" + "x" * 60_000}
     spec = Spec.from_dict(d).to_cbor()
-    run_id = bytes([0xB1]) * 32
-    call = StartTrainingCommitment(run_id, lab.honest.initial_hash, lab.honest.schedule.commitment,
+    # The attacker's own run id (the payloads go on chain as its): the refusal is the spec's size.
+    run_id, nonce = _owned("attacker", "oversized-spec")
+    call = StartTrainingCommitment(run_id, nonce, lab.honest.initial_hash, lab.honest.schedule.commitment,
                                    lab.dataset.dataset_hash, spec, lab.spec.steps, lab.prover.endpoint)
     path, honest_id = _chain_with(lab, "oversized-spec-registration", [encode_call(call)])
     r = read_chain_bounded(path)
@@ -239,6 +247,8 @@ def _oversized_spec(lab: Lab) -> tuple[bool, str, str]:
     refused = [e for e in r["events"] if e["block"] == 1 and (e["name"] == "CallRefused" or _ignored_in([e], 1))]
     if not refused:
         return False, "chain", "the registration left no refusal or ignored record"
+    if refused[0]["code"] == "RunIdNotOwned":
+        return False, "chain", "refused for its run id, before its spec was looked at: the probe proves nothing"
     if honest_id.hex() not in r["runs"]:
         return False, "chain", "the honest registration after it was not applied"
     return True, "chain", f"refused with {refused[0]['code']}: {refused[0]['reason'][:80]}"

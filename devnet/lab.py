@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from chain import protocol as P
-from chain.calls import StartTrainingCommitment, SubmitCheckpointRoot
+from chain.calls import StartTrainingCommitment, SubmitCheckpointRoot, derive_run_id
 from chain.dev import DevTransport
 from chain.protocol import ProtocolParams
 from chain.view import ChainView
@@ -188,11 +188,13 @@ class Lab:
 
     # --- chain facts --------------------------------------------------------------------------
     def view(self) -> Any:
-        # Seal until every run's challenges are issued (instant chains only move on submit).
+        # Seal until every run's challenges are issued: one per block from the run's challenges_at
+        # on (instant chains only move on submit).
         view = ChainView(self.chain, self.params)
         view.sync()
-        for _ in range(5):
-            pending = [r for r in view.state.runs.values() if r.challenges_at is not None and not r.challenges]
+        for _ in range(self.params.challenge_delay + self.params.challenges_per_run + 2):
+            pending = [r for r in view.state.runs.values() if r.challenges_at is not None
+                       and r.drawn < min(self.params.challenges_per_run, r.size - 1)]
             if not pending:
                 break
             self.chain.seal()
@@ -227,19 +229,25 @@ class Lab:
             edit(m)
         return encode_opening(m, blob)
 
+    def register(self, leaves: list[bytes], *, initial_hash: bytes | None = None, tag: Any = None) -> bytes:
+        """Register a run of the lab's miner account with these leaves and its complete root; its
+        run id is derive_run_id(miner, nonce), the nonce drawn from `tag` and the root."""
+        nonce = digest("pot/redteam/run-nonce/v1", tag, merkle.root(leaves))[:16]
+        run_id = derive_run_id(self.chain.account, nonce)
+        init = initial_hash if initial_hash is not None else parse_step_leaf(leaves[0]).state_digest
+        self.chain.submit([StartTrainingCommitment(
+            run_id, nonce, init, self.honest.schedule.commitment, self.dataset.dataset_hash, self.spec.to_cbor(),
+            self.spec.steps, self.prover.endpoint)])
+        self.chain.submit([SubmitCheckpointRoot(run_id, merkle.root(leaves), len(leaves), ())])
+        return run_id
+
     def commit_trajectory(self, states_or_leaves: list[Any], *, initial_hash: bytes | None = None) -> bytes:
         """Register a forged run on chain with these leaves (a miner committing its own trajectory)."""
         leaves = list(states_or_leaves)
         if leaves == self.leaves:
             return self.honest.run_id  # identical bytes: the honest commitment itself
         self.forged += 1
-        run_id = digest("pot/redteam/forged-run/v1", self.forged, merkle.root(leaves))
-        init = initial_hash if initial_hash is not None else parse_step_leaf(leaves[0]).state_digest
-        self.chain.submit([StartTrainingCommitment(
-            run_id, init, self.honest.schedule.commitment, self.dataset.dataset_hash, self.spec.to_cbor(),
-            self.spec.steps, self.prover.endpoint)])
-        self.chain.submit([SubmitCheckpointRoot(run_id, merkle.root(leaves), len(leaves), ())])
-        return run_id
+        return self.register(leaves, initial_hash=initial_hash, tag=f"forged-{self.forged}")
 
     def forged_opening(self, run_id: bytes, leaves: list[bytes], pre_state: Any, t: int = CHALLENGED) -> bytes:
         return build_opening(spec=self.spec, run_id=run_id, step=t, pre_state=pre_state, dataset=self.dataset,

@@ -62,6 +62,10 @@ def train(
     account: str | None = typer.Option(None, "--account", help="dev-chain account name"),
     key: str | None = typer.Option(None, "--key", help="Substrate key URI, mnemonic or keystore file"),
     endpoint: str | None = typer.Option(None, "--endpoint", help="public URL of the prover (default: --host/--port)"),
+    mirror: list[str] = typer.Option(
+        [], "--mirror", help="another base URL serving copies of this run's openings under /openings/<digest> "
+                             "(repeatable, at most 4): each opening on chain names them beside --endpoint; "
+                             "copying the files there is the miner's own job"),
     serve: bool = typer.Option(True, "--serve/--no-serve", help="serve openings from this process"),
     host: str = typer.Option("127.0.0.1", "--host", help="prover bind address"),
     port: int = typer.Option(8760, "--port", help="prover port"),
@@ -121,19 +125,27 @@ def train(
             server = BackgroundServer(out, host, port, token).start()
         trainer = Trainer(spec, ds, out, transport, endpoint=endpoint or f"http://{host}:{port}",
                           keep_every=keep_every, root_every=root_every, substitute_batch_at=substitute_batch_at,
-                          params=params, progress=not as_json, ranks=ranks, pretrained=init)
+                          params=params, progress=not as_json, ranks=ranks, pretrained=init, mirrors=mirror)
         if substitute_batch_at is not None:
             typer.echo(f"FAULT INJECTION: step {substitute_batch_at} trains on a substituted batch", err=True)
         verdicts = trainer.run(follow=follow, timeout=timeout)
-        summary = {"run_id": trainer.run_id.hex(), "root": trainer.tree.root().hex(), "size": trainer.tree.size,
+        final = trainer.final_verdicts()
+        # "verdicts": every round's; "final": each challenge (by its first round's id) as its last
+        # round left it, a re-challenged step once.
+        summary = {"run_id": trainer.run_id.hex(), "account": trainer.account, "nonce": trainer.nonce.hex(),
+                   "root": trainer.tree.root().hex(), "size": trainer.tree.size,
                    "run_dir": str(out), "openings": {c.hex(): d.hex() for c, d in trainer.answered.items()},
-                   "verdicts": {c.hex(): v for c, v in verdicts.items()}}
+                   "verdicts": {c.hex(): v for c, v in verdicts.items()},
+                   "final": {c.hex(): v for c, v in final.items()},
+                   "rounds": {c.hex(): r for c, (_, r) in trainer.rounds.items()},
+                   "mirrors": list(trainer.mirrors)}
         if as_json:
             typer.echo(json.dumps(summary))
         else:
             typer.echo(f"run {summary['run_id']}: {summary['size'] - 1} steps, root {summary['root']}")
             for c, v in summary["verdicts"].items():
-                typer.echo(f"challenge {c[:16]}: {v}")
+                r = summary["rounds"].get(c, 1)
+                typer.echo(f"challenge {c[:16]}{f' (round {r})' if r > 1 else ''}: {v}")
         if any(v == "fraud" for v in verdicts.values()):
             raise typer.Exit(1)
     except _domain_errors() as exc:

@@ -3,6 +3,12 @@
 Before step 1 it registers the run (start_training_commitment); after every step it appends the
 leaf to the checkpoint tree and the signed transcript, moves the root on chain at a cadence (with
 consistency proofs) and at the end, then follows the chain and opens every challenged step.
+
+The run id belongs to the account that signs the registration: it is
+`chain.calls.derive_run_id(account, nonce)` with a fresh random nonce kept in the run's metadata,
+so a restart sends the identical registration and a copy of it by another account is refused.
+Every ChallengeIssued of the run is answered, re-challenge rounds included (a new challenge id for
+the same step: the same opening file, submitted again for the new id within its deadline).
 Data-parallel (`ranks`, oracle.parallel): every rank computes each step's shard; rank 0 alone
 keeps the run directory, talks to the chain and serves, and its commitments do not depend on
 the number of ranks (the steps are byte-identical to one process).
@@ -20,15 +26,24 @@ from typing import Any
 from nacl.signing import SigningKey
 from tqdm import tqdm
 
-from chain.calls import DeclareWitnessNormBucket, StartTrainingCommitment, SubmitCheckpointRoot, SubmitOpening
+from chain.calls import (
+    MAX_MIRRORS,
+    CallError,
+    DeclareWitnessNormBucket,
+    StartTrainingCommitment,
+    SubmitCheckpointRoot,
+    SubmitOpening,
+    derive_run_id,
+)
 from chain.network import BlockMemo, NetworkParamsError, check_pinned, read_network
 from chain.protocol import CallRefused, ChallengeIssued, ChallengeResolved
+from chain.protocol.params import MAX_URI_BYTES
+from chain.protocol.state import registration_digest
 from chain.transport import TransportError
 from chain.view import ChainView
 from challenges.opening import OpeningRefused, build_opening, opening_digest
-from commitments import merkle
+from commitments import cbor, merkle
 from commitments.dataset import Dataset, train_validation_split
-from commitments.hashing import digest
 from commitments.leaves import initial_leaf, loss_bits, step_leaf
 from commitments.retry import Backoff
 from commitments.schedule import Schedule, derive_schedule
@@ -39,7 +54,10 @@ from oracle.norm_bucket import norm_bucket
 from oracle.step import init_state
 from oracle.step import step as oracle_step
 
-RUN_ID_DOMAIN = "pot/run-id/v1"
+NONCE_BYTES = 16
+# The account a run prepared without a chain transport is derived for (recipes, tools, tests):
+# its run id is `derive_run_id("offline", nonce)`, which no other account can register.
+OFFLINE_ACCOUNT = "offline"
 DEFAULT_ENDPOINT = "http://127.0.0.1:8760"
 SUBMIT_TRIES = 5
 SUBMIT_BACKOFF = Backoff(base_s=0.5, cap_s=30.0)
@@ -71,7 +89,8 @@ class Trainer:
                  endpoint: str = DEFAULT_ENDPOINT, keep_every: int = 10, root_every: int | None = None,
                  substitute_batch_at: int | None = None, params: Any = None, progress: bool = True,
                  log: Callable[[str], None] | None = None, submit_timeout: float = 60.0,
-                 ranks: Any = None, pretrained: Any = None) -> None:
+                 ranks: Any = None, pretrained: Any = None, mirrors: Any = (),
+                 account: str | None = None) -> None:
         if dataset.sample_len != spec.sample_len:
             raise TrainerError(f"the dataset's samples hold {dataset.sample_len} tokens, the spec needs "
                                f"{spec.sample_len} (seq_len + 1)")
@@ -87,7 +106,12 @@ class Trainer:
         if not self.leader and transport is not None:
             raise TrainerError("only rank 0 talks to the chain: pass no transport to the other ranks")
         self.transport = transport
+        if transport is not None and account is not None and account != transport.account:
+            raise TrainerError(f"account {account!r} given, but the transport signs as {transport.account!r}")
+        self._account = account or OFFLINE_ACCOUNT
         self.endpoint = endpoint.rstrip("/")
+        _check_uri_room(self.endpoint, "the endpoint")
+        self.mirrors = check_mirrors(mirrors, self.endpoint)
         self.root_every = root_every or max(1, spec.steps // 4)
         self.substitute_batch_at = substitute_batch_at
         self.progress = progress and self.leader
@@ -104,15 +128,20 @@ class Trainer:
             raise TrainerError("the spec fine-tunes pretrained parameters ([init]): give their file (--init)")
         self.view: Any = None
         self.run_id: bytes = b""
+        self.nonce: bytes = b""
         self.initial_hash: bytes = b""
         self.state: Any = None
         self.tree = merkle.MerkleTree()
         self.submitted_size = 0
         self.transcript: Any = None
         self.answered: dict[bytes, bytes] = {}  # challenge_id -> opening digest
-        self.issued: dict[bytes, int] = {}  # our challenge_id -> step
-        self.resolved: dict[bytes, str] = {}  # our challenge_id -> verdict
-        self.failed: dict[bytes, str] = {}  # our challenge_id -> why no opening could be built
+        self.issued: dict[bytes, int] = {}  # our challenge_id -> step (every round)
+        self.rounds: dict[bytes, tuple[bytes, int]] = {}  # our challenge_id -> (its first round's id, round)
+        self.resolved: dict[bytes, str] = {}  # our challenge_id -> verdict (an inconclusive round included)
+        self.failed: dict[bytes, str] = {}  # our challenge_id -> why no opening could be built or sent
+        # (step, size, root) -> digest of its opening file: a re-challenge of a step reuses it
+        self._openings: dict[tuple[int, int, bytes], bytes] = {}
+        self._unseen: list[Any] = []  # synced events poll has not looked at yet
 
     # --- the batches ----------------------------------------------------------------------
     def batch_indices(self, t: int) -> list[int]:
@@ -128,7 +157,9 @@ class Trainer:
     # --- setup and resume -----------------------------------------------------------------
     @property
     def account(self) -> str:
-        return self.transport.account if self.transport is not None else ""
+        """The account the run id is derived for: the transport's signer, or (no transport) the
+        `account` given, else OFFLINE_ACCOUNT."""
+        return self.transport.account if self.transport is not None else self._account
 
     def prepare(self) -> None:
         """Create the run (initial state, leaf 0, run id, transcript) or resume it from run_dir.
@@ -155,10 +186,13 @@ class Trainer:
                 raise TrainerError(f"{self.store.dir}: holds leaves but no run metadata; use a fresh directory")
             state = init_state(self.spec, pretrained=self.pretrained)
             self.initial_hash = state.digest()
-            nonce = os.urandom(16)
-            self.run_id = digest(RUN_ID_DOMAIN, self.account, self.spec.digest(), self.dataset.dataset_hash,
-                                 self.schedule.commitment, self.initial_hash, nonce)
-            self.store.write_meta(self._meta(nonce))
+            # The nonce is persisted before anything is sent: a restart re-sends the same registration.
+            self.nonce = os.urandom(NONCE_BYTES)
+            try:
+                self.run_id = derive_run_id(self.account, self.nonce)
+            except CallError as exc:
+                raise TrainerError(f"cannot derive the run id: {exc}") from None
+            self.store.write_meta(self._meta(self.nonce))
             self.store.save_state(state)
             self.store.append_leaf(initial_leaf(self.initial_hash))
             key = SigningKey.generate()
@@ -168,7 +202,7 @@ class Trainer:
             self.state = state
         else:
             self._check_meta(meta)
-            self.run_id, self.initial_hash = meta["run_id"], meta["initial_hash"]
+            self.run_id, self.nonce, self.initial_hash = meta["run_id"], meta["nonce"], meta["initial_hash"]
             self.transcript = TranscriptWriter.resume(transcript_path, load_session_key(key_path),
                                                       drop_partial_tail=True)
             if not len(self.store):
@@ -205,6 +239,17 @@ class Trainer:
                            ("substitute_batch_at", self.substitute_batch_at)):
             if meta.get(name) != ours:
                 raise TrainerError(f"{self.store.dir}: holds a run with another {name}; use a fresh directory")
+        nonce, run_id, owner = meta.get("nonce"), meta.get("run_id"), meta.get("account")
+        try:
+            derived = derive_run_id(owner, nonce) if isinstance(owner, str) and owner else None
+        except CallError:
+            derived = None
+        if derived is None or derived != run_id:
+            raise TrainerError(f"{self.store.dir}: its run id is not derive_run_id(account, nonce) of its metadata "
+                               "(a run of protocol v1, or a damaged meta.cbor); use a fresh directory")
+        if owner != self.account:
+            raise TrainerError(f"{self.store.dir}: its run id belongs to account {owner!r}, and this trainer signs as "
+                               f"{self.account!r}; a run id cannot change hands: use that account or a fresh directory")
 
     def _commitment_record(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "initial_hash": self.initial_hash,
@@ -240,31 +285,45 @@ class Trainer:
         return self.view
 
     def _sync(self) -> list[Any]:
-        return self._chain_view().sync()
+        """Apply new finalized blocks. Their events also wait in `_unseen` for `poll`, whichever
+        call synced them (a restarted trainer's registration reads the whole history)."""
+        events = self._chain_view().sync()
+        self._unseen += events
+        return events
+
+    def registration(self) -> StartTrainingCommitment:
+        """The run's start_training_commitment: the same bytes every time (the nonce is persisted)."""
+        return StartTrainingCommitment(
+            run_id=self.run_id, nonce=self.nonce, initial_hash=self.initial_hash,
+            schedule_commitment=self.schedule.commitment, dataset_hash=self.dataset.dataset_hash,
+            spec=self.spec.to_cbor(), declared_steps=self.spec.steps, endpoint=self.endpoint)
 
     def register(self) -> None:
         """Submit start_training_commitment (idempotent: an identical repeat is a no-op on chain)."""
         if self.transport is not None:
             self._chain_view()  # refuses other parameters before anything is sent
-        self._submit([StartTrainingCommitment(
-            run_id=self.run_id, initial_hash=self.initial_hash, schedule_commitment=self.schedule.commitment,
-            dataset_hash=self.dataset.dataset_hash, spec=self.spec.to_cbor(), declared_steps=self.spec.steps,
-            endpoint=self.endpoint)], "register the run")
-        run = self._await_run()
+        call = self.registration()
+        before = self.transport.finalized_head() if self.transport is not None else 0
+        self._submit([call], "register the run")
+        run = self._await_run(registration_digest(cbor.encode(call.to_wire())), after=before)
         self.submitted_size = run.size
 
-    def _await_run(self, poll: float = 0.5) -> Any:
-        """The run as the chain's finalized blocks show it; waits for finality, refuses a refusal."""
+    def _await_run(self, registration: bytes, *, after: int = 0, poll: float = 0.5) -> Any:
+        """The run as the chain's finalized blocks show it; waits for finality, refuses a refusal
+        (of a registration by this account in a block after `after`) and a run registered with
+        other commitments than ours."""
         deadline = time.monotonic() + self.submit_timeout
         while True:
             self._sync()
             run = self.view.state.runs.get(self.run_id)
-            if run is not None and run.miner == self.account:
+            if run is not None and run.miner == self.account and run.registration == registration:
                 return run
             refusals = [e for e in self.view.events if isinstance(e, CallRefused)
-                        and e.origin == self.account and e.call == "start_training_commitment"]
+                        and e.origin == self.account and e.call == "start_training_commitment" and e.block > after]
             if refusals or run is not None:
-                why = refusals[-1].reason if refusals else "the run id belongs to another account"
+                why = refusals[-1].reason if refusals else (
+                    "the run id belongs to another account" if run.miner != self.account
+                    else "it is already registered with different commitments")
                 raise TrainerError(f"run {self.run_id.hex()[:16]} was not registered: {why}")
             if time.monotonic() > deadline:
                 raise TrainerError(f"run {self.run_id.hex()[:16]} is not on chain after {self.submit_timeout:.0f} s")
@@ -307,26 +366,77 @@ class Trainer:
 
     # --- challenges -----------------------------------------------------------------------
     def poll(self) -> bool:
-        """Apply new finalized blocks; open each new challenge of this run. True once all resolved."""
-        for ev in self._sync():
+        """Apply new finalized blocks; open each new challenge of this run, every round of it (a
+        re-challenge is a new challenge id for the same step). True once the run's challenges are
+        all drawn and every round of each is resolved."""
+        self._sync()
+        events, self._unseen = self._unseen, []
+        for ev in events:
             if getattr(ev, "run_id", None) != self.run_id:
                 continue
             if isinstance(ev, ChallengeIssued):
                 self.issued[ev.challenge_id] = ev.step
+                self.rounds[ev.challenge_id] = (ev.first or ev.challenge_id, ev.round)
+                if ev.round > 1:
+                    self._log(f"challenge {ev.challenge_id.hex()[:16]}: round {ev.round} of step {ev.step} "
+                              f"(re-challenge of {(ev.first or b'').hex()[:16]}), opening due by block "
+                              f"{ev.opening_deadline}")
                 if ev.challenge_id not in self.answered and ev.challenge_id not in self.failed:
-                    try:
-                        self.answer(ev)
-                    except (CheckpointError, OpeningRefused, TrainerError) as exc:
-                        # Without an opening the challenge resolves as fraud; keep following the rest.
-                        self.failed[ev.challenge_id] = str(exc)
-                        self._log(f"challenge {ev.challenge_id.hex()[:16]}: cannot open step {ev.step}: {exc}")
+                    self._answer_issued(ev)
             elif isinstance(ev, ChallengeResolved):
                 self.resolved[ev.challenge_id] = ev.verdict
-                self._log(f"challenge {ev.challenge_id.hex()[:16]} (step {ev.step}) resolved: {ev.verdict} "
-                          f"({ev.reason})")
+                more = (f"; re-challenged as {ev.rechallenge.hex()[:16]}" if ev.rechallenge is not None else "")
+                self._log(f"challenge {ev.challenge_id.hex()[:16]} (step {ev.step}, round {ev.round}) resolved: "
+                          f"{ev.verdict} ({ev.reason}){more}")
                 self.transcript.append("verdict", {"challenge_id": ev.challenge_id, "step": ev.step,
                                                    "verdict": ev.verdict})
-        return bool(self.issued) and set(self.issued) <= set(self.resolved)
+        return self.all_resolved()
+
+    def all_resolved(self) -> bool:
+        """True once the chain has drawn every challenge of the run and resolved every round of
+        each (no re-challenge left open), as the chain view's state says."""
+        if self.view is None:
+            return False
+        st = self.view.state
+        run = st.runs.get(self.run_id)
+        if run is None or run.challenges_at is None or not run.challenges:
+            return False
+        if run.drawn < min(st.params.challenges_per_run, run.size - 1):
+            return False
+        return all(st.challenges[c].verdict is not None for c in run.challenges)
+
+    def final_verdicts(self) -> dict[bytes, str]:
+        """{first round's challenge id: the verdict of its last resolved round}: what the run's
+        challenges came to, a re-challenged step counted once."""
+        out: dict[bytes, tuple[int, str]] = {}
+        for cid, verdict in self.resolved.items():
+            first, round_ = self.rounds.get(cid, (cid, 1))
+            if first not in out or out[first][0] < round_:
+                out[first] = (round_, verdict)
+        return {first: v for first, (_, v) in out.items()}
+
+    def _answer_issued(self, ev: Any) -> None:
+        """Answer one ChallengeIssued unless the chain shows it needs no answer (opened already,
+        say by this run's process before a restart; resolved; past its opening deadline)."""
+        cid = ev.challenge_id
+        ch = self.view.state.challenges.get(cid) if self.view is not None else None
+        if ch is not None and ch.opening is not None:
+            self.answered[cid] = ch.opening["opening_digest"]
+            return
+        if ch is not None and ch.verdict is not None:
+            self.failed[cid] = f"resolved ({ch.verdict}) before this process could open it"
+            return
+        # A submission lands in a block after the head: at the deadline's block it is too late.
+        if ch is not None and self.view.state.head >= ch.opening_deadline:
+            self.failed[cid] = f"its opening deadline (block {ch.opening_deadline}) has passed"
+            self._log(f"challenge {cid.hex()[:16]}: cannot open step {ev.step}: {self.failed[cid]}")
+            return
+        try:
+            self.answer(ev)
+        except (CheckpointError, OpeningRefused, TrainerError) as exc:
+            # Without an opening the challenge resolves as fraud; keep following the rest.
+            self.failed[cid] = str(exc)
+            self._log(f"challenge {cid.hex()[:16]}: cannot open step {ev.step}: {exc}")
 
     def opening_for(self, step: int, size: int, root: bytes | None = None) -> tuple[bytes, bytes]:
         """(digest, file bytes) of the opening of `step` for the tree of `size` leaves."""
@@ -335,23 +445,41 @@ class Trainer:
                              schedule=self.schedule, leaves=self.store.leaves, size=size, root=root)
         return opening_digest(data), data
 
+    def stored_opening(self, step: int, size: int, root: bytes | None = None) -> bytes:
+        """The digest of the stored opening of `step` for the tree of `size` leaves, built and
+        stored the first time; every round of a challenge of that step serves the same file."""
+        key = (step, size, root or merkle.root(self.store.leaves[:size]))
+        d = self._openings.get(key)
+        if d is None or not self.store.opening_path(d).exists():
+            d, data = self.opening_for(step, size, root)
+            self.store.put_opening(d, data)
+            self._openings[key] = d
+        return d
+
+    def uris(self, d: bytes) -> tuple[str, tuple[str, ...]]:
+        """(uri, mirrors) of the opening `d`: the prover's endpoint and each mirror base URL, all
+        under /openings/<digest hex> (the mirrors serve copies of the same file)."""
+        path = f"/openings/{d.hex()}"
+        return f"{self.endpoint}{path}", tuple(f"{m}{path}" for m in self.mirrors)
+
     def answer(self, ev: Any) -> bytes:
-        """Build and store the opening of a ChallengeIssued event, then submit_opening (and the bucket)."""
+        """Store the opening of a ChallengeIssued event's step (reused across its rounds), then
+        submit_opening for the event's challenge id (and, cross-architecture, the bucket)."""
         t, size = ev.step, ev.size
-        d, data = self.opening_for(t, size, ev.root)
-        self.store.put_opening(d, data)
+        d = self.stored_opening(t, size, ev.root)
         leaves = self.store.leaves
         proof = merkle.MerkleTree.from_leaves(leaves[:size]).inclusion_proof(t)
-        calls: list[Any] = [SubmitOpening(challenge_id=ev.challenge_id, opening_digest=d,
-                                          uri=f"{self.endpoint}/openings/{d.hex()}", leaf=leaves[t],
-                                          leaf_proof=proof)]
+        uri, mirrors = self.uris(d)
+        calls: list[Any] = [SubmitOpening(challenge_id=ev.challenge_id, opening_digest=d, uri=uri, leaf=leaves[t],
+                                          leaf_proof=proof, mirrors=mirrors)]
         if ev.mode == "bucket":
             bucket = norm_bucket(self.store.state(t - 1), self.store.state(t))
             calls.append(DeclareWitnessNormBucket(challenge_id=ev.challenge_id, bucket=bucket))
         self._submit(calls, f"open step {t}")
         self.answered[ev.challenge_id] = d
         self.transcript.append("opening", {"challenge_id": ev.challenge_id, "step": t, "digest": d})
-        self._log(f"challenge {ev.challenge_id.hex()[:16]}: opened step {t} as {d.hex()[:16]}")
+        self._log(f"challenge {ev.challenge_id.hex()[:16]}: opened step {t} as {d.hex()[:16]}"
+                  + (f" (round {ev.round})" if getattr(ev, "round", 1) > 1 else ""))
         return d
 
     def follow(self, *, poll: float = 1.0, timeout: float | None = None,
@@ -395,6 +523,36 @@ class Trainer:
         self.close()
 
 
+_OPENING_PATH_BYTES = len("/openings/") + 64
+
+
+def _check_uri_room(base: str, what: str) -> None:
+    """An opening's address is base + /openings/<64 hex>: the protocol keeps at most MAX_URI_BYTES
+    of it, and refuses the whole opening (a fraud verdict) over that."""
+    if len(base.encode("utf-8")) + _OPENING_PATH_BYTES > MAX_URI_BYTES:
+        raise TrainerError(f"{what} is too long: with /openings/<digest> an opening's address must fit in "
+                           f"{MAX_URI_BYTES} bytes")
+
+
+def check_mirrors(mirrors: Any, endpoint: str = "") -> tuple[str, ...]:
+    """Mirror base URLs of the prover, checked: at most MAX_MIRRORS, each http(s)://..., none
+    repeated nor equal to the endpoint; returned without a trailing slash."""
+    if isinstance(mirrors, str):
+        raise TrainerError("mirrors must be a list of base URLs, not one string")
+    out: list[str] = []
+    for m in mirrors or ():
+        if not isinstance(m, str) or not m.startswith(("http://", "https://")) or len(m.rstrip("/")) <= len("https://"):
+            raise TrainerError(f"a mirror must be a base URL such as https://host:port, got {m!r}")
+        m = m.rstrip("/")
+        _check_uri_room(m, f"mirror {m[:60]}")
+        if m == endpoint or m in out:
+            raise TrainerError(f"mirror {m} is listed twice (or is the endpoint itself)")
+        out.append(m)
+    if len(out) > MAX_MIRRORS:
+        raise TrainerError(f"{len(out)} mirrors given; an opening carries at most {MAX_MIRRORS}")
+    return tuple(out)
+
+
 def open_run_dir(run_dir: str | os.PathLike[str]) -> tuple[CheckpointStore, dict[str, Any]]:
     """A run directory's store and metadata (for the prover and tools); refuses a directory without a run."""
     p = Path(run_dir)
@@ -407,4 +565,5 @@ def open_run_dir(run_dir: str | os.PathLike[str]) -> tuple[CheckpointStore, dict
     return store, meta
 
 
-__all__ = ["DEFAULT_ENDPOINT", "Trainer", "TrainerError", "open_run_dir", "run_schedule", "substitute_indices"]
+__all__ = ["DEFAULT_ENDPOINT", "OFFLINE_ACCOUNT", "Trainer", "TrainerError", "check_mirrors", "open_run_dir",
+           "run_schedule", "substitute_indices"]

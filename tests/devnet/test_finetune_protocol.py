@@ -1,9 +1,10 @@
 """The demo's whole protocol on a fine-tune: a tiny Llama saved by transformers is imported
 (`pot model import`), an honest miner and one whose step trains on a substituted batch fine-tune
-it on one dev chain with the real Trainer, three verifiers (one revealing noise) fetch each
-opening, validate it against the chain, replay it, commit and reveal; the chain's verdicts:
-honest for the honest run and the substituted run's step 1 (whose opening carries the pretrained
-state), fraud for the substituted step, the noisy verifier an outlier every time."""
+it on one dev chain with the real Trainer, three bonded verifiers (one revealing noise) fetch each
+opening, validate it against the chain, replay it, commit and reveal the witness pair; the chain's
+verdicts: honest for the honest run and the substituted run's step 1 (whose opening carries the
+pretrained state), fraud for the substituted step, the noisy verifier an outlier every time and
+penalised from its bond."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import os
 import pytest
 from typer.testing import CliRunner
 
-from chain.calls import CommitWitness, RevealWitnessValue
 from chain.dev import DevTransport
 from chain.protocol import (
     ChallengeIssued,
@@ -23,16 +23,16 @@ from chain.protocol import (
     RunRegistered,
     VerifierOutlier,
 )
+from chain.protocol.events import VerifierPenalized
 from chain.view import ChainView
 from challenges.opening import load_opening, validate_opening
 from challenges.replay import replay
 from challenges.verdict import FRAUD, HONEST
-from challenges.witness import new_salt, witness_commitment
 from commitments.dataset import Dataset
 from commitments.spec import Spec
 from miner.cli import model_app
 from miner.trainer import Trainer, TrainerError
-from tests.miner.helpers import corpus
+from tests.miner.helpers import bond_verifiers, corpus, witness_calls
 
 transformers = pytest.importorskip("transformers")
 
@@ -41,6 +41,7 @@ STEPS, SUBSTITUTED = 3, 3
 PARAMS = ProtocolParams(commit_window=30, reveal_window=30, opening_deadline=20, challenge_delay=1,
                         quorum_min_reveals=2, challenges_per_run=2, forced_challenge_steps=(1, SUBSTITUTED))
 VERIFIERS = ("v1", "v2", "v3")  # v3 reveals noise
+BOND = 1000  # enough for v3 to stay eligible through four outlier penalties
 
 
 def _import(tmp_path):
@@ -77,6 +78,7 @@ def test_finetune_protocol_catches_a_substituted_batch(tmp_path):
     db = tmp_path / "chain.db"
     sealer = DevTransport(db, "sealer", sealing="instant")
     sealer.record_params(PARAMS)
+    bond_verifiers(db, VERIFIERS, BOND)  # before any challenge: committees are drawn from bonded verifiers
     with pytest.raises(TrainerError, match="give their file"):
         Trainer(spec, ds, tmp_path / "none", None)
     trainers = {}
@@ -96,7 +98,7 @@ def test_finetune_protocol_catches_a_substituted_batch(tmp_path):
     view.sync()
     regs = {e.run_id: e for e in view.of(RunRegistered)}
     issued = {e.challenge_id: e for e in view.of(ChallengeIssued)}
-    salts, values = {}, {}
+    reveals = {}
     for opened in view.of(OpeningSubmitted):
         reg, ch = regs[opened.run_id], issued[opened.challenge_id]
         tr = next(t for t in both if t.run_id == opened.run_id)
@@ -108,17 +110,15 @@ def test_finetune_protocol_catches_a_substituted_batch(tmp_path):
         if ch.step == 1:  # the opening of step 1 carries the pretrained state
             assert v.state.digest() == reg.initial_hash
         result = replay(v)
+        assert set(ch.committee) == set(VERIFIERS)
         for name in VERIFIERS:
-            value = result.value_hash if name != "v3" else os.urandom(32)
-            salts[name, ch.challenge_id], values[name, ch.challenge_id] = new_salt(), (value, result.norm_bucket)
-            DevTransport(db, name, sealing="instant").submit([CommitWitness(
-                challenge_id=ch.challenge_id, commitment=witness_commitment(
-                    ch.challenge_id, value, result.norm_bucket, salts[name, ch.challenge_id], name))])
+            noise = {"value_hash": os.urandom(32), "proof_hash": os.urandom(32)} if name == "v3" else {}
+            commit, reveals[name, ch.challenge_id] = witness_calls(ch.challenge_id, name, result, **noise)
+            DevTransport(db, name, sealing="instant").submit([commit])
     last_commit = max(ch.commit_deadline for ch in issued.values())
     _seal_until(sealer, both, lambda: sealer.finalized_head() > last_commit)
-    for (name, cid), salt in salts.items():
-        DevTransport(db, name, sealing="instant").submit([RevealWitnessValue(
-            challenge_id=cid, value_hash=values[name, cid][0], norm_bucket=values[name, cid][1], salt=salt)])
+    for (name, _), reveal in reveals.items():
+        DevTransport(db, name, sealing="instant").submit([reveal])
     _seal_until(sealer, both, lambda: all(len(tr.resolved) == 2 for tr in both))
 
     view.sync()
@@ -129,5 +129,8 @@ def test_finetune_protocol_catches_a_substituted_batch(tmp_path):
     assert all(e.cluster_size == 2 and e.reveals == 3 and e.outliers == ("v3",) for e in verdicts.values())
     assert [e.run_id for e in view.of(MinerSlashed)] == [s]
     assert {e.verifier for e in view.of(VerifierOutlier)} == {"v3"}
+    penalties = view.of(VerifierPenalized)
+    assert {(e.verifier, e.why) for e in penalties} == {("v3", "outlier")} and len(penalties) == 4
+    assert view.state.vbonds == {"v1": BOND, "v2": BOND, "v3": BOND - 4 * PARAMS.outlier_penalty}
     for tr in both:
         tr.close()

@@ -78,14 +78,7 @@ def test_a_byte_changing_edit_that_passes_fails_the_command(tmp_path, monkeypatc
     # The honest trajectory registered again under a new run id: its bytes differ from the honest
     # opening (the run id), yet every check passes. Declared as a change, it must count as missed.
     def reregistered(lab):
-        from chain.calls import StartTrainingCommitment, SubmitCheckpointRoot
-        from commitments import merkle
-
-        run_id = b"\x77" * 32
-        lab.chain.submit([StartTrainingCommitment(
-            run_id, lab.honest.initial_hash, lab.honest.schedule.commitment, lab.dataset.dataset_hash,
-            lab.spec.to_cbor(), lab.spec.steps, lab.prover.endpoint)])
-        lab.chain.submit([SubmitCheckpointRoot(run_id, merkle.root(lab.leaves), len(lab.leaves), ())])
+        run_id = lab.register(lab.leaves, tag="reregistered")
         data = lab.forged_opening(run_id, lab.leaves, lab.states[redteam.CHALLENGED - 1])
         return redteam.Attempt(data, run_id, changed=data != lab.opening())
 

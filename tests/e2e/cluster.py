@@ -1,5 +1,6 @@
 """A whole network as separate processes: `pot chain dev` sealing a dev chain, one `pot miner train`,
-and verifier nodes (`pot node run`), each with its own database and account.
+and verifier nodes (`pot node run`), each with its own database and account, each bonding on start
+(`[verifier] bond`) before the miner trains.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from chain.dev import DevTransport
 from chain.protocol import ProtocolParams
 from chain.view import ChainView
 from devnet.procs import free_port
+from devnet.toml import to_toml
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -46,16 +48,13 @@ schedule_seed = 11
 """
 
 
+# What each node bonds on start: enough to stay eligible through the tests' outlier penalties.
+BOND = 1000
+
+
 def protocol_toml(p: ProtocolParams) -> str:
-    return "\n".join([
-        "[protocol]",
-        f"commit_window = {p.commit_window}", f"reveal_window = {p.reveal_window}",
-        f"opening_deadline = {p.opening_deadline}", f"challenges_per_run = {p.challenges_per_run}",
-        f"challenge_delay = {p.challenge_delay}", f"quorum_min_reveals = {p.quorum_min_reveals}",
-        f"quorum_share = [{p.quorum_share.numerator}, {p.quorum_share.denominator}]",
-        f"miner_stake = {p.miner_stake}", f"verifier_stake = {p.verifier_stake}", f"slash_amount = {p.slash_amount}",
-        f"forced_challenge_steps = {list(p.forced_challenge_steps)}",
-    ]) + "\n"
+    """The [protocol] table of every parameter (the chain's --params, the miner's pin, each node's)."""
+    return to_toml({"protocol": p.to_dict()})
 
 
 class Cluster:
@@ -129,7 +128,7 @@ class Cluster:
     def err(self, name: str) -> str:
         return (self.tmp / f"{name}.err").read_text(errors="replace")
 
-    def start_verifier(self, name: str, *, fault: str = "none") -> Path:
+    def start_verifier(self, name: str, *, fault: str = "none", bond: int = BOND) -> Path:
         cfg = self.tmp / f"{name}.toml"
         self.account(name)
         secrets = ""
@@ -144,9 +143,27 @@ class Cluster:
             f"start_block = {self.start_block}", "watchdog_s = 120.0", "resend_after_blocks = 6",
             "[fetch]", 'allow = ["127.0.0.1"]', "attempts = 4", "backoff_base_s = 0.2", "backoff_max_s = 2.0",
             "[http]", f'listen = "127.0.0.1:{free_port()}"',  # each node serves its API on its own port
+            "[verifier]", f"bond = {bond}",  # bonded on start: committees are drawn from bonds on chain
         ]) + "\n" + protocol_toml(self.params))
         self.spawn(name, "node", "run", "--config", str(cfg), "--init")
         return cfg
+
+    def wait_bonded(self, names: list[str], timeout: float = 180.0) -> dict[str, int]:
+        """Until the chain shows every named verifier with an active bond of at least verifier_stake
+        (so the miner's challenges seat them); their bonds then."""
+        deadline = time.monotonic() + timeout
+        while True:
+            bonds = self.view().state.vbonds
+            missing = [n for n in names if bonds.get(self.account(n), 0) < self.params.verifier_stake]
+            if not missing:
+                return {n: bonds[self.account(n)] for n in names}
+            for n in missing:
+                proc = self.procs.get(n)
+                if proc is not None and proc.poll() is not None:
+                    raise RuntimeError(f"{n} exited with {proc.returncode} before bonding:\n{self.err(n)[-3000:]}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"verifiers {missing} did not bond within {timeout:.0f} s")
+            time.sleep(1.0)
 
     def node_db(self, name: str) -> sa.Engine:
         from node.db import open_database

@@ -1,5 +1,6 @@
-"""`pot demo` as a person runs it: a subprocess whose last line is the JSON summary. The honest run
-must be judged honest, the substituted step fraud, the noisy verifier an outlier and no other."""
+"""`pot demo` as a person runs it: a subprocess whose last line is the JSON summary. Every verifier
+bonds before the runs; the honest run must be judged honest, the substituted step fraud, the noisy
+and the lazy verifier outliers of every challenge, penalised from their bonds, and no other."""
 
 from __future__ import annotations
 
@@ -40,20 +41,34 @@ def check_summary(summary: dict, substitute_at: int, limit: float = DEMO_TIMEOUT
     assert [v["verdict"] for v in forced] == ["fraud"]
     assert substituted["slashed"] > 0 and honest["slashed"] == 0
 
-    # Every challenge is on the list, each with the size of its cluster out of three reveals.
+    # Every challenge is on the list, decided in its first round, each with the size of its cluster
+    # out of four reveals: every verifier sits on every committee.
     by_id = {c["id"]: c for c in summary["challenges"]}
     assert {v["challenge_id"] for r in summary["runs"] for v in r["verdicts"]} == set(by_id)
+    assert len(by_id) == 2 * summary["params"]["challenges_per_run"]
     for c in by_id.values():
         assert c["run_id"] in (honest["run_id"], substituted["run_id"])
-        assert c["reveals"] == 3 and c["cluster_size"] == 2, c
-        assert c["outliers"] == ["v3"]
+        assert c["round"] == 1 and c["rechallenge"] is None, c
+        assert c["committee"] == ["v1", "v2", "v3", "v4"], c
+        assert c["reveals"] == 4 and c["cluster_size"] == 2, c
+        assert c["outliers"] == ["v3", "v4"]
+        # The noisy and the lazy verifier pay the outlier penalty; nobody pays for a no-show.
+        assert sorted((p["verifier"], p["why"]) for p in c["penalties"]) == [("v3", "outlier"), ("v4", "outlier")]
     assert by_id[forced[0]["challenge_id"]]["forced"] is True
 
     verifiers = {v["name"]: v for v in summary["verifiers"]}
-    assert set(verifiers) == {"v1", "v2", "v3"}
-    assert verifiers["v3"]["faulty"] and verifiers["v3"]["outlier_count"] == len(by_id)
+    assert set(verifiers) == {"v1", "v2", "v3", "v4"}
+    penalty = summary["params"]["outlier_penalty"]
+    for name, fault in (("v3", "noise"), ("v4", "lazy")):
+        v = verifiers[name]
+        assert v["faulty"] and v["fault"] == fault and v["outlier_count"] == len(by_id)
+        assert v["bond_before"] >= summary["params"]["verifier_stake"]
+        assert v["bond_after"] == v["bond_before"] - penalty * len(by_id) and v["penalised"] == penalty * len(by_id)
     for name in ("v1", "v2"):
-        assert not verifiers[name]["faulty"] and verifiers[name]["outlier_count"] == 0
+        v = verifiers[name]
+        assert not v["faulty"] and v["outlier_count"] == 0
+        assert v["bond_after"] == v["bond_before"] >= summary["params"]["verifier_stake"] and v["penalties"] == []
+    assert summary["checks"]["lazy_verifier_penalised"] and summary["checks"]["lazy_verifier_outside_cluster"]
     assert summary["ok"] is True and all(summary["checks"].values())
     assert 0 < summary["seconds"] < limit
 
@@ -73,6 +88,10 @@ def check_events_agree(summary: dict, chain: str) -> None:
     assert resolved == {v["challenge_id"]: v["verdict"] for r in summary["runs"] for v in r["verdicts"]}
     miners = {r["miner"] for r in summary["runs"]}
     assert [e for e in events if e["event"] == "CallRefused" and e["origin"] in miners] == []
+    # Every verifier bonded before either run was registered: the demo waits for the bonds.
+    registered = min(e["block"] for e in events if e["event"] == "RunRegistered" and e["run_id"] in run_ids)
+    bonded = {e["verifier"] for e in events if e["event"] == "VerifierBonded" and e["block"] < registered}
+    assert {v["account"] for v in summary["verifiers"]} <= bonded
 
 
 @pytest.mark.e2e
@@ -86,7 +105,7 @@ def test_demo_on_the_dev_chain(tmp_path):
     check_events_agree(summary, summary["chain"])
     # The work folder was kept (--workdir) with every child's log; no child outlived the demo.
     logs = {p.name for p in (tmp_path / "demo" / "logs").iterdir()}
-    assert {"v1.log", "v2.log", "v3.log", "miner-honest.log", "miner-substituted.log"} <= logs
+    assert {"v1.log", "v2.log", "v3.log", "v4.log", "miner-honest.log", "miner-substituted.log"} <= logs
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert str(tmp_path / "demo") not in ps
 

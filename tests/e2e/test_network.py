@@ -1,7 +1,8 @@
 """Whole network, every participant its own process: a chain, one miner (`pot miner train`) and
-three verifier nodes. An honest run is verified while a node revealing noise ends an outlier; a run
-whose step 7 trained on another batch is caught, and its miner slashed. The chain is the dev chain,
-then a real Substrate runtime (chopsticks) carrying the calls as remarks.
+three verifier nodes, bonded before the miner trains and all on the committee. An honest run is
+verified while a node revealing noise ends an outlier, penalised from its bond; a run whose step 7
+trained on another batch is caught, and its miner slashed. The chain is the dev chain, then a real
+Substrate runtime (chopsticks) carrying the calls as remarks.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import sqlalchemy as sa
 
 from chain import protocol as P
 from chain.protocol import ProtocolParams
+from chain.protocol.events import VerifierPenalized
 from node.db import challenges
 from tests.e2e.cluster import TINY_GPT, Cluster
 from tests.miner.helpers import corpus
@@ -18,13 +20,15 @@ from tests.miner.helpers import corpus
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 # Same parameters for everyone: `pot chain dev --params` records them, the miner reads them from the
-# chain, each node's [protocol] must equal them. Windows leave room for a loaded CI machine.
+# chain, each node's [protocol] must equal them. Windows leave room for a loaded CI machine. One
+# challenge per run (step 7); the committee seats every verifier.
 PARAMS = ProtocolParams(commit_window=120, reveal_window=40, opening_deadline=60, challenge_delay=2,
-                        quorum_min_reveals=3, forced_challenge_steps=(7,))
+                        challenges_per_run=1, committee_size=3, quorum_min_reveals=3, forced_challenge_steps=(7,))
 # chopsticks builds each block with the real runtime (seconds apiece on a loaded machine): the same
 # protocol in fewer, slower blocks.
 CHOPSTICKS_PARAMS = ProtocolParams(commit_window=30, reveal_window=12, opening_deadline=20, challenge_delay=2,
-                                   quorum_min_reveals=3, forced_challenge_steps=(7,))
+                                   challenges_per_run=1, committee_size=3, quorum_min_reveals=3,
+                                   forced_challenge_steps=(7,))
 VERIFIERS = ["v1", "v2", "v3"]
 TRAIN_TIMEOUT = {"dev": 420, "chopsticks": 900}
 
@@ -72,6 +76,7 @@ def test_honest_run_is_verified_and_a_noisy_verifier_is_an_outlier(cluster, mate
     cluster.start_verifier("v1")
     cluster.start_verifier("v2")
     cluster.start_verifier("v3", fault="noise")
+    before = cluster.wait_bonded(VERIFIERS)
     rc, summary = cluster.train(spec, data, steps_timeout=TRAIN_TIMEOUT[cluster.kind])
     _alive(cluster)
     assert rc == 0, cluster.err("miner")[-3000:]
@@ -79,10 +84,16 @@ def test_honest_run_is_verified_and_a_noisy_verifier_is_an_outlier(cluster, mate
     cid = bytes.fromhex(next(iter(summary["verdicts"])))
 
     view = cluster.view()
+    (issued,) = [e for e in view.of(P.ChallengeIssued) if e.challenge_id == cid]
+    assert set(issued.committee) == {cluster.account(n) for n in VERIFIERS}
     (res,) = [e for e in view.of(P.ChallengeResolved) if e.challenge_id == cid]
-    assert (res.step, res.verdict, res.cluster_size, res.reveals) == (7, "honest", 2, 3)
+    assert (res.step, res.verdict, res.cluster_size, res.reveals, res.rechallenge) == (7, "honest", 2, 3, None)
     assert res.outliers == (cluster.account("v3"),)
     assert [e.verifier for e in view.of(P.VerifierOutlier)] == [cluster.account("v3")]
+    assert [(e.verifier, e.why) for e in view.of(VerifierPenalized)] == [(cluster.account("v3"), "outlier")]
+    penalty = cluster.params.outlier_penalty
+    assert {n: view.state.vbonds[cluster.account(n)] for n in VERIFIERS} == {
+        "v1": before["v1"], "v2": before["v2"], "v3": before["v3"] - penalty}
     assert view.of(P.MinerSlashed) == []
 
     cluster.wait_ingested(VERIFIERS, cid)
@@ -97,6 +108,7 @@ def test_substituted_batch_at_step_7_is_caught_and_slashed(cluster, material):
     spec, data = material
     for name in VERIFIERS:
         cluster.start_verifier(name)
+    cluster.wait_bonded(VERIFIERS)
     rc, summary = cluster.train(spec, data, steps_timeout=TRAIN_TIMEOUT[cluster.kind], substitute_at=7)
     _alive(cluster)
     assert rc == 1, cluster.err("miner")[-3000:]  # the miner exits 1 on a fraud verdict
@@ -106,6 +118,7 @@ def test_substituted_batch_at_step_7_is_caught_and_slashed(cluster, material):
     view = cluster.view()
     (res,) = [e for e in view.of(P.ChallengeResolved) if e.challenge_id == cid]
     assert (res.step, res.verdict, res.cluster_size, res.outliers) == (7, "fraud", 3, ())
+    assert view.of(VerifierPenalized) == []  # every committee member committed, revealed and agreed
     (slash,) = view.of(P.MinerSlashed)
     miner = cluster.account("miner")
     assert slash.miner == miner and slash.amount == cluster.params.slash_amount

@@ -21,12 +21,20 @@ from pathlib import Path
 import pytest
 
 from chain import protocol as P
-from chain.calls import StartTrainingCommitment, SubmitCheckpointRoot, SubmitOpening, encode_call
+from chain.calls import (
+    BondVerifier,
+    StartTrainingCommitment,
+    SubmitCheckpointRoot,
+    SubmitOpening,
+    derive_run_id,
+    encode_call,
+)
 from chain.dev import DevTransport
 from chain.protocol import ProtocolParams
 from chain.view import ChainView
 from challenges.opening import MAGIC, build_opening, encode_leaves, load_opening
 from commitments import merkle
+from commitments.hashing import digest
 from commitments.spec import Spec
 from devnet import hostile
 from devnet.lab import Prover, Serve
@@ -126,9 +134,10 @@ class Soak:
     def _register(self, transport: DevTransport, endpoint: str) -> bytes:
         with self._lock:
             self._n += 1
-            run_id = bytes([0x50, self._n >> 8, self._n & 0xFF]) + bytes(29)
+            nonce = digest("pot/test/soak-nonce/v1", self._n)[:16]
+        run_id = derive_run_id(transport.account, nonce)  # a run id is its registering account's own
         w = self.walk
-        transport.submit([StartTrainingCommitment(run_id, w.states[0].digest(), w.schedule.commitment,
+        transport.submit([StartTrainingCommitment(run_id, nonce, w.states[0].digest(), w.schedule.commitment,
                                                   w.dataset.dataset_hash, w.spec.to_cbor(), w.spec.steps, endpoint)])
         transport.submit([SubmitCheckpointRoot(run_id, merkle.root(w.leaves), len(w.leaves), ())])
         return run_id
@@ -196,9 +205,11 @@ class Soak:
         d["hardware"] = {"device": "cpu-" + "x" * 60_000}
         big_spec = Spec.from_dict(d).to_cbor()
         w = self.walk
+        # The attacker's own run id, so the protocol refuses the registration for its spec's size.
+        nonce = digest("pot/test/soak-nonce/v1", "oversized-spec")[:16]
         registration = encode_call(StartTrainingCommitment(
-            bytes([0xBB]) * 32, w.states[0].digest(), w.schedule.commitment, w.dataset.dataset_hash, big_spec,
-            w.spec.steps, self.net.endpoint))
+            derive_run_id(self.attacker.account, nonce), nonce, w.states[0].digest(), w.schedule.commitment,
+            w.dataset.dataset_hash, big_spec, w.spec.steps, self.net.endpoint))
         rng = random.Random(13)
         return [hostile.call_with("submit_checkpoint_root", "size", hostile.bignum()),
                 hostile.call_with("submit_checkpoint_root", "proof", hostile.value_sharing()),
@@ -228,6 +239,9 @@ def test_soak_hostile_remarks_and_provers_beside_honest_runs(tmp_path):
     name = "v1"
     figures: dict = {}
     try:
+        # The node's account bonds before any run: a challenge's committee is drawn from the bonds on
+        # chain when it is issued (on a dev chain any process may sign as the node's account).
+        DevTransport(net.chain_path, name).submit([BondVerifier(amount=1000)])
         cfg = net.node_config(name)
         proc = net.start_node(name, cfg)
         data_dir = tmp_path / f"{name}-data"
@@ -239,6 +253,9 @@ def test_soak_hostile_remarks_and_provers_beside_honest_runs(tmp_path):
             assert proc.poll() is None, net.log(name)[-3000:]
             assert time.monotonic() < deadline, "the node never wrote its cursor"
             time.sleep(0.5)
+        bonds = ChainView(DevTransport(net.chain_path, "observer"), PARAMS)
+        bonds.sync()
+        assert bonds.state.vbonds.get(name, 0) >= PARAMS.verifier_stake, bonds.state.vbonds
 
         payloads = soak.remark_payloads()
         observer = DevTransport(net.chain_path, "observer")

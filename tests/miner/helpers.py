@@ -79,3 +79,31 @@ def served_run(base: Path) -> tuple[Path, bytes, bytes, bytes, Any]:
     tr.store.put_opening(d, data)
     tr.close()
     return base / "run", tr.run_id, d, data, tr.store.leaves
+
+
+def witness_calls(challenge_id: bytes, verifier: str, result: Any, *, salt: bytes | None = None,
+                  value_hash: bytes | None = None, proof_hash: bytes | None = None) -> tuple[Any, Any]:
+    """(commit_witness, reveal_witness_value) of `verifier` for a replay `result`
+    (challenges.replay.ReplayResult): the witness pair is H(recomputed leaf t) and the state proof
+    of the recomputed post-state, unless `value_hash` / `proof_hash` stand in (a faulty verifier)."""
+    from chain.calls import CommitWitness, RevealWitnessValue
+    from challenges.witness import new_salt, state_proof, witness_commitment
+
+    salt = salt if salt is not None else new_salt()
+    value = result.value_hash if value_hash is None else value_hash
+    proof = state_proof(challenge_id, result.state.items()) if proof_hash is None else proof_hash
+    commitment = witness_commitment(challenge_id, value, result.norm_bucket, salt, verifier, proof_hash=proof)
+    return (CommitWitness(challenge_id=challenge_id, commitment=commitment),
+            RevealWitnessValue(challenge_id=challenge_id, value_hash=value, proof_hash=proof,
+                               norm_bucket=result.norm_bucket, salt=salt))
+
+
+def bond_verifiers(path: Path, names: Any, amount: int = 100) -> None:
+    """Each of `names` bonds `amount` on the dev chain at `path` (before any challenge it is to sit on)."""
+    from chain.calls import BondVerifier
+    from chain.dev import DevTransport
+
+    for name in names:
+        t = DevTransport(path, name)  # the chain's own sealing
+        t.submit([BondVerifier(amount=amount)])
+        t.close()

@@ -1,4 +1,5 @@
-"""`pot miner train` as a process on a dev chain: it registers, trains, serves and opens the challenge."""
+"""`pot miner train` as a process on a dev chain: it registers, trains, serves and opens the challenge,
+and opens its re-challenge round again under the new id."""
 
 from __future__ import annotations
 
@@ -24,8 +25,11 @@ from tests.miner.helpers import corpus
 from tests.miner.test_recipe import spec_toml
 
 ROOT = Path(__file__).resolve().parents[2]
+# One challenge; nobody witnesses it, so round 1 is inconclusive and re-challenged, and round 2 (the
+# dispute round with max_rounds=2) is left unresolved.
 PARAMS = ProtocolParams(commit_window=3, reveal_window=3, opening_deadline=6, challenge_delay=1,
-                        quorum_min_reveals=2, forced_challenge_steps=(2,))
+                        challenges_per_run=1, max_rounds=2, quorum_min_reveals=2, forced_challenge_steps=(2,))
+MIRROR = "http://mirror.example:8761"
 
 
 def free_port() -> int:
@@ -43,10 +47,11 @@ def test_miner_train_process(tmp_path):
     port = free_port()
     cmd = [sys.executable, "-m", "pot", "miner", "train", "--spec", str(spec), "--data", str(data),
            "--out", str(tmp_path / "run"), "--chain", f"dev://{db}", "--account", "miner", "--port", str(port),
-           "--keep-every", "2", "--timeout", "240", "--json"]
+           "--keep-every", "2", "--timeout", "240", "--json", "--mirror", MIRROR]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     fetched = None
+    opened = []
     try:
         deadline = time.monotonic() + 240
         view = ChainView(sealer, PARAMS)
@@ -63,6 +68,7 @@ def test_miner_train_process(tmp_path):
                     awaiting[ev.challenge_id] = time.monotonic()
                 if type(ev).__name__ == "OpeningSubmitted":
                     awaiting.pop(ev.challenge_id, None)
+                    opened.append(ev)
                 if type(ev).__name__ == "OpeningSubmitted" and fetched is None:
                     r = httpx.get(ev.uri, timeout=10)
                     assert r.status_code == 200
@@ -75,8 +81,16 @@ def test_miner_train_process(tmp_path):
             proc.communicate()
     assert proc.returncode == 0, err[-3000:]
     summary = json.loads(out.strip().splitlines()[-1])
-    assert summary["size"] == 4 and len(summary["openings"]) == 1
-    assert list(summary["verdicts"].values()) == ["inconclusive"]  # nobody witnessed it
+    assert summary["size"] == 4 and len(summary["openings"]) == 2  # round 1 and its re-challenge
+    assert list(summary["verdicts"].values()) == ["inconclusive", "inconclusive"]  # nobody witnessed it
+    assert list(summary["final"].values()) == ["inconclusive"] and sorted(summary["rounds"].values()) == [1, 2]
+    assert len(set(summary["openings"].values())) == 1  # the same file for both rounds
+    assert [e.challenge_id.hex() for e in opened] == list(summary["openings"])
+    d = opened[0].opening_digest.hex()
+    assert all(e.mirrors == (f"{MIRROR}/openings/{d}",) for e in opened) and summary["mirrors"] == [MIRROR]
+    from chain.calls import derive_run_id
+
+    assert bytes.fromhex(summary["run_id"]) == derive_run_id("miner", bytes.fromhex(summary["nonce"]))
     assert fetched is not None
     path = tmp_path / "fetched.opening"
     path.write_bytes(fetched)
@@ -96,6 +110,12 @@ def test_miner_cli_refusals(tmp_path):
     r = runner.invoke(miner_app, ["train", "--spec", str(spec), "--data", str(corpus(tmp_path)),
                                   "--out", str(tmp_path / "run"), "--chain", "http://nowhere", "--no-serve"])
     assert r.exit_code == 2 and "unsupported chain URL" in r.output
+    db = tmp_path / "chain.db"
+    DevTransport(db, "sealer").record_params(PARAMS)
+    r = runner.invoke(miner_app, ["train", "--spec", str(spec), "--data", str(corpus(tmp_path)),
+                                  "--out", str(tmp_path / "run"), "--chain", f"dev://{db}", "--no-serve",
+                                  "--mirror", "ftp://nowhere"])
+    assert r.exit_code == 2 and "a mirror must be a base URL" in r.output
 
 
 GPT_SPEC = """
