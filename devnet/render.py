@@ -28,8 +28,12 @@ def render(summary: dict[str, Any]) -> str:
                    f"{c['cluster_size']}/{c['reveals']:<5}  {took:>6}  {', '.join(c['outliers']) or '-'}")
     out.append("  verifiers:")
     for v in summary["verifiers"]:
-        out.append(f"    {v['name']}  {'faulty (reveals noise)' if v['faulty'] else 'honest':<24} "
-                   f"outlier in {v['outlier_count']} of {len(summary['challenges'])} challenge(s)")
+        what = {"none": "honest", "noise": "faulty (reveals noise)",
+                "lazy": "lazy (reveals public data)"}.get(v.get("fault", "none" if not v["faulty"] else "noise"),
+                                                          str(v.get("fault")))
+        bond = f"  bond {v['bond_before']} -> {v['bond_after']}" if "bond_before" in v else ""
+        out.append(f"    {v['name']}  {what:<28} outlier in {v['outlier_count']} of "
+                   f"{len(summary['challenges'])} challenge(s){bond}")
     out.append("  checks: " + ", ".join(f"{k} {'yes' if ok else 'NO'}" for k, ok in summary["checks"].items()))
     where = summary["workdir"] if summary.get("workdir_kept") else \
         f"{summary['workdir']} (removed at exit; --workdir keeps them)"
