@@ -11,20 +11,26 @@ reason and leave the state as it was; `apply_recorded` turns them into `CallRefu
 
 Timeline of a run (all counts in blocks, constants in `ProtocolParams`):
   * the miner registers the run (bonding `miner_stake`) and moves its checkpoint root forward;
-  * once a root covers every declared step (size = declared_steps + 1) at block B, challenges are
-    issued at block I = B + challenge_delay from block I's hash, so the challenged steps derive
-    from a block that did not exist when the root was submitted;
+  * once a root covers every declared step (size = declared_steps + 1) at block B, challenge i
+    (0 <= i < challenges_per_run) is issued at block I = B + challenge_delay + i from block I's
+    hash, so each challenged step derives from a block that did not exist when the root was
+    submitted, and each from a different block;
+  * each challenge draws its committee, stake-weighted, from the accounts whose active verifier
+    bond is at least verifier_stake (the run's miner never sits); only its members commit;
   * the opening is due by I + opening_deadline (none by then: fraud);
-  * verifiers commit until commit_deadline = opening deadline + commit_window, then reveal until
-    reveal_deadline = commit_deadline + reveal_window; the challenge resolves at the next block.
-Verifiers need no registration: the first `commit_witness` of an account bonds `verifier_stake`
-for it (the miner of a run cannot witness its own challenges).
+  * committee members commit until commit_deadline = opening deadline + max(commit_window, the
+    run's replay_blocks), then reveal until reveal_deadline = commit_deadline + reveal_window; the
+    round resolves at the next block, and an inconclusive or refused round re-challenges the step
+    under a new id with a larger committee and longer windows, up to the dispute round.
+Verifiers bond with `bond_verifier` before a challenge is issued to be drawn onto its committee;
+`unbond_verifier` releases an amount after unbonding_delay, still answerable for its seats.
 """
 
 from __future__ import annotations
 
 from chain.protocol.events import (
     EVENT_TYPES,
+    BondReleased,
     CallRefused,
     ChallengeIssued,
     ChallengeResolved,
@@ -38,7 +44,10 @@ from chain.protocol.events import (
     RemarkIgnored,
     RevealRejected,
     RunRegistered,
+    VerifierBonded,
     VerifierOutlier,
+    VerifierPenalized,
+    VerifierUnbonding,
     WitnessCommitted,
     WitnessRevealed,
 )
@@ -60,17 +69,21 @@ from chain.protocol.refusals import (
     InvalidCall,
     NoCommitment,
     NotAuthority,
+    NotBonded,
     NotCrossArchitecture,
+    NotInCommittee,
     NotRunOwner,
     OpeningTooLate,
     OwnChallenge,
     ProtocolError,
     Refused,
+    ReplayTooSlow,
     RetroactiveChange,
     RevealTooEarly,
     RevealTooLate,
     RootNotAppendOnly,
     RunExists,
+    RunIdNotOwned,
     TooMany,
     UnknownCall,
     UnknownChallenge,
@@ -84,6 +97,7 @@ from chain.protocol.state import (
     ProtocolState,
     RunState,
     SnapshotError,
+    eligible_verifiers,
     new_state,
 )
 
@@ -91,16 +105,17 @@ __all__ = [
     "EVENT_TYPES", "REFUSAL_TYPES", "SNAPSHOT_VERSION",
     # parameters, state, rules
     "ProtocolParams", "ProtocolState", "RunState", "ChallengeState", "SnapshotError",
-    "activate_due", "apply", "apply_recorded", "on_block", "new_state", "refusal_type",
+    "activate_due", "apply", "apply_recorded", "on_block", "new_state", "refusal_type", "eligible_verifiers",
     # events
     "Event", "RunRegistered", "CheckpointRootUpdated", "ChallengeIssued", "OpeningSubmitted",
     "NormBucketDeclared", "WitnessCommitted", "WitnessRevealed", "RevealRejected", "ChallengeResolved",
     "MinerSlashed", "VerifierOutlier", "CallRefused", "RemarkIgnored", "NetworkConfigured", "ParamsEffective",
+    "VerifierBonded", "VerifierUnbonding", "BondReleased", "VerifierPenalized",
     # refusals
     "Refused", "InvalidCall", "RunExists", "UnknownRun", "NotRunOwner", "BadRootSize", "BadConsistencyProof",
     "RootNotAppendOnly", "UnknownChallenge", "ChallengeClosed", "OpeningTooLate", "AlreadyOpened",
     "BadLeafProof", "BadLeaf", "OwnChallenge", "CommitWindowClosed", "AlreadyCommitted", "NoCommitment",
     "RevealTooEarly", "RevealTooLate", "CommitmentMismatch", "NotCrossArchitecture", "DeclarationTooLate",
     "AlreadyDeclared", "UnknownCall", "FieldTooLarge", "TooMany", "NotAuthority", "RetroactiveChange",
-    "ProtocolError",
+    "ProtocolError", "RunIdNotOwned", "ReplayTooSlow", "NotInCommittee", "NotBonded",
 ]
