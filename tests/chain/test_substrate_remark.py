@@ -57,7 +57,8 @@ def _raw_submit(node: Chopsticks, si: SubstrateInterface, key_uri: str, build) -
 
 def test_round_trip_with_signer(pair):
     a, b = pair
-    call = RevealWitnessValue(challenge_id=CID, value_hash=b"\x07" * 32, norm_bucket=-3, salt=b"s" * 16)
+    call = RevealWitnessValue(challenge_id=CID, value_hash=b"\x07" * 32, proof_hash=b"\x08" * 32, norm_bucket=-3,
+                              salt=b"s" * 16)
     t0 = time.monotonic()
     receipt = a.submit([call])
     latency = time.monotonic() - t0
