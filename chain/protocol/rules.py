@@ -455,7 +455,10 @@ def _issue_first(state: ProtocolState, run: RunState, n: int, block_hash: bytes)
     assert run.root is not None
     p = state.params
     index = run.drawn
-    taken = [state.challenges[c].step for c in run.challenges]
+    # The steps of the first rounds only: a re-challenge repeats its step, and counting it again
+    # would switch the spacing rule off early and, once the repeats reach the run's step count,
+    # make challenge_step_at refuse a draw with steps still free.
+    taken = [state.challenges[c].step for c in run.challenges if state.challenges[c].round == 1]
     step = challenge_step_at(block_hash, run.run_id, run.root, run.size, index, taken, p.forced_challenge_steps)
     cid = derive_challenge_id(run.run_id, run.root, run.size, index, block_hash)
     run.drawn += 1

@@ -234,6 +234,24 @@ def test_challenges_of_a_run_come_one_per_block_and_are_spaced():
     assert net.state.runs[run.run_id].drawn == 4
 
 
+def test_rechallenges_during_the_draws_do_not_count_as_taken_steps():
+    """Early challenges re-challenged while later ones are still drawn: their repeated steps are
+    not taken twice, so every step of a small run can still be drawn (before the fix the ninth
+    block's draw raised DeriveError inside on_block, which stops a follower at that block)."""
+    params = P.ProtocolParams(commit_window=1, reveal_window=1, opening_deadline=1, challenge_delay=1,
+                              challenges_per_run=8, quorum_min_reveals=3, max_rounds=8)
+    run = SyntheticRun(steps=8)
+    chain = PureChain(params)
+    chain.block(("miner", run.register()))
+    chain.block(("miner", run.submit_full_root()))
+    for _ in range(20):  # the miner opens every round in time; no one witnesses: every round re-challenges
+        chain.block(*[("miner", run.opening(cid, ch.step)) for cid, ch in chain.state.challenges.items()
+                      if ch.verdict is None and ch.opening is None and chain.number + 1 <= ch.opening_deadline])
+    firsts = [c for c in chain.state.challenges.values() if c.round == 1]
+    assert sorted(c.step for c in firsts) == list(range(1, 9)) and chain.state.runs[run.run_id].drawn == 8
+    assert any(c.round > 1 and c.issued < max(f.issued for f in firsts) for c in chain.state.challenges.values())
+
+
 # --- rounds -------------------------------------------------------------------------------------
 
 
