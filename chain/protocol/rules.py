@@ -22,9 +22,6 @@ from chain.calls import (
 from chain.protocol.cost import replay_cost
 from chain.protocol.events import (
     BondReleased,
-    VerifierBonded,
-    VerifierPenalized,
-    VerifierUnbonding,
     CallRefused,
     ChallengeIssued,
     ChallengeResolved,
@@ -37,22 +34,25 @@ from chain.protocol.events import (
     ParamsEffective,
     RevealRejected,
     RunRegistered,
+    VerifierBonded,
     VerifierOutlier,
+    VerifierPenalized,
+    VerifierUnbonding,
     WitnessCommitted,
     WitnessRevealed,
 )
 from chain.protocol.params import (
     MAX_COMMITTEE,
     MAX_DECLARED_STEPS,
-    MAX_UNBONDING_PER_VERIFIER,
-    MAX_VERIFIERS,
     MAX_ENDPOINT_BYTES,
     MAX_LEAF_BYTES,
     MAX_OPEN_RUNS_PER_MINER,
     MAX_REASON_CHARS,
     MAX_SCHEDULED_CHANGES,
     MAX_SPEC_BYTES,
+    MAX_UNBONDING_PER_VERIFIER,
     MAX_URI_BYTES,
+    MAX_VERIFIERS,
     MAX_WITNESSES_PER_CHALLENGE,
     ProtocolParams,
 )
@@ -73,29 +73,35 @@ from chain.protocol.refusals import (
     NoCommitment,
     NotAuthority,
     NotBonded,
-    NotInCommittee,
-    ReplayTooSlow,
-    RunIdNotOwned,
     NotCrossArchitecture,
+    NotInCommittee,
     NotRunOwner,
     OpeningTooLate,
     OwnChallenge,
     Refused,
+    ReplayTooSlow,
     RetroactiveChange,
     RevealTooEarly,
     RevealTooLate,
     RootNotAppendOnly,
     RunExists,
+    RunIdNotOwned,
     TooMany,
     UnknownCall,
     UnknownChallenge,
     UnknownRun,
 )
-from chain.protocol.state import ChallengeState, ProtocolState, RunState, eligible_verifiers, registration_digest
+from chain.protocol.state import (
+    ChallengeState,
+    ProtocolState,
+    RunState,
+    eligible_verifiers,
+    registration_digest,
+)
 from challenges.derive import challenge_id as derive_challenge_id
 from challenges.derive import challenge_step_at, draw_committee, rechallenge_id
 from challenges.refused import REFUSED_BUCKET, refused_value_hash
-from challenges.verdict import FRAUD, HONEST, INCONCLUSIVE, REFUSED, Reveal, decide
+from challenges.verdict import FRAUD, INCONCLUSIVE, REFUSED, Reveal, decide
 from challenges.witness import verify_witness
 from commitments import cbor
 from commitments.canonical import describe_refusal, first_difference

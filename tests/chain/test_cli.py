@@ -12,10 +12,10 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from chain.calls import UnbondVerifier
 from chain.dev import DevTransport
 from chain.protocol import ProtocolParams
 from pot.cli import app
-from chain.calls import UnbondVerifier
 from tests.chain.runs import SyntheticRun, bond, witness
 
 REPO = Path(__file__).resolve().parents[2]

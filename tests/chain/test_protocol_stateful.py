@@ -366,17 +366,19 @@ class ProtocolMachine(RuleBasedStateMachine):
                 continue
             ch = self.main.challenges[e.challenge_id]
             run = self._run(ch)
-            def honest(r):
-                if r is None:
-                    return False
-                if ch.mode == "value":  # clustered by the pair
-                    return r[0] == run.value_hash(ch.step) and r[2] == proof(ch.challenge_id)
-                return r[1] == TRUE_BUCKET  # clustered by the bucket
-
             all_honest = (ch.opening is not None and ch.opening["leaf"] == run.leaves[ch.step]
-                          and all(honest(ch.reveals.get(v)) for v in ch.committee)
+                          and all(_honest_reveal(ch, run, ch.reveals.get(v)) for v in ch.committee)
                           and (ch.mode == "value" or ch.declared_bucket == TRUE_BUCKET))
             assert not all_honest, f"round {ch.round} of step {ch.step} slashed an honest miner: {e.reason}"
+
+
+def _honest_reveal(ch, run, r) -> bool:
+    """An accepted reveal that an honest replay of the round gives."""
+    if r is None:
+        return False
+    if ch.mode == "value":  # clustered by the pair
+        return r[0] == run.value_hash(ch.step) and r[2] == proof(ch.challenge_id)
+    return r[1] == TRUE_BUCKET  # clustered by the bucket
 
 
 ProtocolMachine.TestCase.settings = settings(

@@ -25,7 +25,13 @@ def sample_calls() -> list:
     substrate_block seeds index into."""
     import dataclasses
 
-    from chain.calls import BondVerifier, CommitWitness, DeclareWitnessNormBucket, RevealWitnessValue, UnbondVerifier
+    from chain.calls import (
+        BondVerifier,
+        CommitWitness,
+        DeclareWitnessNormBucket,
+        RevealWitnessValue,
+        UnbondVerifier,
+    )
     from tests.chain.runs import SyntheticRun
 
     run = SyntheticRun(steps=4)
