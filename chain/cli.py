@@ -107,12 +107,19 @@ def _inspect(t: Any, url: str, as_json: bool) -> None:
 
     params = t.protocol_params()
     problems = chain.verify()
-    network = None
+    network = protocol = None
     if not problems:
         rec = read_network(t, head)
         network = {"authority": rec.authority, "source": rec.source(),
                    "params": rec.current.to_dict() if rec.current is not None else None,
                    "scheduled": [[b, at] for b, at, _ in rec.state.schedule]}
+        if rec.initial is not None:  # the chain's state, derived from its blocks as any follower does
+            from chain.protocol import ProtocolState
+            from chain.view import ChainView
+
+            view = ChainView(t, rec.initial, state=ProtocolState(params=rec.initial), keep_events=False)
+            view.sync(until=head)
+            protocol = view.summary()
     info = {
         "url": url,
         "sealing": chain.sealing,
@@ -120,6 +127,7 @@ def _inspect(t: Any, url: str, as_json: bool) -> None:
         "pending": chain.pending(),
         "params": params.to_dict() if params is not None else None,
         "network": network,
+        "protocol": protocol,
         "hashes_ok": not problems,
         "problems": problems,
         "recent_blocks": recent,
@@ -133,11 +141,45 @@ def _inspect(t: Any, url: str, as_json: bool) -> None:
         if network is not None:
             typer.echo(f"  network: {'no parameters' if network['params'] is None else network['params']} "
                        f"(from {network['source']})")
+        if protocol is not None:
+            _echo_protocol(protocol)
         for b in reversed(recent):
             typer.echo(f"  block {b['number']:>6}  {b['hash'][:16]}  {b['txs']} tx  "
                        f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(b['timestamp']))} UTC")
     if problems:
         raise typer.Exit(1)
+
+
+def _echo_protocol(p: dict[str, Any]) -> None:
+    ch = p["challenges"]
+    verdicts = ", ".join(f"{n} {v}" for v, n in ch["verdicts"].items()) or "none"
+    typer.echo(f"  protocol: {p['runs']} run(s), {ch['open']} open challenge(s), {ch['resolved']} resolved ({verdicts})")
+    for c in p["open_challenges"]:
+        first = "" if c["first"] is None else f" (first {c['first'][:16]})"
+        typer.echo(f"    challenge {c['challenge_id'][:16]} run {c['run_id'][:16]} step {c['step']} "
+                   f"round {c['round']}{first}: committee {_shown(c['committee'])} ({len(c['committee'])}), "
+                   f"{'opened' if c['opened'] else 'not opened'}, {c['commitments']} committed, "
+                   f"{c['reveals']} revealed; due {c['opening_deadline']}/{c['commit_deadline']}/{c['reveal_deadline']}")
+    for v in p["verifiers"]:
+        waiting = ", ".join(f"{a} until block {r}" for r, a in v["unbonding"])
+        typer.echo(f"    verifier {v['account']}: bond {v['bond']}{'' if v['eligible'] else ' (not eligible)'}"
+                   f"{', unbonding ' + waiting if waiting else ''}, penalized {v['penalized']}")
+
+
+def _shown(v: Any) -> str:
+    """A field of an event or a state row as one short token: hashes cut to 16 hex digits (a
+    witness pair's 128 too), lists joined by commas (pairs by ':'), None as '-'."""
+    if v is None:
+        return "-"
+    if isinstance(v, str) and len(v) in (64, 128) and all(c in "0123456789abcdef" for c in v):
+        return v[:16]
+    if isinstance(v, list):
+        if v and all(isinstance(x, list) for x in v):
+            return ",".join(":".join(_shown(y) for y in x) for x in v)
+        return ",".join(_shown(x) for x in v) or "-"
+    if isinstance(v, dict):
+        return json.dumps(v, sort_keys=True)
+    return str(v)
 
 
 def _print_event(ev: Any, as_json: bool) -> None:
@@ -146,7 +188,7 @@ def _print_event(ev: Any, as_json: bool) -> None:
     else:
         d = ev.to_dict()
         name, block = d.pop("event"), d.pop("block")
-        rest = " ".join(f"{k}={v[:16] if isinstance(v, str) and len(v) == 64 else v}" for k, v in d.items())
+        rest = " ".join(f"{k}={_shown(v)}" for k, v in d.items())
         typer.echo(f"block {block} {name} {rest}")
     sys.stdout.flush()
 

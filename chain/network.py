@@ -148,7 +148,11 @@ def resolve_params(transport: Transport, pinned: ProtocolParams | None, *, upto:
 def seeded_state(rec: NetworkRecord, params: ProtocolParams) -> ProtocolState:
     """A fresh protocol state for a follower starting after `rec.at.upto` (else `rec.upto`): no
     runs yet, the network's authority and scheduled changes as of that block, so that it derives
-    what a follower from genesis does."""
+    what a follower from genesis does of what comes after.
+
+    Nothing before that block counts, verifier bonds included (protocol v2): committees are drawn
+    from the bonds made after it, so a network that starts at a later block starts with no bonded
+    verifiers, and every participant of it must start at the same block."""
     start = rec.at if rec.at is not None else rec
     return ProtocolState(params=params, authority=start.state.authority, configured_at=start.state.configured_at,
                          schedule=copy.deepcopy(start.state.schedule))

@@ -10,15 +10,17 @@ snapshot file (written atomically) so a restarted follower resumes where it stop
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from chain.calls import IGNORE_REASONS
 from chain.protocol.events import CallRefused, Event, RemarkIgnored
 from chain.protocol.params import ProtocolParams
 from chain.protocol.refusals import ProtocolError
 from chain.protocol.rules import apply_recorded, on_block
-from chain.protocol.state import ProtocolState, SnapshotError, new_state
+from chain.protocol.state import ChallengeState, ProtocolState, SnapshotError, new_state
 from chain.transport import Block, Transport
 from commitments import cbor
 from commitments.errors import CommitmentError
@@ -92,6 +94,27 @@ class ChainView:
     def of(self, kind: type[Event]) -> list[Event]:
         return [e for e in self.events if isinstance(e, kind)]
 
+    def summary(self) -> dict[str, Any]:
+        """What the state holds as of the cursor, JSON-ready: runs, the challenges still open
+        (round, committee, how many committed and revealed, deadlines), the verdicts so far, and
+        every verifier's active bond, unbonding amounts and penalties."""
+        s = self.state
+        open_ = sorted((c for c in s.challenges.values() if c.verdict is None),
+                       key=lambda c: (c.issued, c.run_id, c.index, c.round))
+        verdicts = Counter(c.verdict for c in s.challenges.values() if c.verdict is not None)
+        return {
+            "cursor": self.cursor,
+            "runs": len(s.runs),
+            "challenges": {"open": len(open_), "resolved": sum(verdicts.values()), "verdicts": dict(sorted(verdicts.items()))},
+            "open_challenges": [_challenge_row(c) for c in open_],
+            "verifiers": [
+                {"account": a, "bond": s.vbonds.get(a, 0), "eligible": s.vbonds.get(a, 0) >= s.params.verifier_stake,
+                 "unbonding": [[release, amount] for release, amount in s.unbonding.get(a, [])],
+                 "penalized": s.slashed.get(a, 0)}
+                for a in s.verifiers
+            ],
+        }
+
     # --- snapshots ------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
         """Write (cursor, state) to `path` atomically and durably (commitments.files).
@@ -119,7 +142,10 @@ class ChainView:
                 raise SnapshotError(f"not a {SNAPSHOT_DOMAIN} snapshot")
         except (CommitmentError, ValueError, TypeError) as exc:
             raise SnapshotError(f"{path}: unusable chain-view snapshot: {exc}") from None
-        state = ProtocolState.from_cbor(state_bytes)
+        try:
+            state = ProtocolState.from_cbor(state_bytes)
+        except SnapshotError as exc:  # e.g. a snapshot of protocol v1: say which file
+            raise SnapshotError(f"{path}: {exc}") from None
         if cursor_hash is not None:
             if transport.finalized_head() < cursor:
                 raise SnapshotError(f"{path}: the snapshot is at block {cursor}, beyond this chain's head")
@@ -128,3 +154,13 @@ class ChainView:
         view = cls(transport, params, cursor=cursor, state=state, **kw)
         view.cursor_hash = cursor_hash
         return view
+
+
+def _challenge_row(c: ChallengeState) -> dict[str, Any]:
+    return {
+        "challenge_id": c.challenge_id.hex(), "run_id": c.run_id.hex(), "step": c.step, "index": c.index,
+        "round": c.round, "first": c.first.hex() if c.first is not None else None, "committee": list(c.committee),
+        "opened": c.opening is not None, "commitments": len(c.commitments), "reveals": len(c.reveals),
+        "opening_deadline": c.opening_deadline, "commit_deadline": c.commit_deadline,
+        "reveal_deadline": c.reveal_deadline,
+    }

@@ -9,20 +9,21 @@ block's hash, resolve challenges whose windows have closed), then `apply(state, 
 block)` runs for each call of the block in chain order. Refusals raise `Refused` subclasses with a
 reason and leave the state as it was; `apply_recorded` turns them into `CallRefused` events.
 
-Timeline of a run (all counts in blocks, constants in `ProtocolParams`; docs/protocol.md is the
-normative text):
-  * verifiers bond (`bond_verifier`); an active bond of at least `verifier_stake` makes an account
-    eligible for committees, drawn stake-weighted per challenge round;
-  * the miner registers the run (its run id derived from its account and a nonce, bonding
-    `miner_stake`; a spec whose replay cannot fit `max_replay_blocks` is refused) and moves its
-    checkpoint root forward;
-  * once a root covers every declared step at block B, challenge i is issued at block
-    B + challenge_delay + i from that block's hash, with its committee;
-  * the opening is due by the round's opening deadline (none by then: fraud); committee members
-    commit to the witness pair (H(recomputed leaf t), the keyed proof of the post-state), then
-    reveal; the round resolves at the block after its reveal deadline: honest, fraud, or a new
-    round (no quorum, or a refused opening's second window) with a larger committee, up to the
-    dispute round where every eligible verifier sits. No-shows and outliers pay from their bond.
+Timeline of a run (all counts in blocks, constants in `ProtocolParams`):
+  * the miner registers the run (bonding `miner_stake`) and moves its checkpoint root forward;
+  * once a root covers every declared step (size = declared_steps + 1) at block B, challenge i
+    (0 <= i < challenges_per_run) is issued at block I = B + challenge_delay + i from block I's
+    hash, so each challenged step derives from a block that did not exist when the root was
+    submitted, and each from a different block;
+  * each challenge draws its committee, stake-weighted, from the accounts whose active verifier
+    bond is at least verifier_stake (the run's miner never sits); only its members commit;
+  * the opening is due by I + opening_deadline (none by then: fraud);
+  * committee members commit until commit_deadline = opening deadline + max(commit_window, the
+    run's replay_blocks), then reveal until reveal_deadline = commit_deadline + reveal_window; the
+    round resolves at the next block, and an inconclusive or refused round re-challenges the step
+    under a new id with a larger committee and longer windows, up to the dispute round.
+Verifiers bond with `bond_verifier` before a challenge is issued to be drawn onto its committee;
+`unbond_verifier` releases an amount after unbonding_delay, still answerable for its seats.
 """
 
 from __future__ import annotations
@@ -69,8 +70,8 @@ from chain.protocol.refusals import (
     NoCommitment,
     NotAuthority,
     NotBonded,
-    NotInCommittee,
     NotCrossArchitecture,
+    NotInCommittee,
     NotRunOwner,
     OpeningTooLate,
     OwnChallenge,
@@ -96,6 +97,7 @@ from chain.protocol.state import (
     ProtocolState,
     RunState,
     SnapshotError,
+    eligible_verifiers,
     new_state,
 )
 
@@ -103,7 +105,7 @@ __all__ = [
     "EVENT_TYPES", "REFUSAL_TYPES", "SNAPSHOT_VERSION",
     # parameters, state, rules
     "ProtocolParams", "ProtocolState", "RunState", "ChallengeState", "SnapshotError",
-    "activate_due", "apply", "apply_recorded", "on_block", "new_state", "refusal_type",
+    "activate_due", "apply", "apply_recorded", "on_block", "new_state", "refusal_type", "eligible_verifiers",
     # events
     "Event", "RunRegistered", "CheckpointRootUpdated", "ChallengeIssued", "OpeningSubmitted",
     "NormBucketDeclared", "WitnessCommitted", "WitnessRevealed", "RevealRejected", "ChallengeResolved",

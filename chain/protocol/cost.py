@@ -41,7 +41,7 @@ def _model_params(m: Any) -> tuple[int, int]:
     v, d, layers = m.vocab_size, m.n_embd, m.n_layer
     if m.kind == "mlp":
         widths = [d, *m.hidden, v]
-        matmul = sum(a * b for a, b in zip(widths, widths[1:]))
+        matmul = sum(a * b for a, b in zip(widths, widths[1:], strict=False))
         biases = sum(widths[1:]) if m.bias else 0
         return v * d + matmul + biases, matmul
     if m.kind == "llama":

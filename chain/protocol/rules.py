@@ -23,9 +23,6 @@ from chain.calls import (
 from chain.protocol.cost import replay_cost
 from chain.protocol.events import (
     BondReleased,
-    VerifierBonded,
-    VerifierPenalized,
-    VerifierUnbonding,
     CallRefused,
     ChallengeIssued,
     ChallengeResolved,
@@ -38,7 +35,10 @@ from chain.protocol.events import (
     ParamsEffective,
     RevealRejected,
     RunRegistered,
+    VerifierBonded,
     VerifierOutlier,
+    VerifierPenalized,
+    VerifierUnbonding,
     WitnessCommitted,
     WitnessRevealed,
 )
@@ -47,15 +47,15 @@ from chain.protocol.params import (
     MAX_COMMITTEE,
     MAX_DISPUTE_SEATS,
     MAX_DECLARED_STEPS,
-    MAX_UNBONDING_PER_VERIFIER,
-    MAX_VERIFIERS,
     MAX_ENDPOINT_BYTES,
     MAX_LEAF_BYTES,
     MAX_OPEN_RUNS_PER_MINER,
     MAX_REASON_CHARS,
     MAX_SCHEDULED_CHANGES,
     MAX_SPEC_BYTES,
+    MAX_UNBONDING_PER_VERIFIER,
     MAX_URI_BYTES,
+    MAX_VERIFIERS,
     MAX_WITNESSES_PER_CHALLENGE,
     ProtocolParams,
 )
@@ -76,29 +76,35 @@ from chain.protocol.refusals import (
     NoCommitment,
     NotAuthority,
     NotBonded,
-    NotInCommittee,
-    ReplayTooSlow,
-    RunIdNotOwned,
     NotCrossArchitecture,
+    NotInCommittee,
     NotRunOwner,
     OpeningTooLate,
     OwnChallenge,
     Refused,
+    ReplayTooSlow,
     RetroactiveChange,
     RevealTooEarly,
     RevealTooLate,
     RootNotAppendOnly,
     RunExists,
+    RunIdNotOwned,
     TooMany,
     UnknownCall,
     UnknownChallenge,
     UnknownRun,
 )
-from chain.protocol.state import ChallengeState, ProtocolState, RunState, eligible_verifiers, registration_digest
+from chain.protocol.state import (
+    ChallengeState,
+    ProtocolState,
+    RunState,
+    eligible_verifiers,
+    registration_digest,
+)
 from challenges.derive import challenge_id as derive_challenge_id
 from challenges.derive import challenge_step_at, dispute_seats, draw_committee, rechallenge_id
 from challenges.refused import REFUSED_BUCKET, refused_value_hash
-from challenges.verdict import FRAUD, HONEST, INCONCLUSIVE, REFUSED, Reveal, decide
+from challenges.verdict import FRAUD, INCONCLUSIVE, REFUSED, Reveal, decide
 from challenges.witness import verify_witness
 from commitments import cbor
 from commitments.canonical import describe_refusal, first_difference
@@ -469,7 +475,10 @@ def _issue_first(state: ProtocolState, run: RunState, n: int, block_hash: bytes)
     assert run.root is not None
     p = state.params
     index = run.drawn
-    taken = [state.challenges[c].step for c in run.challenges]
+    # The steps of the first rounds only: a re-challenge repeats its step, and counting it again
+    # would switch the spacing rule off early and, once the repeats reach the run's step count,
+    # make challenge_step_at refuse a draw with steps still free.
+    taken = [state.challenges[c].step for c in run.challenges if state.challenges[c].round == 1]
     step = challenge_step_at(block_hash, run.run_id, run.root, run.size, index, taken, p.forced_challenge_steps)
     cid = derive_challenge_id(run.run_id, run.root, run.size, index, block_hash)
     run.drawn += 1

@@ -102,7 +102,11 @@ class ProtocolState:
     def from_cbor(cls, data: bytes) -> ProtocolState:
         try:
             obj = cbor.decode(data)
-            if not isinstance(obj, dict) or obj.get("version") != SNAPSHOT_VERSION:
+            version = obj.get("version") if isinstance(obj, dict) else None
+            if isinstance(version, str) and version.startswith("pot/protocol-state/") and version != SNAPSHOT_VERSION:
+                raise ValueError(f"a {version} snapshot, of another protocol version; this node reads "
+                                 f"{SNAPSHOT_VERSION}: derive the state again from the chain (drop the snapshot)")
+            if version != SNAPSHOT_VERSION:
                 raise ValueError(f"not a {SNAPSHOT_VERSION} snapshot")
             runs = [RunState(**r) for r in obj["runs"]]
             for r in runs:  # snapshots of older nodes kept the whole encoded registration

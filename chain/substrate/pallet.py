@@ -248,7 +248,16 @@ class PalletTransport(SubstrateTransport):
 
 def _field_readings(v: Any) -> list[Any]:
     if isinstance(v, list):
-        return [[hex_bytes(x) if isinstance(x, str) else x for x in v]]
+        # A list of hashes (a Merkle proof) comes as hex text; a list of text (an opening's
+        # mirrors) as the text itself. Both readings are offered; the re-encoding picks one.
+        out: list[Any] = []
+        try:
+            out.append([hex_bytes(x) if isinstance(x, str) else x for x in v])
+        except ValueError:
+            pass
+        if v and all(isinstance(x, str) for x in v):
+            out.append(list(v))
+        return out or [v]
     if isinstance(v, str):
         out: list[Any] = [v, v.encode("utf-8")]
         if v.startswith("0x"):

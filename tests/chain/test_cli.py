@@ -12,10 +12,11 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from chain.calls import UnbondVerifier
 from chain.dev import DevTransport
 from chain.protocol import ProtocolParams
 from pot.cli import app
-from tests.chain.runs import SyntheticRun
+from tests.chain.runs import SyntheticRun, bond, witness
 
 REPO = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -88,7 +89,7 @@ def test_events_json_lines(tmp_path):
 def test_events_use_recorded_params(tmp_path):
     db = tmp_path / "c.db"
     t = DevTransport(db, "miner")
-    t.record_params(ProtocolParams(challenge_delay=1, forced_challenge_steps=(7,)))
+    t.record_params(ProtocolParams(challenge_delay=1, challenges_per_run=1, forced_challenge_steps=(7,)))
     run = SyntheticRun()
     t.submit([run.register()])
     t.submit([run.submit_full_root()])
@@ -96,6 +97,82 @@ def test_events_use_recorded_params(tmp_path):
     r = pot("events", "--chain", f"dev://{db}", "--json")
     issued = [json.loads(x) for x in r.output.splitlines() if '"ChallengeIssued"' in x]
     assert len(issued) == 1 and issued[0]["step"] == 7 and issued[0]["block"] == 3
+
+
+def _challenged_chain(db):
+    """v1..v3 bond (v3 later unbonds part), a run is challenged, v1 commits; one round of one
+    challenge is resolved without quorum and re-challenged."""
+    params = ProtocolParams(challenge_delay=1, challenges_per_run=1, opening_deadline=2, commit_window=2,
+                            reveal_window=2, quorum_min_reveals=2, forced_challenge_steps=(3,))
+    run = SyntheticRun(steps=4)
+    t = DevTransport(db, "miner")
+    t.record_params(params)
+    for v in ("v1", "v2", "v3"):
+        DevTransport(db, v).submit([bond(150)])
+    t.submit([run.register()])
+    t.submit([run.submit_full_root()])
+    t.seal()
+    (ch,) = [e for e in _events(db) if e["event"] == "ChallengeIssued"]
+    cid = bytes.fromhex(ch["challenge_id"])
+    t.submit([run.opening(cid, 3)])
+    DevTransport(db, "v1").submit([witness(cid, "v1", run.value_hash(3))[0]])
+    DevTransport(db, "v3").submit([UnbondVerifier(50)])
+    while t.finalized_head() <= ch["reveal_deadline"]:
+        t.seal()
+    return run, ch
+
+
+def _events(db):
+    r = pot("events", "--chain", f"dev://{db}", "--json")
+    assert r.exit_code == 0, r.output
+    return [json.loads(x) for x in r.output.splitlines()]
+
+
+def test_events_and_inspect_show_bonds_committees_and_rounds(tmp_path):
+    db = tmp_path / "c.db"
+    run, first = _challenged_chain(db)
+    events = _events(db)
+    bonded = [e for e in events if e["event"] == "VerifierBonded"]
+    assert [(e["verifier"], e["amount"], e["bond"]) for e in bonded] == [("v1", 150, 150), ("v2", 150, 150),
+                                                                          ("v3", 150, 150)]
+    assert first["committee"] == ["v1", "v2", "v3"] and first["round"] == 1 and first["first"] is None
+    (unb,) = [e for e in events if e["event"] == "VerifierUnbonding"]
+    assert (unb["verifier"], unb["amount"], unb["bond"]) == ("v3", 50, 100)
+    (res,) = [e for e in events if e["event"] == "ChallengeResolved"]
+    assert res["verdict"] == "inconclusive" and res["round"] == 1 and res["rechallenge"]
+    (again,) = [e for e in events if e["event"] == "ChallengeIssued" and e["round"] == 2]
+    assert again["challenge_id"] == res["rechallenge"] and again["first"] == first["challenge_id"]
+    pens = sorted((e["verifier"], e["why"]) for e in events if e["event"] == "VerifierPenalized")
+    assert pens == [("v1", "no_reveal"), ("v2", "no_commit"), ("v3", "no_commit")]
+
+    # The text form: one line per event, the committee and the round readable.
+    r = pot("events", "--chain", f"dev://{db}")
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    issued = [x for x in lines if " ChallengeIssued " in x]
+    assert "committee=v1,v2,v3" in issued[0] and "round=1" in issued[0] and "first=-" in issued[0]
+    assert f"round=2 first={first['challenge_id'][:16]} " in issued[1]
+    assert any(" VerifierPenalized " in x and "verifier=v2" in x and "why=no_commit" in x for x in lines)
+    assert any(" VerifierBonded " in x and "verifier=v1 amount=150 bond=150" in x for x in lines)
+
+    # --inspect derives the state: the open round, its committee, every verifier's bond.
+    r = pot("dev", "--db", str(db), "--inspect", "--json")
+    assert r.exit_code == 0, r.output
+    proto = json.loads(r.output)["protocol"]
+    assert proto["runs"] == 1 and proto["challenges"] == {"open": 1, "resolved": 1, "verdicts": {"inconclusive": 1}}
+    (open_,) = proto["open_challenges"]
+    assert open_["challenge_id"] == again["challenge_id"] and open_["round"] == 2
+    assert open_["first"] == first["challenge_id"] and open_["step"] == 3 and not open_["opened"]
+    assert sorted(open_["committee"]) == sorted(again["committee"])
+    by = {v["account"]: v for v in proto["verifiers"]}
+    assert by["v3"]["unbonding"] == [[unb["release_block"], 50]]
+    assert by["v2"]["penalized"] == 50 and by["v2"]["bond"] == 100 and by["v2"]["eligible"]
+    assert by["v3"]["bond"] == 50 and not by["v3"]["eligible"]
+    r = pot("dev", "--db", str(db), "--inspect")
+    assert r.exit_code == 0, r.output
+    assert "protocol: 1 run(s), 1 open challenge(s), 1 resolved (1 inconclusive)" in r.output
+    assert f"challenge {again['challenge_id'][:16]} run {run.run_id.hex()[:16]} step 3 round 2" in r.output
+    assert "verifier v3: bond 50 (not eligible), unbonding 50 until block" in r.output
 
 
 def test_events_refusals(tmp_path):

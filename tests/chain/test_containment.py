@@ -21,10 +21,10 @@ from chain.protocol.params import MAX_ENDPOINT_BYTES, MAX_SPEC_BYTES, MAX_URI_BY
 from chain.view import ChainView
 from commitments import cbor
 from pot.cli import app
-from tests.chain.runs import SyntheticRun, witness
+from tests.chain.runs import SyntheticRun, bond, proof, witness
 
 PARAMS = P.ProtocolParams(challenge_delay=1, opening_deadline=2, commit_window=2, reveal_window=2,
-                          quorum_min_reveals=1, forced_challenge_steps=(3,))
+                          challenges_per_run=1, quorum_min_reveals=1, forced_challenge_steps=(3,))
 
 
 def _bignum_remark(digits_bytes: int = 1800) -> bytes:
@@ -85,6 +85,7 @@ def _hostile_chain(path) -> tuple[DevTransport, SyntheticRun]:
     payloads = [p for p, _ in HOSTILE.values()]
     # One block: every hostile payload around an honest registration and a foreign payload.
     miner.submit_payloads([payloads[0], encode_call(run.register()), b"hello chain", *payloads[1:]])
+    DevTransport(path, "v1").submit([bond(PARAMS.verifier_stake)])  # v1 sits on the challenge's committee
     miner.submit([run.submit_full_root()])
     return miner, run
 
@@ -188,6 +189,8 @@ def test_open_runs_per_miner_and_witnesses_per_challenge_are_capped(monkeypatch)
     monkeypatch.setattr(rules, "MAX_WITNESSES_PER_CHALLENGE", 2)
     state = P.new_state(PARAMS)
     runs = [SyntheticRun(seed=f"r{i}", steps=4) for i in range(3)]
+    for who in ("v1", "v2", "v3"):
+        _apply(state, bond(), who)
     assert isinstance(_apply(state, runs[0].register())[0], P.RunRegistered)
     assert isinstance(_apply(state, runs[1].register())[0], P.RunRegistered)
     (ev,) = _apply(state, runs[2].register())
@@ -196,6 +199,7 @@ def test_open_runs_per_miner_and_witnesses_per_challenge_are_capped(monkeypatch)
     events = P.on_block(state, type("B", (), {"number": 3, "hash": b"\3" * 32})())
     (issued,) = [e for e in events if isinstance(e, P.ChallengeIssued)]
     cid = issued.challenge_id
+    assert issued.committee == ("v1", "v2", "v3")
     for i, who in enumerate(("v1", "v2", "v3")):
         com, _ = witness(cid, who, runs[0].value_hash(issued.step))
         (ev,) = _apply(state, com, who, 3)
@@ -213,13 +217,14 @@ def test_rejected_reveals_keep_one_record_per_verifier():
     run = SyntheticRun(steps=4)
     state = P.new_state(PARAMS)
     _apply(state, run.register())
+    _apply(state, bond(), "v1")
     _apply(state, run.submit_full_root(), n=2)
     events = P.on_block(state, type("B", (), {"number": 3, "hash": b"\3" * 32})())
     (issued,) = [e for e in events if isinstance(e, P.ChallengeIssued)]
     ch = state.challenges[issued.challenge_id]
     com, rev = witness(ch.challenge_id, "v1", run.value_hash(ch.step))
     _apply(state, com, "v1", 3)
-    bad = C.RevealWitnessValue(ch.challenge_id, bytes(32), 0, rev.salt)
+    bad = C.RevealWitnessValue(ch.challenge_id, bytes(32), proof(ch.challenge_id), 0, rev.salt)
     for _ in range(5):
         evs = _apply(state, bad, "v1", ch.commit_deadline + 1)
         assert evs[-1].refusal == "CommitmentMismatch"

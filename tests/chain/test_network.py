@@ -95,7 +95,7 @@ def test_a_change_applies_from_its_block_and_never_to_what_came_before():
     """A challenge issued before the change keeps its deadlines; a run completed after it gets
     the new challenge delay."""
     state = P.new_state(BASE)
-    early, late = SyntheticRun(steps=4, seed="early"), SyntheticRun(steps=4, seed="late")
+    early, late = SyntheticRun(steps=4, seed="early", miner="m1"), SyntheticRun(steps=4, seed="late", miner="m2")
     _step(state, 1, ("alice", _configure(BASE, 2)), ("m1", early.register()), ("m2", late.register()))
     _step(state, 2, ("m1", early.submit_full_root()))  # challenges at 2 + 1
     issued = [e for e in _step(state, 3, ("alice", _configure(OTHER, 5))) if isinstance(e, P.ChallengeIssued)]
@@ -109,7 +109,7 @@ def test_a_change_applies_from_its_block_and_never_to_what_came_before():
 
 def test_a_non_canonical_spec_is_refused_naming_the_field():
     """Another encoder wrote the float grad_clip = 1.0 as the integer 1: the refusal says so."""
-    run = SyntheticRun()
+    run = SyntheticRun(miner="m")
     spec = cbor.decode(run.spec.to_cbor())
     spec["optimizer"]["grad_clip"] = 1
     state = P.new_state(BASE)
@@ -198,7 +198,7 @@ def test_dev_chain_processes_configure_check_and_show_every_refusal(tmp_path):
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["block"] == 1 and json.loads(r.stdout)["authority"] == "authority"
 
-    run = SyntheticRun(seed="third-party")
+    run = SyntheticRun(seed="third-party", miner="client")
     miner = DevTransport(db, "client")
     hostile = _hostile_payloads(run)
     miner.submit_payloads(list(hostile.values()), wait=True)  # block 2
@@ -300,7 +300,7 @@ def test_the_node_api_lists_the_refusals_of_its_runs_and_of_any_account(tmp_path
 
     db = tmp_path / "c.db"
     DevTransport(db, "authority").record_params(BASE)
-    run = SyntheticRun(seed="the-node's")
+    run = SyntheticRun(seed="the-node's", miner="m")
     miner = DevTransport(db, "m")
     miner.submit([run.register()])
     miner.submit([run.submit_root(3), run.submit_root(2)])  # the second shrinks the tree: refused
@@ -360,7 +360,7 @@ def test_chopsticks_configure_check_and_show_every_refusal(tmp_path, chopsticks)
         assert out["authority"] == auth.account and out["block"] < out["effective_block"]
         chopsticks.new_blocks(out["effective_block"] - chopsticks.head()[0])  # Instant mode: blocks on demand
 
-        run = SyntheticRun(seed="third-party-substrate")
+        run = SyntheticRun(seed="third-party-substrate", miner=client.account)
         hostile = _hostile_payloads(run)
         client.submit_remarks(list(hostile.values()))
         spec = cbor.decode(run.spec.to_cbor())

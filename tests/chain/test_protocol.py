@@ -11,19 +11,23 @@ import pytest
 
 from chain import protocol as P
 from chain.calls import CommitWitness, DeclareWitnessNormBucket, RevealWitnessValue, SubmitCheckpointRoot
-from challenges.derive import challenge_steps
+from challenges.derive import challenge_id, challenge_step_at
 from commitments import merkle
 from commitments.hashing import digest
 from tests.chain.puretest import PureChain
-from tests.chain.runs import SyntheticRun, witness
+from tests.chain.runs import SyntheticRun, bond, proof, witness
 
+# One challenge per run, so each test follows one challenge (test_protocol_v2 covers several).
 PARAMS = P.ProtocolParams(commit_window=5, reveal_window=5, opening_deadline=5, challenge_delay=2,
-                          quorum_min_reveals=3, miner_stake=1000, verifier_stake=100, slash_amount=400)
+                          challenges_per_run=1, quorum_min_reveals=3, miner_stake=1000, verifier_stake=100,
+                          slash_amount=400)
+VERIFIERS = ("v1", "v2", "v3")  # bonded before any challenge: the committee of every challenge here
 
 
-def registered(params=PARAMS, run=None):
+def registered(params=PARAMS, run=None, verifiers=VERIFIERS):
+    """A registered run, and `verifiers` bonded with the least eligible stake in the same block."""
     chain, run = PureChain(params), run or SyntheticRun()
-    chain.block(("miner", run.register()))
+    chain.block(("miner", run.register()), *[(v, bond(params.verifier_stake)) for v in verifiers])
     return chain, run
 
 
@@ -40,12 +44,27 @@ def challenged(params=PARAMS, run=None):
 
 
 def test_register_run():
-    chain, run = registered()
+    chain, run = registered(verifiers=())
     (ev,) = chain.events
     assert isinstance(ev, P.RunRegistered)
     assert ev.run_id == run.run_id and ev.miner == "miner" and ev.mode == "value"
     assert ev.spec_digest == run.spec.digest() and ev.declared_steps == 8 and ev.stake == 1000
     assert chain.state.bonds == {"miner": 1000}
+    assert chain.state.runs[run.run_id].replay_blocks >= 1
+
+
+def test_run_id_belongs_to_its_sender():
+    chain, run = PureChain(PARAMS), SyntheticRun()
+    # A registration copied by another account names a run id derived from the miner, not from it.
+    with pytest.raises(P.RunIdNotOwned, match="derive_run_id\\('v1', nonce\\)"):
+        chain.block(("v1", run.register()))
+    with pytest.raises(P.RunIdNotOwned):
+        chain.block(("miner", run.register(nonce=bytes(16))))
+    assert chain.state.runs == {}
+    thief = SyntheticRun(miner="v1")  # the same seed and nonce, its own run id
+    assert thief.run_id != run.run_id
+    chain.block(("v1", thief.register()), ("miner", run.register()))
+    assert {r.miner for r in chain.state.runs.values()} == {"v1", "miner"}
 
 
 def test_register_is_idempotent_and_conflicts_refused():
@@ -55,7 +74,7 @@ def test_register_is_idempotent_and_conflicts_refused():
     assert chain.state.runs == before.runs and chain.state.bonds == before.bonds
     with pytest.raises(P.RunExists, match="different commitments"):
         chain.block(("miner", run.register(endpoint="http://elsewhere")))
-    with pytest.raises(P.RunExists, match="registered by 'miner'"):
+    with pytest.raises(P.RunExists, match="registered by 'miner'"):  # checked before the run id's owner
         chain.block(("v1", run.register()))
 
 
@@ -125,21 +144,33 @@ def test_root_refusals_owner_and_first_proof():
 # --- issuance ------------------------------------------------------------------------------
 
 
-def test_challenges_issued_from_a_later_block():
-    chain, run = registered(P.ProtocolParams(challenges_per_run=3, challenge_delay=2))
+def test_challenges_issued_one_per_block_from_later_blocks():
+    params = P.ProtocolParams(challenges_per_run=3, challenge_delay=2)
+    chain, run = registered(params)
     chain.block(("miner", run.submit_full_root()))
     root_block = chain.number
     assert chain.block() == []  # delay not yet over
-    evs = chain.block()
-    assert [type(e) for e in evs] == [P.ChallengeIssued] * 3
-    issue_block = root_block + 2
-    block_hash = digest("pot/test/block/v1", issue_block)
-    assert [e.step for e in evs] == challenge_steps(block_hash, run.run_id, run.root(9), 9, 3)
-    e = evs[0]
-    assert e.block == issue_block and e.opening_deadline == issue_block + 4
-    assert e.commit_deadline == e.opening_deadline + 4 and e.reveal_deadline == e.commit_deadline + 4
+    evs = [chain.block() for _ in range(3)]
+    assert [[type(e) for e in b] for b in evs] == [[P.ChallengeIssued]] * 3
+    issued = [b[0] for b in evs]
+    taken = []
+    for i, e in enumerate(issued):
+        # Challenge i is drawn from the hash of its own block, root_block + delay + i.
+        block = root_block + 2 + i
+        block_hash = digest("pot/test/block/v1", block)
+        assert e.block == block and e.index == i and e.round == 1 and e.first is None
+        assert e.step == challenge_step_at(block_hash, run.run_id, run.root(9), 9, i, taken)
+        assert e.challenge_id == challenge_id(run.run_id, run.root(9), 9, i, block_hash)
+        assert e.committee == VERIFIERS  # seats >= eligible: every bonded verifier, the miner never
+        taken.append(e.step)
+    assert len(set(taken)) == 3
+    e = issued[0]
+    replay = chain.state.runs[run.run_id].replay_blocks
+    assert e.opening_deadline == e.block + 4
+    assert e.commit_deadline == e.opening_deadline + max(4, replay) and e.reveal_deadline == e.commit_deadline + 4
     assert e.endpoint == run.endpoint and e.mode == "value" and e.size == 9
-    assert chain.advance_to(chain.number + 3) == []  # issued once only
+    later = chain.advance_to(chain.number + 3)
+    assert not [e for e in later if isinstance(e, P.ChallengeIssued)]  # three challenges, no more
 
 
 def test_forced_step():
@@ -223,11 +254,12 @@ def opened(params=PARAMS, run=None):
     return chain, run, ch
 
 
-def test_commit_bonds_once_and_refusals():
+def test_commit_and_refusals():
     chain, run, ch = opened()
     com, _ = witness(ch.challenge_id, "v1", run.value_hash(ch.step))
     (ev,) = chain.block(("v1", com))
-    assert ev.bonded == 100 and chain.state.bonds["v1"] == 100
+    assert isinstance(ev, P.WitnessCommitted) and ev.verifier == "v1" and ev.commitment == com.commitment
+    assert chain.state.bonds["v1"] == 100  # bonded by bond_verifier, not by the commit
     assert chain.block(("v1", com)) == []  # identical repeat
     with pytest.raises(P.AlreadyCommitted):
         chain.block(("v1", CommitWitness(ch.challenge_id, digest("pot/x", 2))))
@@ -235,6 +267,11 @@ def test_commit_bonds_once_and_refusals():
         chain.block(("miner", com))
     with pytest.raises(P.UnknownChallenge):
         chain.block(("v2", CommitWitness(digest("pot/x", 3), digest("pot/x", 2))))
+    # Bonding after the draw does not seat an account on the challenge's committee.
+    chain.block(("v4", bond(100)))
+    with pytest.raises(P.NotInCommittee, match="'v4' does not sit on the committee"):
+        chain.block(("v4", witness(ch.challenge_id, "v4", run.value_hash(ch.step))[0]))
+    assert "v4" not in chain.state.challenges[ch.challenge_id].commitments
     chain.advance_to(ch.commit_deadline)
     with pytest.raises(P.CommitWindowClosed, match=f"closed at block {ch.commit_deadline}"):
         chain.block(("v2", witness(ch.challenge_id, "v2", run.value_hash(ch.step))[0]))
@@ -251,7 +288,7 @@ def test_reveal_refusals():
         chain.block(("v1", rev))
     chain.advance_to(ch.commit_deadline)
     # Wrong salt: refused, and the rejection is recorded both in the event and in the state.
-    wrong = RevealWitnessValue(ch.challenge_id, value, 0, b"\x00" * 32)
+    wrong = RevealWitnessValue(ch.challenge_id, value, proof(ch.challenge_id), 0, b"\x00" * 32)
     with pytest.raises(P.CommitmentMismatch) as err:
         chain.block(("v1", wrong))
     (rej,) = err.value.events
@@ -260,8 +297,13 @@ def test_reveal_refusals():
     events = chain.block(("v1", wrong), strict=False)
     assert [type(e) for e in events] == [P.RevealRejected, P.CallRefused]
     assert events[1].refusal == "CommitmentMismatch"
+    # The right value with another proof half does not open the commitment either.
+    with pytest.raises(P.CommitmentMismatch):
+        chain.block(("v1", dataclasses.replace(rev, proof_hash=digest("pot/other-proof", 1))))
     (ev,) = chain.block(("v1", rev))
     assert isinstance(ev, P.WitnessRevealed) and ev.value_hash == value
+    assert ev.proof_hash == proof(ch.challenge_id) and ev.norm_bucket == 0
+    assert chain.state.challenges[ch.challenge_id].reveals["v1"] == [value, 0, proof(ch.challenge_id)]
     assert chain.block(("v1", rev)) == []
     chain.advance_to(ch.reveal_deadline)
     com2, rev2 = witness(ch.challenge_id, "v2", value)
@@ -283,10 +325,14 @@ def test_honest_verdict_with_outlier():
     chain, run, ch = opened()
     good = run.value_hash(ch.step)
     events = _play(chain, run, ch, [good, good, digest("pot/noise", 1)])
-    resolved, outlier = events
+    resolved, outlier, penalty = events
     assert resolved.verdict == "honest" and resolved.cluster_size == 2 and resolved.reveals == 3
     assert resolved.winning_value == good and resolved.outliers == ("v3",)
+    assert resolved.round == 1 and resolved.rechallenge is None
     assert isinstance(outlier, P.VerifierOutlier) and outlier.verifier == "v3"
+    assert isinstance(penalty, P.VerifierPenalized) and (penalty.verifier, penalty.why) == ("v3", "outlier")
+    assert penalty.amount == PARAMS.outlier_penalty
+    assert chain.state.vbonds == {"v1": 100, "v2": 100, "v3": 100 - PARAMS.outlier_penalty}
     assert chain.of(P.MinerSlashed) == []
     assert resolved.block == ch.reveal_deadline + 1
 
@@ -299,19 +345,27 @@ def test_fraud_verdict_slashes_miner():
     assert isinstance(events[1], P.MinerSlashed) and events[1].amount == 400
 
 
-def test_inconclusive_without_quorum_no_slash():
+def test_inconclusive_without_quorum_no_slash_and_a_rechallenge():
     chain, run, ch = opened()
     events = _play(chain, run, ch, [run.value_hash(ch.step), digest("pot/n", 1)])
-    assert [type(e) for e in events] == [P.ChallengeResolved]
-    assert events[0].verdict == "inconclusive"
+    resolved, penalty, reissued = events
+    # Two reveals, quorum_min_reveals is 3: no verdict yet, the step is challenged again.
+    assert resolved.verdict == "inconclusive" and resolved.rechallenge is not None
+    assert chain.of(P.MinerSlashed) == []
+    assert isinstance(penalty, P.VerifierPenalized) and (penalty.verifier, penalty.why) == ("v3", "no_commit")
+    assert isinstance(reissued, P.ChallengeIssued)
+    assert reissued.challenge_id == resolved.rechallenge != ch.challenge_id
+    assert (reissued.round, reissued.first) == (2, ch.challenge_id)
+    assert (reissued.run_id, reissued.step, reissued.index) == (ch.run_id, ch.step, ch.index)
 
 
 def test_slash_never_exceeds_stake():
     params = P.ProtocolParams(challenges_per_run=3, slash_amount=400, miner_stake=1000, challenge_delay=1)
     chain, run = registered(params)
     chain.block(("miner", run.submit_full_root()))
-    chain.advance_to(chain.number + 1 + params.opening_deadline + 1)
+    chain.advance_to(chain.number + 1 + 2 + params.opening_deadline + 1)  # three issue blocks, no opening
     assert [s.amount for s in chain.of(P.MinerSlashed)] == [400, 400, 200]
+    assert chain.of(P.VerifierPenalized) == []  # with no opening there was nothing to witness
 
 
 def test_bucket_mode_declaration():
@@ -366,10 +420,13 @@ def test_events_to_json_use_hex():
     chain, run, ch = opened()
     d = json.loads(ch.to_json())
     assert d["event"] == "ChallengeIssued" and d["run_id"] == run.run_id.hex() and d["step"] == ch.step
+    assert d["committee"] == list(VERIFIERS) and d["round"] == 1 and d["first"] is None
     resolved = _play(chain, run, ch, [run.value_hash(ch.step)] * 3)[0]
     d = resolved.to_dict()
     assert d["winning_value"] == run.value_hash(ch.step).hex()
-    assert d["clusters"] == [[run.value_hash(ch.step).hex(), 3]]
+    # Exact profiles cluster the whole witness pair (value hash, proof hash).
+    assert d["clusters"] == [[(run.value_hash(ch.step) + proof(ch.challenge_id)).hex(), 3]]
+    assert d["round"] == 1 and d["rechallenge"] is None
     json.dumps(d)
 
 

@@ -45,6 +45,11 @@ REFUSAL_CODES = {
     "NotAuthority": "NotAuthority",
     "RetroactiveChange": "RetroactiveChange",
     "ProtocolError": "ProtocolError",
+    # protocol v2
+    "RunIdNotOwned": "RunIdNotOwned",
+    "ReplayTooSlow": "ReplayTooSlow",
+    "NotInCommittee": "NotInCommittee",
+    "NotBonded": "NotBonded",
 }
 EVENT_CODES = {
     "RunRegistered": "RunRegistered",
@@ -62,6 +67,11 @@ EVENT_CODES = {
     "RemarkIgnored": "RemarkIgnored",
     "NetworkConfigured": "NetworkConfigured",
     "ParamsEffective": "ParamsEffective",
+    # protocol v2
+    "VerifierBonded": "VerifierBonded",
+    "VerifierUnbonding": "VerifierUnbonding",
+    "BondReleased": "BondReleased",
+    "VerifierPenalized": "VerifierPenalized",
 }
 
 
@@ -132,12 +142,13 @@ def test_stored_codes_map_back_to_refusals():
 
 # The reasons a RemarkIgnored event records (chain.calls.IGNORE_REASONS): pinned like the codes.
 IGNORE_REASON_CODES = ("too_large", "bad_cbor", "bad_shape", "unknown_call", "bad_fields", "truncated",
-                       "bad_prefix", "decoder_fault", "transport_fault")
+                       "bad_prefix", "unfunded_bond", "decoder_fault", "transport_fault")
 
 
 def test_ignore_reason_table_is_pinned():
     from chain.calls import IGNORE_REASONS, Ignored
 
     assert tuple(IGNORE_REASONS) == IGNORE_REASON_CODES
-    assert all(isinstance(m, str) and 0 < len(m) <= 80 for m in IGNORE_REASONS.values())
+    # Each message is one short fixed line (unfunded_bond's, the longest, is 87 characters).
+    assert all(isinstance(m, str) and 0 < len(m) <= 100 for m in IGNORE_REASONS.values())
     assert Ignored.of(0, "a", b"x", "no such reason").reason == "decoder_fault"

@@ -1,9 +1,16 @@
-"""Random call sequences against the protocol (Hypothesis RuleBasedStateMachine).
+"""Random call sequences against the protocol (Hypothesis RuleBasedStateMachine), protocol v2.
 
 Two states receive the same blocks; only the order of reveals inside a block differs between
-them. Invariants: no reveal without a commit; one commit per verifier per challenge; verdicts do
-not depend on the order of reveals; registering a run is idempotent; a refused call changes
-nothing (a commitment mismatch only adds its recorded rejection); slashes never exceed stakes.
+them. Verifiers bond and unbond, committees are drawn per challenge, reveals carry the witness
+pair, and inconclusive or refused rounds re-challenge the step.
+
+Invariants: no reveal without a commit; one commit per verifier per challenge; only committee
+members commit, and the run's miner never sits; verdicts do not depend on the order of reveals;
+registering a run is idempotent; a refused call changes nothing (a commitment mismatch only adds
+its recorded rejection); slashes never exceed stakes; rounds chain to their first round; every
+penalty is for a member of the challenge's committee; no bond goes negative and every bonded unit
+is active, unbonding, released or penalised; an honest miner is never slashed in a round where
+every committee member revealed the honest pair.
 """
 
 from __future__ import annotations
@@ -16,18 +23,25 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from chain import protocol as P
-from chain.calls import DeclareWitnessNormBucket, StartTrainingCommitment
+from chain.calls import DeclareWitnessNormBucket, StartTrainingCommitment, UnbondVerifier
+from chain.protocol.params import MAX_COMMITTEE
 from chain.transport import Block
+from challenges.refused import REFUSED_BUCKET, refused_pair
 from commitments.hashing import digest
-from tests.chain.runs import SyntheticRun, witness
+from tests.chain.runs import SyntheticRun, bond, proof, witness
 
-PARAMS = P.ProtocolParams(commit_window=2, reveal_window=3, opening_deadline=3, challenge_delay=1,
-                          challenges_per_run=1, quorum_min_reveals=2, slash_amount=600)
+PARAMS = P.ProtocolParams(commit_window=3, reveal_window=3, opening_deadline=6, challenge_delay=1,
+                          challenges_per_run=2, quorum_min_reveals=2, committee_size=2, max_rounds=3,
+                          slash_amount=600, verifier_stake=100, no_show_penalty=30, outlier_penalty=40,
+                          unbonding_delay=6)
 RUNS = [SyntheticRun(steps=4, seed="A"), SyntheticRun(steps=5, seed="B", profile="torch-native"),
         SyntheticRun(steps=6, seed="C")]
 ACCOUNTS = ["miner", "v1", "v2", "v3", "v4"]
 VERIFIERS = ACCOUNTS[1:]
+FIRST_BONDS = {"v1": 300, "v2": 150, "v3": 100, "v4": 60}  # v4 below the stake until it tops up
 NOISE = [digest("pot/test/noise", i) for i in range(2)]
+HONEST, REFUSE = 0, 3  # pick choices: 0 the honest pair, 1-2 noise, 3 the refused pair
+TRUE_BUCKET = 0  # the bucket an honest replay of run B gives (and an honest miner declares)
 
 
 class ProtocolMachine(RuleBasedStateMachine):
@@ -43,16 +57,16 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.picks: dict[bytes, tuple[int, int]] = {}  # commitment -> what it holds
         self.pending: list = []
         self.twin_pending: list = []
-        # Runs A and B are complete and challenged from the start, so the steps go to the
-        # challenge life cycle; run C is registered and left to the root rules.
-        for r in RUNS:
-            self._queue([("miner", r.register())])
+        # Verifiers bond first; runs A and B are complete and challenged from the start, so the
+        # steps go to the challenge life cycle; run C is registered and left to the root rules.
+        self._queue([(v, bond(a)) for v, a in FIRST_BONDS.items()] + [("miner", r.register()) for r in RUNS])
         self._seal()
         for r in RUNS[:2]:
             self._queue([("miner", r.submit_full_root())])
         self._seal()
         self._seal()
-        assert len(self.main.challenges) == 2
+        self._seal()
+        assert len(self.main.challenges) == 4  # two runs, two challenges each, one per block
 
     # --- driving ---------------------------------------------------------------------------
     # Rules queue calls into the pending block; only `advance` seals blocks, so time passes
@@ -64,7 +78,8 @@ class ProtocolMachine(RuleBasedStateMachine):
     def _seal(self):
         self.number += 1
         blk = Block(self.number, digest("pot/test/block", self.number))
-        self.events += P.on_block(self.main, blk)
+        evs = P.on_block(self.main, blk)
+        self.events += evs
         self.twin_events += P.on_block(self.twin, blk)
         for origin, call in self.pending:
             evs = self._apply(self.main, call, origin, blk)
@@ -105,6 +120,15 @@ class ProtocolMachine(RuleBasedStateMachine):
     def _run(self, ch):
         return next(r for r in RUNS if r.run_id == ch.run_id)
 
+    def _witness(self, ch, v, choice, bucket):
+        """(commit, reveal) of verifier v for a pick: the honest pair, noise, or the refused pair."""
+        if choice == REFUSE:
+            value, p = refused_pair(ch.challenge_id)
+            return witness(ch.challenge_id, v, value, REFUSED_BUCKET, proof_hash=p)
+        if choice == HONEST:
+            return witness(ch.challenge_id, v, self._run(ch).value_hash(ch.step), bucket)
+        return witness(ch.challenge_id, v, NOISE[choice - 1], bucket, proof_hash=NOISE[choice - 1])
+
     # --- rules -----------------------------------------------------------------------------
     @rule(r=st.sampled_from(RUNS), origin=st.sampled_from(["miner", "miner", "v1"]), same=st.booleans())
     def register(self, r, origin, same):
@@ -133,9 +157,17 @@ class ProtocolMachine(RuleBasedStateMachine):
         for _ in range(n):
             self._seal()
 
+    @rule(v=st.sampled_from(ACCOUNTS), amount=st.sampled_from([10, 50, 100, 200]))
+    def bond_more(self, v, amount):
+        self._queue([(v, bond(amount))])
+
+    @rule(v=st.sampled_from(VERIFIERS), amount=st.sampled_from([10, 50, 150, 10_000]))
+    def unbond(self, v, amount):
+        self._queue([(v, UnbondVerifier(amount))])  # more than the active bond: NotBonded
+
     @precondition(lambda self: self.main.challenges)
     @rule(i=st.integers(0, 7), how=st.sampled_from(["honest", "honest", "honest", "wrong-leaf", "not-miner"]),
-          bucket=st.integers(0, 2))
+          bucket=st.sampled_from([TRUE_BUCKET, TRUE_BUCKET, 1]))
     def respond(self, i, how, bucket):
         """The miner's answer: the opening, and a reference bucket (refused for exact specs)."""
         ch = self._challenge(i)
@@ -148,33 +180,64 @@ class ProtocolMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.main.challenges)
     @rule(i=st.integers(0, 7), data=st.data())
     def commit_batch(self, i, data):
-        """Several accounts commit in one block, mostly to the true value."""
+        """Several accounts commit in one block, mostly committee members and the honest pair."""
         ch = self._challenge(i)
-        vs = data.draw(st.lists(st.sampled_from(ACCOUNTS), min_size=1, max_size=4, unique=True))
-        picks = {v: (data.draw(st.sampled_from([0, 0, 0, 1, 2])), data.draw(st.sampled_from([0, 0, 1])))
+        pool = list(ch.committee) * 3 + ACCOUNTS
+        vs = data.draw(st.lists(st.sampled_from(pool), min_size=1, max_size=4, unique=True))
+        picks = {v: (data.draw(st.sampled_from([HONEST, HONEST, HONEST, 1, 2, REFUSE])),
+                     data.draw(st.sampled_from([TRUE_BUCKET, TRUE_BUCKET, 1])))
                  for v in vs}
-        coms = {v: witness(ch.challenge_id, v, self._value(ch, c), b)[0] for v, (c, b) in picks.items()}
-        for v, com in coms.items():
-            self.picks[com.commitment] = picks[v]
+        self._commit(ch, picks)
+
+    def _commit(self, ch, picks):
+        coms = {}
+        for v, (c, b) in picks.items():
+            com = self._witness(ch, v, c, b)[0]
+            self.picks[com.commitment] = (c, REFUSED_BUCKET if c == REFUSE else b)
+            coms[v] = com
         self._queue(list(coms.items()))
 
     @precondition(lambda self: self.main.challenges)
     @rule(i=st.integers(0, 7), data=st.data())
     def honest_round(self, i, data):
-        """What honest parties do next for a challenge, given the block the calls will land in."""
+        """What honest parties do next for a challenge, given the block the calls will land in:
+        the miner opens (and declares the true bucket), every committee member commits to the
+        honest pair, then every one that committed reveals."""
         ch = self._challenge(i)
         n = self.number + 1
         if ch.opening is None and n <= ch.opening_deadline:
-            self.respond(i, "honest", 0)
-        elif n <= ch.commit_deadline:
-            self.commit_batch(i, data)
-        elif n <= ch.reveal_deadline:
+            self.respond(i, "honest", TRUE_BUCKET)
+        elif n <= ch.commit_deadline and ch.verdict is None:
+            self._commit(ch, {v: (HONEST, TRUE_BUCKET) for v in ch.committee if v not in ch.commitments})
+        elif n <= ch.reveal_deadline and ch.verdict is None:
             self.reveal_batch(i, data)
         else:
             self.advance(1)
 
-    def _value(self, ch, choice):
-        return self._run(ch).value_hash(ch.step) if choice == 0 else NOISE[choice - 1]
+    @precondition(lambda self: any(ch.verdict is None for ch in self.main.challenges.values()))
+    @rule(silent=st.sets(st.sampled_from(VERIFIERS), max_size=1), noisy=st.sets(st.sampled_from(VERIFIERS), max_size=1),
+          refuse=st.booleans(), blocks=st.integers(1, 3))
+    def everyone_next(self, silent, noisy, refuse, blocks):
+        """Every open challenge moves on by one honest step per block (the miner opens, the
+        committee commits, then reveals what it committed), except that `silent` verifiers stay
+        away, `noisy` ones commit noise, and with `refuse` the committee refuses the opening."""
+        for _ in range(blocks):
+            n = self.number + 1
+            for ch in sorted(self.main.challenges.values(), key=lambda c: c.challenge_id):
+                if ch.verdict is not None:
+                    continue
+                if ch.opening is None and n <= ch.opening_deadline:
+                    self._queue([("miner", self._run(ch).opening(ch.challenge_id, ch.step)),
+                                 ("miner", DeclareWitnessNormBucket(ch.challenge_id, TRUE_BUCKET))])
+                elif ch.opening is not None and n <= ch.commit_deadline:
+                    pick = REFUSE if refuse else HONEST
+                    self._commit(ch, {v: (1 if v in noisy else pick, TRUE_BUCKET) for v in ch.committee
+                                      if v not in ch.commitments and v not in silent})
+                elif ch.commit_deadline < n <= ch.reveal_deadline:
+                    calls = [(v, self._witness(ch, v, *self.committed[(ch.challenge_id, v)])[1])
+                             for v in sorted(ch.commitments) if v not in ch.reveals and v not in silent]
+                    self._queue(calls, list(reversed(calls)))
+            self._seal()
 
     @precondition(lambda self: self.main.challenges)
     @rule(i=st.integers(0, 7), data=st.data())
@@ -186,10 +249,10 @@ class ProtocolMachine(RuleBasedStateMachine):
         calls = []
         for v in vs:
             # Mostly the committed value (an honest reveal); sometimes anything (a mismatch).
-            choice, bucket = self.committed.get((ch.challenge_id, v), (0, 0))
+            choice, bucket = self.committed.get((ch.challenge_id, v), (HONEST, TRUE_BUCKET))
             if data.draw(st.integers(0, 5)) == 0:
-                choice, bucket = data.draw(st.integers(0, 2)), data.draw(st.integers(0, 2))
-            _, rev = witness(ch.challenge_id, v, self._value(ch, choice), bucket)
+                choice, bucket = data.draw(st.integers(0, 3)), data.draw(st.integers(0, 2))
+            _, rev = self._witness(ch, v, choice, bucket)
             calls.append((v, rev))
         order = data.draw(st.permutations(range(len(calls))))
         self._queue(calls, [calls[j] for j in order])
@@ -209,9 +272,17 @@ class ProtocolMachine(RuleBasedStateMachine):
         assert all(c == 1 for c in counts.values())
 
     @invariant()
+    def only_the_committee_commits_and_the_miner_never_sits(self):
+        for ch in self.main.challenges.values():
+            assert set(ch.commitments) <= set(ch.committee)
+            assert len(set(ch.committee)) == len(ch.committee)
+            assert self.main.runs[ch.run_id].miner not in ch.committee
+
+    @invariant()
     def verdict_independent_of_reveal_order(self):
         def resolved(events):
-            return [e for e in events if isinstance(e, P.ChallengeResolved | P.MinerSlashed | P.VerifierOutlier)]
+            kinds = P.ChallengeResolved | P.MinerSlashed | P.VerifierOutlier | P.VerifierPenalized | P.ChallengeIssued
+            return [e for e in events if isinstance(e, kinds)]
 
         def canonical(state):
             # Rejections are logged in call order, which is exactly what the twin permutes.
@@ -234,13 +305,84 @@ class ProtocolMachine(RuleBasedStateMachine):
     def stakes_and_steps_sane(self):
         for run in self.main.runs.values():
             assert 0 <= run.slashed <= run.stake
+            assert run.drawn <= PARAMS.challenges_per_run
         for ch in self.main.challenges.values():
             assert 1 <= ch.step <= ch.size - 1
             assert ch.opening_deadline < ch.commit_deadline < ch.reveal_deadline
 
+    @invariant()
+    def rounds_chain_to_their_first(self):
+        p = PARAMS
+        for ch in self.main.challenges.values():
+            assert 1 <= ch.round <= p.max_rounds + 1  # a refused dispute round reopens once more
+            seats = None if ch.round >= p.max_rounds else min(p.committee_size << (ch.round - 1), MAX_COMMITTEE)
+            assert seats is None or len(ch.committee) <= seats
+            if ch.round == 1:
+                assert ch.first is None
+                continue
+            first = self.main.challenges[ch.first]
+            assert first.round == 1 and (first.run_id, first.step, first.index) == (ch.run_id, ch.step, ch.index)
+            prev = [c for c in self.main.challenges.values() if c.rechallenge == ch.challenge_id]
+            assert len(prev) == 1 and prev[0].round == ch.round - 1 and prev[0].verdict == "inconclusive"
+        for ch in self.main.challenges.values():
+            if ch.rechallenge is not None:
+                assert ch.verdict == "inconclusive" and ch.rechallenge in self.main.challenges
+
+    @invariant()
+    def penalties_only_for_committee_members(self):
+        for e in self.events:
+            if isinstance(e, P.VerifierPenalized):
+                ch = self.main.challenges[e.challenge_id]
+                assert e.verifier in ch.committee, (e.verifier, ch.committee)
+                assert e.amount > 0 and e.why in ("no_commit", "no_reveal", "outlier")
+            if isinstance(e, P.VerifierOutlier):
+                assert e.verifier in self.main.challenges[e.challenge_id].committee
+
+    @invariant()
+    def bonds_never_negative_and_conserved(self):
+        bonded, released, penalized = Counter(), Counter(), Counter()
+        for e in self.events:
+            if isinstance(e, P.VerifierBonded):
+                bonded[e.verifier] += e.amount
+            elif isinstance(e, P.BondReleased):
+                released[e.verifier] += e.amount
+            elif isinstance(e, P.VerifierPenalized):
+                penalized[e.verifier] += e.amount
+        for v in set(bonded) | set(self.main.vbonds) | set(self.main.unbonding):
+            active = self.main.vbonds.get(v, 0)
+            waiting = [x[1] for x in self.main.unbonding.get(v, [])]
+            assert active >= 0 and all(w >= 0 for w in waiting)
+            assert active + sum(waiting) == bonded[v] - released[v] - penalized[v], v
+            miner_slashes = sum(r.slashed for r in self.main.runs.values() if r.miner == v)
+            assert self.main.slashed.get(v, 0) == penalized[v] + miner_slashes
+
+    @invariant()
+    def an_honest_miner_with_an_honest_committee_is_never_slashed(self):
+        # The miner's leaves are all right. A round whose opening is on chain and whose every
+        # committee member revealed the honest pair (and, for a bucket run, whose declared bucket
+        # is the true one) is never fraud.
+        for e in self.events:
+            if not (isinstance(e, P.ChallengeResolved) and e.verdict == "fraud"):
+                continue
+            ch = self.main.challenges[e.challenge_id]
+            run = self._run(ch)
+            all_honest = (ch.opening is not None and ch.opening["leaf"] == run.leaves[ch.step]
+                          and all(_honest_reveal(ch, run, ch.reveals.get(v)) for v in ch.committee)
+                          and (ch.mode == "value" or ch.declared_bucket == TRUE_BUCKET))
+            assert not all_honest, f"round {ch.round} of step {ch.step} slashed an honest miner: {e.reason}"
+
+
+def _honest_reveal(ch, run, r) -> bool:
+    """An accepted reveal that an honest replay of the round gives."""
+    if r is None:
+        return False
+    if ch.mode == "value":  # clustered by the pair
+        return r[0] == run.value_hash(ch.step) and r[2] == proof(ch.challenge_id)
+    return r[1] == TRUE_BUCKET  # clustered by the bucket
+
 
 ProtocolMachine.TestCase.settings = settings(
-    max_examples=60, stateful_step_count=50, deadline=None,
+    max_examples=100, stateful_step_count=60, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 TestProtocolMachine = ProtocolMachine.TestCase

@@ -1,7 +1,8 @@
 """The protocol suite, run over every transport (`network` fixture: dev, chopsticks).
 
 Calls go through a real transport; the state is derived by a ChainView from finalized blocks.
-Origins are the chain's account ids (SS58 on Substrate), so witness commitments bind those.
+Origins are the chain's account ids (SS58 on Substrate), so run ids and witness commitments bind
+those. The verifiers v1..v3 bond before the run's challenge is issued, so they are its committee.
 """
 
 from __future__ import annotations
@@ -10,9 +11,11 @@ import dataclasses
 
 from chain import protocol as P
 from chain.calls import SubmitCheckpointRoot
-from challenges.derive import challenge_steps
+from challenges.derive import challenge_step_at
 from commitments.hashing import digest
-from tests.chain.runs import SyntheticRun, witness
+from tests.chain.runs import SyntheticRun, bond, witness
+
+VERIFIERS = ("v1", "v2", "v3")
 
 
 class Flow:
@@ -20,7 +23,7 @@ class Flow:
 
     def __init__(self, network, seed: str = "suite") -> None:
         self.net = network
-        self.run = SyntheticRun(seed=seed)
+        self.run = SyntheticRun(seed=seed, miner=network.account("miner"))
         self.view = network.view()
 
     def submit(self, name: str, *calls) -> list[P.Event]:
@@ -36,8 +39,15 @@ class Flow:
     def refusals(self, events) -> list[P.CallRefused]:
         return [e for e in events if isinstance(e, P.CallRefused)]
 
+    def bond(self, *names: str) -> None:
+        for name in names:
+            (ev,) = [e for e in self.submit(name, bond(self.net.params.verifier_stake))
+                     if isinstance(e, P.VerifierBonded)]
+            assert ev.verifier == self.net.account(name) and ev.bond >= self.net.params.verifier_stake
+
     def issue(self) -> P.ChallengeIssued:
-        """Register, grow the root in two steps, and wait for the challenge."""
+        """Bond the verifiers, register, grow the root in two steps, and wait for the challenge."""
+        self.bond(*VERIFIERS)
         assert [type(e) for e in self.submit("miner", self.run.register())] == [P.RunRegistered]
         self.submit("miner", self.run.submit_root(4))
         events = self.submit("miner", self.run.submit_root(9, 4))
@@ -46,6 +56,7 @@ class Flow:
         self.root_block = root_ev.block
         self.advance_to(root_ev.challenges_at)
         (issued,) = self.view.of(P.ChallengeIssued)
+        assert set(issued.committee) == {self.net.account(v) for v in VERIFIERS}
         return issued
 
     def open(self, ch) -> None:
@@ -77,6 +88,11 @@ def test_registration_is_idempotent_and_conflicts_refused(network):
     assert refused.refusal == "RunExists" and refused.origin == network.account("miner")
     (refused,) = flow.refusals(flow.submit("v1", run.register()))
     assert refused.refusal == "RunExists"
+    # A registration of the miner's copied by v1 before the miner's lands: the run id is not v1's.
+    pending = SyntheticRun(seed="suite-2", miner=network.account("miner")).register()
+    (refused,) = flow.refusals(flow.submit("v1", pending))
+    assert refused.refusal == "RunIdNotOwned"
+    assert pending.run_id not in flow.view.state.runs
     assert len(flow.view.state.runs) == 1
     assert flow.view.state.runs[run.run_id].miner == network.account("miner")
 
@@ -105,18 +121,23 @@ def test_honest_challenge_with_outlier(network):
     # The challenge derives from a block sealed after the root: its hash was unknown then.
     assert ch.block > flow.root_block
     issue_hash = network.transport("miner").block(ch.block).hash
-    assert [ch.step] == challenge_steps(issue_hash, flow.run.run_id, flow.run.root(9), 9, 1)
+    assert ch.step == challenge_step_at(issue_hash, flow.run.run_id, flow.run.root(9), 9, 0)
     flow.open(ch)
     good = flow.run.value_hash(ch.step)
     flow.witnesses(ch, {"v1": good, "v2": good, "v3": digest("pot/noise", 3)})
-    resolved, outlier = [e for e in flow.resolve(ch) if not isinstance(e, P.CallRefused)]
+    resolved, outlier, penalty = [e for e in flow.resolve(ch) if not isinstance(e, P.CallRefused)]
     assert isinstance(resolved, P.ChallengeResolved)
     assert resolved.verdict == "honest" and resolved.cluster_size == 2 and resolved.reveals == 3
     assert resolved.winning_value == good
     assert resolved.outliers == (network.account("v3"),)
     assert isinstance(outlier, P.VerifierOutlier) and outlier.verifier == network.account("v3")
+    assert isinstance(penalty, P.VerifierPenalized) and penalty.verifier == network.account("v3")
+    assert penalty.why == "outlier"
     assert flow.view.of(P.MinerSlashed) == []
-    assert flow.view.state.bonds[network.account("v1")] == network.params.verifier_stake
+    stake = network.params.verifier_stake
+    assert flow.view.state.bonds[network.account("v1")] == stake
+    assert flow.view.state.vbonds[network.account("v1")] == stake
+    assert flow.view.state.vbonds[network.account("v3")] == stake - penalty.amount
 
 
 def test_fraud_slashes_the_miner(network):
@@ -152,6 +173,8 @@ def test_reveal_mismatch_rejected_and_recorded(network):
     flow.open(ch)
     value = flow.run.value_hash(ch.step)
     com, rev = witness(ch.challenge_id, network.account("v1"), value)
+    (outsider,) = flow.refusals(flow.submit("v4", witness(ch.challenge_id, network.account("v4"), value)[0]))
+    assert outsider.refusal == "NotInCommittee"  # v4 never bonded
     flow.submit("v1", com)
     (early,) = flow.refusals(flow.submit("v1", rev))
     assert early.refusal == "RevealTooEarly"

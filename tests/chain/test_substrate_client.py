@@ -13,7 +13,7 @@ import pytest
 from chain.calls import CALL_TYPES
 from chain.substrate.client import SubstrateClient
 from chain.substrate.connect import connect_substrate
-from chain.substrate.pallet import PalletConfig, _walk_pallet
+from chain.substrate.pallet import PalletConfig, _field_readings, _walk_pallet
 from chain.substrate.remark import _walk_remarks
 from chain.substrate.scale import compact, pubkey, read_compact
 from chain.transport import TransportError
@@ -133,6 +133,16 @@ def test_pallet_walk_marks_non_atomic_batches():
     )
     found = [(c["function"], in_batch) for c, in_batch in _walk_pallet(tree, "PoT", batch=False)]
     assert found == [("commit_witness", False), ("reveal_witness_value", True)]
+
+
+def test_pallet_list_arguments_read_as_hashes_or_as_text():
+    h = bytes(range(32))
+    # A Merkle proof comes as hex text: the hashes are read first (the text reading is no proof).
+    assert _field_readings(["0x" + h.hex()]) == [[h], ["0x" + h.hex()]]
+    # An opening's mirrors are text: the text reading is offered (after a hex reading when one parses).
+    assert _field_readings(["http://mirror/o/1"]) == [["http://mirror/o/1"]]
+    assert _field_readings(["abcd"]) == [[b"\xab\xcd"], ["abcd"]]
+    assert _field_readings([]) == [[]]
 
 
 def test_pallet_config_from_mapping():

@@ -106,3 +106,59 @@ def test_a_call_that_breaks_the_protocol_is_recorded_not_fatal(tmp_path):
     (ev,) = events
     assert isinstance(ev, P.CallRefused) and ev.refusal == "ProtocolError" and "AttributeError" in ev.reason
     assert view.cursor == 1
+
+
+def test_a_snapshot_of_protocol_v1_is_refused_naming_the_file_and_the_versions(tmp_path):
+    from commitments import cbor
+
+    _, miner = chain_with_run(tmp_path / "c.db")
+    snap = tmp_path / "state.cbor"
+    view = ChainView(miner, PARAMS)
+    view.sync()
+    view.save(snap)
+    domain, cursor, cursor_hash, state_bytes = cbor.decode(snap.read_bytes())
+    old = cbor.decode(state_bytes)
+    old["version"] = "pot/protocol-state/v1"  # what a node before protocol v2 wrote
+    for k in ("vbonds", "unbonding"):
+        old.pop(k)
+    snap.write_bytes(cbor.encode([domain, cursor, cursor_hash, cbor.encode(old)]))
+    with pytest.raises(SnapshotError) as err:
+        ChainView.load(miner, snap, PARAMS)
+    msg = str(err.value)
+    assert msg.startswith(f"{snap}: ") and "a pot/protocol-state/v1 snapshot" in msg
+    assert "this node reads pot/protocol-state/v2" in msg and "drop the snapshot" in msg
+    # Without the snapshot the view derives the same state from the chain.
+    snap.unlink()
+    fresh = ChainView.load(miner, snap, PARAMS)
+    fresh.sync()
+    assert fresh.state == view.state
+
+
+def test_summary_lists_open_challenges_and_verifiers(tmp_path):
+    from tests.chain.runs import bond
+
+    run = SyntheticRun()
+    miner = DevTransport(tmp_path / "c.db", "miner")
+    DevTransport(tmp_path / "c.db", "v1").submit([bond(120)])
+    DevTransport(tmp_path / "c.db", "v2").submit([bond(40)])
+    miner.submit([run.register()])
+    miner.submit([run.submit_full_root()])
+    miner.seal()
+    view = ChainView(miner, ProtocolParams(challenge_delay=1, challenges_per_run=2))
+    view.sync()
+    s = view.summary()
+    assert s["cursor"] == 5 and s["runs"] == 1
+    assert s["challenges"] == {"open": 1, "resolved": 0, "verdicts": {}}
+    (c,) = s["open_challenges"]
+    (issued,) = view.of(P.ChallengeIssued)
+    assert c["challenge_id"] == issued.challenge_id.hex() and c["committee"] == ["v1"] and c["round"] == 1
+    assert c["first"] is None and not c["opened"] and (c["commitments"], c["reveals"]) == (0, 0)
+    assert (c["opening_deadline"], c["commit_deadline"], c["reveal_deadline"]) == (
+        issued.opening_deadline, issued.commit_deadline, issued.reveal_deadline)
+    assert s["verifiers"] == [
+        {"account": "v1", "bond": 120, "eligible": True, "unbonding": [], "penalized": 0},
+        {"account": "v2", "bond": 40, "eligible": False, "unbonding": [], "penalized": 0},
+    ]
+    import json
+
+    json.dumps(s)

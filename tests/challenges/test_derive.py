@@ -1,15 +1,26 @@
-"""Challenge derivation: range, determinism, uniformity (no modulo bias), forced steps, ids."""
+"""Challenge derivation: range, determinism, uniformity (no modulo bias), forced steps, ids; the
+per-block step of protocol v2 with its spacing rule, committees and re-challenge ids."""
 
 from __future__ import annotations
 
 from collections import Counter
+from fractions import Fraction
+from itertools import permutations
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 import challenges.derive as derive
-from challenges.derive import DeriveError, challenge_id, challenge_step, challenge_steps
+from challenges.derive import (
+    DeriveError,
+    challenge_id,
+    challenge_step,
+    challenge_step_at,
+    challenge_steps,
+    draw_committee,
+    rechallenge_id,
+)
 
 B, R, ROOT = b"\x01" * 32, b"\x02" * 32, b"\x03" * 32
 h32 = st.binary(min_size=32, max_size=32)
@@ -94,3 +105,127 @@ def test_bad_inputs_refused(args, reason):
         challenge_step(*args)
     with pytest.raises(DeriveError):
         challenge_steps(B, R, ROOT, 10, -1)
+
+
+# --- one step per block (protocol v2) -------------------------------------------------------------
+
+
+def _blocks(n):
+    return [i.to_bytes(32, "big") for i in range(n)]
+
+
+def test_step_at_is_deterministic_in_range_and_moves_with_the_block():
+    steps = [challenge_step_at(b, R, ROOT, 100, 0) for b in _blocks(50)]
+    assert all(1 <= t <= 99 for t in steps) and len(set(steps)) > 10
+    assert steps == [challenge_step_at(b, R, ROOT, 100, 0) for b in _blocks(50)]
+    # With nothing taken it is the block's first draw, as challenge_step draws it.
+    assert steps == [challenge_step(b, R, ROOT, 100, 0) for b in _blocks(50)]
+
+
+def test_step_at_never_repeats_nor_neighbours_a_taken_step_while_there_is_room():
+    taken = [10, 50]
+    for b in _blocks(400):
+        t = challenge_step_at(b, R, ROOT, 100, 2, taken)
+        # The opening of step t+1 holds the state after step t: no challenged step next to another.
+        assert t not in (9, 10, 11, 49, 50, 51)
+
+
+def test_step_at_allows_neighbours_once_the_run_is_too_small():
+    # 4 steps, one taken: 4 > 3 * 2 fails, so only the taken step itself is redrawn.
+    seen = {challenge_step_at(b, R, ROOT, 5, 1, [2]) for b in _blocks(200)}
+    assert seen == {1, 3, 4}
+    seen = {challenge_step_at(b, R, ROOT, 5, 3, [1, 2, 4]) for b in _blocks(20)}
+    assert seen == {3}
+    with pytest.raises(DeriveError, match="every step of the run is taken"):
+        challenge_step_at(B, R, ROOT, 5, 4, [1, 2, 3, 4])
+
+
+def test_step_at_takes_forced_steps_first_in_order():
+    forced = (7, 7, 42, 0, 3)  # duplicates and steps outside [1, 9] are dropped
+    assert [challenge_step_at(B, R, ROOT, 10, i, [], forced) for i in range(2)] == [7, 3]
+    drawn = challenge_step_at(B, R, ROOT, 10, 2, [7, 3], forced)  # past the forced steps: drawn
+    assert drawn not in (7, 3) and 1 <= drawn <= 9
+
+
+# --- committees ---------------------------------------------------------------------------------
+
+
+ELIGIBLE = [("a", 300), ("b", 100), ("c", 100), ("d", 100)]
+
+
+def _cids(n):
+    return [challenge_id(R, ROOT, 9, i, B) for i in range(n)]
+
+
+def test_committee_is_deterministic_without_replacement_and_ignores_list_order():
+    for cid in _cids(40):
+        c = draw_committee(B, cid, ELIGIBLE, 2)
+        assert len(c) == 2 == len(set(c)) and set(c) <= {"a", "b", "c", "d"}
+        assert c == draw_committee(B, cid, list(reversed(ELIGIBLE)), 2)
+    a = [draw_committee(B, cid, ELIGIBLE, 2) for cid in _cids(40)]
+    assert a != [draw_committee(b"\x09" * 32, cid, ELIGIBLE, 2) for cid in _cids(40)]  # the block enters it
+
+
+def test_committee_is_everyone_when_the_seats_suffice():
+    assert draw_committee(B, R, ELIGIBLE, 4) == ["a", "b", "c", "d"]  # account order
+    assert draw_committee(B, R, ELIGIBLE, 100) == ["a", "b", "c", "d"]
+    assert draw_committee(B, R, [("a", 5), ("z", 0)], 1) == ["a"]  # no bond, no seat
+    assert draw_committee(B, R, [], 5) == []
+    with pytest.raises(DeriveError, match="listed twice"):
+        draw_committee(B, R, [("a", 1), ("a", 2)], 1)
+
+
+def test_one_seat_follows_the_bond():
+    # 3x the bond, ~3x the seats: 6000 single-seat draws, a's share within 5 sigma of 1/2 and
+    # each of the others' within 5 sigma of 1/6.
+    n = 6000
+    counts = Counter(draw_committee(B, cid, ELIGIBLE, 1)[0] for cid in _cids(n))
+    for account, p in (("a", 0.5), ("b", 1 / 6), ("c", 1 / 6), ("d", 1 / 6)):
+        assert abs(counts[account] - n * p) < 5 * (n * p * (1 - p)) ** 0.5, counts
+    assert 2.6 < counts["a"] / counts["b"] < 3.4
+
+
+def _inclusion(eligible, seats):
+    """The exact chance of each account to sit, drawing stake-weighted without replacement."""
+    out = Counter()
+    for order in permutations(eligible, seats):
+        p, left = Fraction(1), sum(w for _, w in eligible)
+        for _, w in order:
+            p *= Fraction(w, left)
+            left -= w
+        for a, _ in order:
+            out[a] += p
+    return out
+
+
+def test_several_seats_match_the_exact_inclusion_chances():
+    n, seats = 3000, 2
+    exact = _inclusion(ELIGIBLE, seats)
+    assert exact["a"] == Fraction(4, 5) and exact["b"] == Fraction(2, 5)
+    counts = Counter(a for cid in _cids(n) for a in draw_committee(B, cid, ELIGIBLE, seats))
+    for account, p in exact.items():
+        p = float(p)
+        assert abs(counts[account] - n * p) < 5 * (n * p * (1 - p)) ** 0.5, (account, counts)
+
+
+def test_splitting_a_bond_buys_no_more_single_seats():
+    # a's 300 as three accounts of 100: together they sit as often as a alone (1/2 of the draws).
+    split = [("a1", 100), ("a2", 100), ("a3", 100), ("b", 100), ("c", 100), ("d", 100)]
+    n = 6000
+    counts = Counter(draw_committee(B, cid, split, 1)[0] for cid in _cids(n))
+    together = counts["a1"] + counts["a2"] + counts["a3"]
+    assert abs(together - n / 2) < 5 * (n / 4) ** 0.5
+
+
+# --- re-challenge ids ---------------------------------------------------------------------------
+
+
+def test_rechallenge_ids_are_deterministic_and_differ_by_every_input():
+    first = challenge_id(R, ROOT, 9, 0, B)
+    base = rechallenge_id(first, 2, B)
+    assert len(base) == 32 and base == rechallenge_id(first, 2, B)
+    others = {rechallenge_id(b"\x09" * 32, 2, B), rechallenge_id(first, 3, B), rechallenge_id(first, 2, b"\x09" * 32)}
+    assert base not in others and len(others) == 3
+    assert base != first and base not in {challenge_id(R, ROOT, 9, i, B) for i in range(4)}
+    with pytest.raises(DeriveError, match="block_hash must be 32 bytes"):
+        rechallenge_id(first, 2, b"short")

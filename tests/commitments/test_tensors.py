@@ -198,6 +198,8 @@ def test_cuda_tensor_digest_equals_cpu():
     t = rand(300, 200)
     assert T.tensor_digest("w", t.cuda()) == T.tensor_digest("w", t)
     assert T.tensor_digest("w", t.cuda().t()) == T.tensor_digest("w", t.t())
+    key = bytes(range(32))
+    assert T.keyed_tensor_digests([("w", t.cuda().t())], key) == T.keyed_tensor_digests([("w", t.t())], key)
 
 
 def test_large_and_small_tensors_mixed_keep_order(monkeypatch):
@@ -227,3 +229,50 @@ def test_digest_equals_the_reference_bytes_for_any_array(a, layout):
         b = a.astype(a.dtype.newbyteorder(">"))
     assert T.tensor_digest(name, b) == expected
     assert T.tensor_digest(name, torch.from_numpy(a.copy(order="C"))) == expected
+
+
+# --- keyed digests (the witness's state proof) ----------------------------------------------------
+
+KEY = bytes(range(32))
+
+
+def test_keyed_digest_is_keyed_blake3_of_the_same_header_and_bytes():
+    a = np.arange(6, dtype="<f4").reshape(2, 3)
+    header = cbor.encode(["pot/tensor/v1", "w", "float32", [2, 3]])
+    ((name, d),) = T.keyed_tensor_digests([("w", a)], KEY)
+    assert name == "w" and d == blake3.blake3(header + a.tobytes(), key=KEY).digest()
+
+
+def test_keyed_digests_differ_from_unkeyed_and_between_keys():
+    items = [("param/w", rand(4, 6)), ("opt/exp_avg/w", rand(4, 6, seed=1)), ("step", torch.tensor(3))]
+    plain = T.tensor_digests(items)
+    keyed = T.keyed_tensor_digests(items, KEY)
+    other = T.keyed_tensor_digests(items, b"\x01" * 32)
+    assert [n for n, _ in keyed] == [n for n, _ in plain] == [n for n, _ in items]
+    for (_, p), (_, k), (_, o) in zip(plain, keyed, other, strict=True):
+        assert len({p, k, o}) == 3
+    assert T.keyed_tensor_digests(items, KEY) == keyed  # deterministic
+
+
+def test_keyed_digests_take_the_same_paths_as_unkeyed(monkeypatch):
+    # Pooled, large (multithreaded) and strided tensors give the same keyed digest as one by one.
+    monkeypatch.setattr(T, "LARGE_TENSOR", 4096)
+    items = [(f"t{i}", rand(8 * (i % 5) + 1, 32, seed=i)) for i in range(12)] + [("s", rand(40, 30).t())]
+    one = [(n, T.keyed_tensor_digests([(n, t)], KEY)[0][1]) for n, t in items]
+    for workers in (1, 3):
+        assert T.keyed_tensor_digests(items, KEY, max_workers=workers) == one
+    assert T.keyed_tensor_digests([("s", rand(40, 30).t().contiguous())], KEY)[0] == one[-1]
+
+
+def test_keyed_digest_changes_with_one_bit():
+    t = np.zeros(64, dtype=np.float32)
+    base = T.keyed_tensor_digests([("w", t)], KEY)
+    flipped = t.copy()
+    flipped.view(np.uint32)[63] ^= 1
+    assert T.keyed_tensor_digests([("w", flipped)], KEY) != base
+
+
+@pytest.mark.parametrize("key", [b"", b"\x00" * 31, b"\x00" * 33, "k" * 32, None])
+def test_keyed_digest_needs_a_32_byte_key(key):
+    with pytest.raises(T.TensorDigestError, match="32-byte key"):
+        T.keyed_tensor_digests([("w", np.zeros(2, dtype=np.float32))], key)  # type: ignore[arg-type]

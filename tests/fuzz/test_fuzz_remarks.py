@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from chain.calls import (
     CALL_TYPES,
     PREFIX,
+    BondVerifier,
     CallDecodeError,
     CommitWitness,
     DeclareWitnessNormBucket,
@@ -19,6 +20,7 @@ from chain.calls import (
     StartTrainingCommitment,
     SubmitCheckpointRoot,
     SubmitOpening,
+    UnbondVerifier,
     decode_call,
     encode_call,
 )
@@ -32,15 +34,19 @@ proof = st.lists(b32, max_size=6).map(tuple)
 uint = st.integers(0, 2**64 - 1)
 text = st.text(max_size=40)
 
+uri = st.from_regex(r"\Ahttp://[a-z]{1,10}/[a-z0-9]{0,20}\Z")
+
 valid_calls = st.one_of(
-    st.builds(StartTrainingCommitment, b32, b32, b32, b32, st.binary(min_size=1, max_size=64), uint,
-              st.from_regex(r"\Ahttps?://[a-z0-9.]{1,20}(:[0-9]{2,5})?\Z")),
+    st.builds(StartTrainingCommitment, b32, st.binary(min_size=16, max_size=32), b32, b32, b32,
+              st.binary(min_size=1, max_size=64), uint, st.from_regex(r"\Ahttps?://[a-z0-9.]{1,20}(:[0-9]{2,5})?\Z")),
     st.builds(SubmitCheckpointRoot, b32, b32, st.integers(1, 2**40), proof),
-    st.builds(SubmitOpening, b32, b32, st.from_regex(r"\Ahttp://[a-z]{1,10}/[a-z0-9]{0,20}\Z"),
-              st.binary(min_size=1, max_size=80), proof),
+    st.builds(SubmitOpening, b32, b32, uri, st.binary(min_size=1, max_size=80), proof,
+              st.lists(uri, max_size=4).map(tuple)),
     st.builds(CommitWitness, b32, b32),
-    st.builds(RevealWitnessValue, b32, b32, st.integers(-(2**31), 2**31 - 1), b32),
+    st.builds(RevealWitnessValue, b32, b32, b32, st.integers(-(2**31), 2**31 - 1), b32),
     st.builds(DeclareWitnessNormBucket, b32, st.integers(-(2**31), 2**31 - 1)),
+    st.builds(BondVerifier, st.integers(1, 2**64 - 1)),
+    st.builds(UnbondVerifier, st.integers(1, 2**64 - 1)),
 )
 
 # Values canonical CBOR can carry: what a forger can put in a well-formed payload.

@@ -87,11 +87,14 @@ def test_the_honest_opening_passes_validation():
 
 
 def test_the_dev_seed_resolves_its_challenge_honestly():
-    from chain.protocol.events import ChallengeResolved
+    from chain.protocol.events import ChallengeIssued, ChallengeResolved, VerifierPenalized
     from tests.fuzz.targets import dev_block
 
     view = dev_block.apply((CORPUS / "dev_block" / "honest-run").read_bytes())
     assert [e.verdict for e in view.of(ChallengeResolved)] == ["honest"]
+    # The verifiers bonded before the draw, so the committee is theirs and every member revealed.
+    assert [e.committee for e in view.of(ChallengeIssued)] == [("v1", "v2", "v3")]
+    assert view.of(VerifierPenalized) == []
 
 
 @pytest.mark.fuzz

@@ -25,7 +25,7 @@ from tests.fuzz.targets._script import Reader, Writer
 ACCOUNTS = ("miner", "v1", "v2", "v3", "v4", "alice", "bob", "mallory")
 MAX_RECORDS = 64
 PARAMS = ProtocolParams(commit_window=2, reveal_window=2, opening_deadline=2, challenge_delay=1,
-                        quorum_min_reveals=2)
+                        challenges_per_run=1, quorum_min_reveals=2)
 _DIR = Path(tempfile.mkdtemp(prefix="pot-fuzz-dev-"))
 _clock = itertools.count()
 
@@ -86,11 +86,15 @@ def TestOneInput(data: bytes) -> None:
 
 def seeds() -> dict[str, bytes]:
     from chain.calls import encode_call
-    from tests.chain.runs import SyntheticRun, witness
+    from tests.chain.runs import SyntheticRun, bond, witness
 
     run = SyntheticRun(steps=4)
-    # Block 1 registers, block 2 roots, block 3 issues the challenge.
-    prefix = (Writer().byte(0).blob(encode_call(run.register())).byte(0x80).blob(encode_call(run.submit_full_root()))
+    # Block 1 bonds v1..v3 and registers, block 2 roots, block 3 issues the challenge (v1..v3 its
+    # committee).
+    prefix = Writer()
+    for v in (1, 2, 3):
+        prefix.byte(v).blob(encode_call(bond(PARAMS.verifier_stake)))
+    prefix = (prefix.byte(0).blob(encode_call(run.register())).byte(0x80).blob(encode_call(run.submit_full_root()))
               .byte(0x85).blob(b"").bytes())
     view = apply(prefix)
     (cid, ch), = view.state.challenges.items()

@@ -21,14 +21,31 @@ def TestOneInput(data: bytes) -> None:
 
 
 def sample_calls() -> list:
-    from chain.calls import CommitWitness, DeclareWitnessNormBucket, RevealWitnessValue
+    """One call of each kind (the opening twice: without and with mirrors), in a fixed order the
+    substrate_block seeds index into."""
+    import dataclasses
+
+    from chain.calls import (
+        BondVerifier,
+        CommitWitness,
+        DeclareWitnessNormBucket,
+        RevealWitnessValue,
+        UnbondVerifier,
+    )
     from tests.chain.runs import SyntheticRun
 
     run = SyntheticRun(steps=4)
     cid = bytes(range(32))
-    return [run.register(), run.submit_full_root(), run.opening(cid, 2), CommitWitness(cid, b"\2" * 32),
-            RevealWitnessValue(cid, b"\3" * 32, 5, b"\4" * 16), DeclareWitnessNormBucket(cid, -3)]
+    opening = run.opening(cid, 2)
+    return [run.register(), run.submit_full_root(), opening, CommitWitness(cid, b"\2" * 32),
+            RevealWitnessValue(cid, b"\3" * 32, b"\5" * 32, 5, b"\4" * 16), DeclareWitnessNormBucket(cid, -3),
+            BondVerifier(100), UnbondVerifier(40),
+            dataclasses.replace(opening, mirrors=("http://mirror.test/o", "http://mirror2.test/o"))]
 
 
 def seeds() -> dict[str, bytes]:
-    return {type(c).__name__: encode_call(c) for c in sample_calls()}
+    out = {}
+    for c in sample_calls():
+        name = type(c).__name__ + ("-mirrors" if getattr(c, "mirrors", ()) else "")
+        out[name] = encode_call(c)
+    return out

@@ -1,0 +1,489 @@
+"""Protocol v2's rules: verifier bonds and unbonding, stake-weighted committees, penalties, one
+challenge per block, re-challenge rounds up to the dispute round, the refused opening's second
+window, windows sized from the replay cost, and snapshots of all of it."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import pytest
+
+from chain import protocol as P
+from chain.calls import UnbondVerifier
+from chain.protocol.cost import replay_cost
+from challenges.derive import draw_committee, rechallenge_id
+from challenges.refused import REFUSED_BUCKET, refused_pair
+from commitments import cbor
+from commitments.hashing import digest
+from commitments.spec import Spec
+from tests.chain.puretest import PureChain
+from tests.chain.runs import SyntheticRun, bond, witness
+
+REPO_SPECS = __import__("pathlib").Path(__file__).resolve().parents[2] / "examples" / "specs"
+
+# Small windows; a committee of 3 seats in round 1, 6 in round 2, everyone from round 3 on.
+PARAMS = P.ProtocolParams(commit_window=3, reveal_window=3, opening_deadline=3, challenge_delay=1,
+                          challenges_per_run=1, quorum_min_reveals=2, committee_size=3, max_rounds=3,
+                          verifier_stake=100, no_show_penalty=30, outlier_penalty=40, unbonding_delay=10,
+                          slash_amount=400, miner_stake=1000)
+NOISE = digest("pot/test/noise", 1)
+
+
+class Net:
+    """One run on a pure chain, with verifiers bonded in the registration block."""
+
+    def __init__(self, bonds: dict[str, int], params: P.ProtocolParams = PARAMS, run: SyntheticRun | None = None):
+        self.chain = PureChain(params)
+        self.run = run or SyntheticRun()
+        self.chain.block(("miner", self.run.register()), *[(v, bond(b)) for v, b in bonds.items()])
+
+    @property
+    def state(self) -> P.ProtocolState:
+        return self.chain.state
+
+    def issue(self) -> P.ChallengeIssued:
+        self.chain.block(("miner", self.run.submit_full_root()))
+        while not self.chain.of(P.ChallengeIssued):
+            self.chain.block()
+        return self.chain.of(P.ChallengeIssued)[0]
+
+    def open(self, ch: P.ChallengeIssued) -> None:
+        self.chain.block(("miner", self.run.opening(ch.challenge_id, ch.step)))
+
+    def play(self, ch: P.ChallengeIssued, reveals: dict[str, tuple[bytes, bytes | None] | None],
+             *, bucket: dict[str, int] | None = None) -> list[P.Event]:
+        """Committee members commit (value, proof) in one block (None: commits, never reveals),
+        reveal in one block after the commit window; the events of the resolution block."""
+        bucket = bucket or {}
+        pairs = {v: witness(ch.challenge_id, v, vp[0] if vp else NOISE, bucket.get(v, 0),
+                            proof_hash=vp[1] if vp else None)
+                 for v, vp in reveals.items()}
+        if pairs:
+            self.chain.block(*[(v, com) for v, (com, _) in pairs.items()])
+        self.chain.advance_to(ch.commit_deadline)
+        shown = [(v, rev) for v, (_, rev) in pairs.items() if reveals[v] is not None]
+        if shown:
+            self.chain.block(*shown)
+        self.chain.advance_to(ch.reveal_deadline)
+        return self.chain.block()
+
+    def good(self, ch: P.ChallengeIssued) -> tuple[bytes, None]:
+        return self.run.value_hash(ch.step), None  # None: the honest proof of this challenge
+
+
+def of(events, kind):
+    return [e for e in events if isinstance(e, kind)]
+
+
+# v1 holds three times the others' bond; all hold enough to sit through several penalties.
+EIGHT = {"v1": 3000, **{f"v{i}": 1000 for i in range(2, 9)}}
+
+
+# --- bonds --------------------------------------------------------------------------------------
+
+
+def test_bond_top_up_and_unbond_then_release_after_the_delay():
+    chain = PureChain(PARAMS)
+    (ev,) = chain.block(("v1", bond(60)))
+    assert (ev.verifier, ev.amount, ev.bond) == ("v1", 60, 60) and ev.block == 1
+    assert P.eligible_verifiers(chain.state) == []  # 60 < verifier_stake
+    (ev,) = chain.block(("v1", bond(90)))
+    assert (ev.amount, ev.bond) == (90, 150)
+    assert P.eligible_verifiers(chain.state) == [("v1", 150)]
+    assert chain.state.bonds["v1"] == 150 and chain.state.verifiers == ["v1"]
+    (ev,) = chain.block(("v1", UnbondVerifier(100)))
+    assert isinstance(ev, P.VerifierUnbonding)
+    assert (ev.amount, ev.bond, ev.release_block) == (100, 50, 3 + PARAMS.unbonding_delay)
+    assert chain.state.vbonds["v1"] == 50 and chain.state.unbonding == {"v1": [[13, 100]]}
+    assert P.eligible_verifiers(chain.state) == []  # leaves the draws at once
+    with pytest.raises(P.NotBonded, match="active bond of 50; it cannot unbond 51"):
+        chain.block(("v1", UnbondVerifier(51)))
+    with pytest.raises(P.NotBonded):
+        chain.block(("v9", UnbondVerifier(1)))
+    assert chain.advance_to(12) == []
+    (rel,) = chain.block()
+    assert isinstance(rel, P.BondReleased) and (rel.block, rel.verifier, rel.amount) == (13, "v1", 100)
+    assert chain.state.unbonding == {} and chain.state.vbonds["v1"] == 50
+
+
+def test_unbonding_amounts_are_capped(monkeypatch):
+    from chain.protocol import rules
+
+    monkeypatch.setattr(rules, "MAX_UNBONDING_PER_VERIFIER", 2)
+    chain = PureChain(PARAMS)
+    chain.block(("v1", bond(10)))
+    chain.block(("v1", UnbondVerifier(1)), ("v1", UnbondVerifier(1)))
+    before = copy.deepcopy(chain.state)
+    with pytest.raises(P.TooMany, match="2 unbonding amounts waiting"):
+        chain.block(("v1", UnbondVerifier(1)))
+    assert chain.state.unbonding == before.unbonding and chain.state.vbonds == before.vbonds
+
+
+def test_the_miner_never_sits_on_its_own_committee():
+    net = Net({"miner": 500, "v1": 100, "v2": 100})
+    ch = net.issue()
+    assert ch.committee == ("v1", "v2")
+    net.open(ch)
+    with pytest.raises(P.OwnChallenge):
+        net.chain.block(("miner", witness(ch.challenge_id, "miner", net.run.value_hash(ch.step))[0]))
+
+
+# --- committees ---------------------------------------------------------------------------------
+
+
+def test_the_committee_is_drawn_from_the_issue_block_stake_weighted():
+    net = Net(EIGHT)
+    ch = net.issue()
+    eligible = P.eligible_verifiers(net.state, exclude="miner")
+    block_hash = digest("pot/test/block/v1", ch.block)
+    assert list(ch.committee) == draw_committee(block_hash, ch.challenge_id, eligible, PARAMS.committee_size)
+    assert len(ch.committee) == 3 == len(set(ch.committee))
+    assert net.state.challenges[ch.challenge_id].committee == list(ch.committee)
+    net.open(ch)
+    outsider = next(v for v in EIGHT if v not in ch.committee)
+    with pytest.raises(P.NotInCommittee, match=f"'{outsider}' does not sit on the committee .* \\(round 1, 3 seats\\)"):
+        net.chain.block((outsider, witness(ch.challenge_id, outsider, net.run.value_hash(ch.step))[0]))
+
+
+def test_no_eligible_verifier_means_an_empty_committee_and_a_rechallenge():
+    net = Net({"v1": 99})  # below verifier_stake
+    ch = net.issue()
+    assert ch.committee == ()
+    net.open(ch)
+    events = net.play(ch, {})
+    (res,) = of(events, P.ChallengeResolved)
+    assert res.verdict == "inconclusive" and res.rechallenge is not None
+    assert of(events, P.VerifierPenalized) == [] and of(events, P.MinerSlashed) == []
+
+
+# --- penalties ----------------------------------------------------------------------------------
+
+
+def test_no_commit_no_reveal_and_outlier_are_penalised():
+    net = Net({f"v{i}": 100 for i in range(1, 6)}, dataclasses.replace(PARAMS, committee_size=5))
+    ch = net.issue()
+    assert ch.committee == ("v1", "v2", "v3", "v4", "v5")
+    net.open(ch)
+    good = net.good(ch)
+    events = net.play(ch, {"v1": good, "v2": good, "v3": good, "v4": (NOISE, None), "v5": None})
+    (res,) = of(events, P.ChallengeResolved)
+    assert res.verdict == "honest" and res.outliers == ("v4",)
+    pens = {(e.verifier, e.why, e.amount) for e in of(events, P.VerifierPenalized)}
+    # v5 committed and never revealed; no one of the committee skipped the commit.
+    assert pens == {("v5", "no_reveal", 30), ("v4", "outlier", 40)}
+    assert all(e.challenge_id == ch.challenge_id for e in of(events, P.VerifierPenalized))
+    assert net.state.vbonds == {"v1": 100, "v2": 100, "v3": 100, "v4": 60, "v5": 70}
+    assert net.state.slashed == {"v4": 40, "v5": 30}
+    # Below the stake after its penalty: v4 sits on no later committee.
+    assert "v4" not in dict(P.eligible_verifiers(net.state))
+
+
+def test_a_no_show_pays_from_its_active_bond_then_from_what_it_unbonds():
+    net = Net({"v1": 100, "v2": 100, "v3": 120}, dataclasses.replace(PARAMS, no_show_penalty=50))
+    ch = net.issue()
+    assert "v3" in ch.committee
+    # After the draw v3 unbonds 100 in two parts: 20 stays active, 40 + 60 wait for release.
+    net.chain.block(("v3", UnbondVerifier(40)))
+    net.chain.block(("v3", UnbondVerifier(60)))
+    net.open(ch)
+    good = net.good(ch)
+    events = net.play(ch, {"v1": good, "v2": good})
+    (pen,) = of(events, P.VerifierPenalized)
+    assert (pen.verifier, pen.why, pen.amount) == ("v3", "no_commit", 50)
+    # 20 from the active bond, the other 30 from the newest unbonding amount first.
+    assert net.state.vbonds["v3"] == 0
+    assert [x[1] for x in net.state.unbonding["v3"]] == [40, 30]
+    # Unbonding never outruns a penalty: what is released is what is left.
+    released = net.chain.advance_to(net.chain.number + PARAMS.unbonding_delay)
+    assert sorted(e.amount for e in of(released, P.BondReleased) if e.verifier == "v3") == [30, 40]
+
+
+def test_a_penalty_takes_at_most_what_is_left():
+    params = dataclasses.replace(PARAMS, no_show_penalty=500)
+    net = Net({"v1": 100, "v2": 100, "v3": 100}, params)
+    ch = net.issue()
+    net.chain.block(("v3", UnbondVerifier(100)))
+    net.open(ch)
+    good = net.good(ch)
+    events = net.play(ch, {"v1": good, "v2": good})
+    (pen,) = of(events, P.VerifierPenalized)
+    assert pen.amount == 100 and net.state.vbonds["v3"] == 0
+    assert [x[1] for x in net.state.unbonding["v3"]] == [0]
+    assert net.state.slashed["v3"] == 100
+    assert of(net.chain.advance_to(net.chain.number + PARAMS.unbonding_delay), P.BondReleased) == []
+
+
+# --- one challenge per block --------------------------------------------------------------------
+
+
+def test_challenges_of_a_run_come_one_per_block_and_are_spaced():
+    params = dataclasses.replace(PARAMS, challenges_per_run=4)
+    run = SyntheticRun(steps=40)
+    net = Net(EIGHT, params, run)
+    net.chain.block(("miner", run.submit_full_root()))
+    root_block = net.chain.number
+    blocks = [net.chain.block() for _ in range(6)]
+    issued = [e for b in blocks for e in b if isinstance(e, P.ChallengeIssued)]
+    assert [e.block for e in issued] == [root_block + 1 + i for i in range(4)]
+    assert [e.index for e in issued] == [0, 1, 2, 3]
+    steps = [e.step for e in issued]
+    assert len(set(steps)) == 4
+    assert all(abs(a - b) > 1 for a in steps for b in steps if a != b)  # no challenged step next to another
+    assert len({e.committee for e in issued}) > 1  # each drawn from its own block
+    assert net.state.runs[run.run_id].drawn == 4
+
+
+def test_rechallenges_during_the_draws_do_not_count_as_taken_steps():
+    """Early challenges re-challenged while later ones are still drawn: their repeated steps are
+    not taken twice, so every step of a small run can still be drawn (before the fix the ninth
+    block's draw raised DeriveError inside on_block, which stops a follower at that block)."""
+    params = P.ProtocolParams(commit_window=1, reveal_window=1, opening_deadline=1, challenge_delay=1,
+                              challenges_per_run=8, quorum_min_reveals=3, max_rounds=8)
+    run = SyntheticRun(steps=8)
+    chain = PureChain(params)
+    chain.block(("miner", run.register()))
+    chain.block(("miner", run.submit_full_root()))
+    for _ in range(20):  # the miner opens every round in time; no one witnesses: every round re-challenges
+        chain.block(*[("miner", run.opening(cid, ch.step)) for cid, ch in chain.state.challenges.items()
+                      if ch.verdict is None and ch.opening is None and chain.number + 1 <= ch.opening_deadline])
+    firsts = [c for c in chain.state.challenges.values() if c.round == 1]
+    assert sorted(c.step for c in firsts) == list(range(1, 9)) and chain.state.runs[run.run_id].drawn == 8
+    assert any(c.round > 1 and c.issued < max(f.issued for f in firsts) for c in chain.state.challenges.values())
+
+
+# --- rounds -------------------------------------------------------------------------------------
+
+
+def test_an_inconclusive_round_rechallenges_with_a_larger_committee_and_longer_windows():
+    net = Net(EIGHT)
+    ch = net.issue()
+    net.open(ch)
+    c = list(ch.committee)
+    events = net.play(ch, {c[0]: net.good(ch)})  # one reveal: below quorum_min_reveals
+    (res,) = of(events, P.ChallengeResolved)
+    n = res.block
+    assert res.verdict == "inconclusive" and res.round == 1 and "re-challenged" in res.reason
+    assert res.rechallenge == rechallenge_id(ch.challenge_id, 2, digest("pot/test/block/v1", n))
+    (nxt,) = of(events, P.ChallengeIssued)
+    assert nxt.challenge_id == res.rechallenge and (nxt.round, nxt.first) == (2, ch.challenge_id)
+    assert (nxt.run_id, nxt.step, nxt.index, nxt.root, nxt.size) == (ch.run_id, ch.step, ch.index, ch.root, ch.size)
+    assert len(nxt.committee) == 6  # committee_size doubled
+    assert nxt.opening_deadline == n + 2 * PARAMS.opening_deadline
+    assert nxt.commit_deadline == nxt.opening_deadline + 2 * PARAMS.commit_window
+    assert nxt.reveal_deadline == nxt.commit_deadline + 2 * PARAMS.reveal_window
+    # The absent committee members paid for not committing.
+    assert {e.verifier for e in of(events, P.VerifierPenalized)} == set(c[1:])
+    old = net.state.challenges[ch.challenge_id]
+    assert old.verdict == "inconclusive" and old.rechallenge == nxt.challenge_id
+    assert net.state.challenges[nxt.challenge_id].first == ch.challenge_id
+    assert net.state.runs[ch.run_id].challenges == [ch.challenge_id, nxt.challenge_id]
+    # The new round needs a new opening: the old id's window is over, and without one the round is fraud.
+    with pytest.raises(P.OpeningTooLate):
+        net.chain.block(("miner", net.run.opening(ch.challenge_id, ch.step)))
+    events = net.chain.advance_to(nxt.opening_deadline + 1)
+    (res2,) = of(events, P.ChallengeResolved)
+    assert res2.challenge_id == nxt.challenge_id and res2.verdict == "fraud" and "no opening" in res2.reason
+    assert of(events, P.MinerSlashed)[0].challenge_id == nxt.challenge_id
+
+
+def test_a_second_round_with_its_opening_resolves_honest():
+    net = Net(EIGHT)
+    ch = net.issue()
+    net.open(ch)
+    events = net.play(ch, {})
+    (nxt,) = of(events, P.ChallengeIssued)
+    net.open(nxt)  # the same leaf and file under the new id
+    good = net.good(nxt)
+    events = net.play(nxt, {v: good for v in nxt.committee[:4]})
+    (res,) = of(events, P.ChallengeResolved)
+    assert res.verdict == "honest" and res.round == 2 and res.rechallenge is None and res.cluster_size == 4
+    assert net.state.runs[ch.run_id].slashed == 0
+
+
+def test_the_dispute_round_seats_everyone_and_the_plurality_decides():
+    net = Net(EIGHT)
+    ch = net.issue()
+    net.open(ch)
+    r2 = of(net.play(ch, {}), P.ChallengeIssued)[0]
+    net.open(r2)
+    r3 = of(net.play(r2, {}), P.ChallengeIssued)[0]
+    assert r3.round == 3 == PARAMS.max_rounds and r3.first == ch.challenge_id
+    assert set(r3.committee) == set(EIGHT)  # every eligible verifier (the no-shows kept enough bond)
+    net.open(r3)
+    good = net.good(r3)
+    # 3 of 8 seats: below the share, but the largest cluster of the dispute round decides.
+    events = net.play(r3, {"v1": good, "v2": good, "v3": good, "v4": (NOISE, None), "v5": (digest("pot/x", 2), None)})
+    (res,) = of(events, P.ChallengeResolved)
+    assert res.verdict == "honest" and res.round == 3 and res.cluster_size == 3 and res.rechallenge is None
+    assert set(res.outliers) == {"v4", "v5"}
+
+
+def test_no_winner_in_the_dispute_round_leaves_the_step_unresolved():
+    net = Net({"v1": 1000, "v2": 1000, "v3": 1000, "v4": 1000})  # enough bond to sit through the no-shows
+    ch = net.issue()
+    net.open(ch)
+    r2 = of(net.play(ch, {}), P.ChallengeIssued)[0]
+    net.open(r2)
+    r3 = of(net.play(r2, {}), P.ChallengeIssued)[0]
+    net.open(r3)
+    good = net.good(r3)
+    events = net.play(r3, {"v1": good, "v2": good, "v3": (NOISE, None), "v4": (NOISE, None)})  # a tie
+    (res,) = of(events, P.ChallengeResolved)
+    assert res.verdict == "inconclusive" and res.rechallenge is None and "unresolved" in res.reason
+    assert of(events, P.ChallengeIssued) == [] and of(events, P.MinerSlashed) == []
+    run = net.state.runs[ch.run_id]
+    assert run.slashed == 0 and net.state.bonds["miner"] == run.stake  # the stake stays bonded
+    assert all(net.state.challenges[c].verdict is not None for c in run.challenges)
+
+
+def test_a_refused_opening_gets_a_second_window_then_is_fraud():
+    net = Net(EIGHT)
+    ch = net.issue()
+    net.open(ch)
+    refused = refused_pair(ch.challenge_id)
+    events = net.play(ch, {v: refused for v in ch.committee})
+    (res,) = of(events, P.ChallengeResolved)
+    assert res.verdict == "inconclusive" and "second opening window" in res.reason
+    assert res.winning_value == refused[0] and res.rechallenge is not None
+    (r2,) = of(events, P.ChallengeIssued)
+    assert r2.round == 2 and net.state.challenges[r2.challenge_id].refused_rounds == 1
+    assert of(events, P.MinerSlashed) == [] and of(events, P.VerifierPenalized) == []
+    net.open(r2)
+    refused2 = refused_pair(r2.challenge_id)
+    events = net.play(r2, {v: refused2 for v in r2.committee[:4]})
+    (res2,) = of(events, P.ChallengeResolved)
+    assert res2.verdict == "fraud" and "again" in res2.reason and res2.rechallenge is None
+    (slash,) = of(events, P.MinerSlashed)
+    assert slash.challenge_id == r2.challenge_id and slash.amount == PARAMS.slash_amount
+
+
+def test_a_refused_round_then_a_usable_opening_is_honest():
+    net = Net(EIGHT)
+    ch = net.issue()
+    net.open(ch)
+    events = net.play(ch, {v: refused_pair(ch.challenge_id) for v in ch.committee})
+    (r2,) = of(events, P.ChallengeIssued)
+    net.open(r2)
+    good = net.good(r2)
+    (res,) = of(net.play(r2, {v: good for v in r2.committee[:3]}), P.ChallengeResolved)
+    assert res.verdict == "honest" and res.round == 2
+
+
+def test_bucket_mode_refused_bucket_and_a_new_declaration_per_round():
+    from chain.calls import DeclareWitnessNormBucket
+
+    net = Net(EIGHT, run=SyntheticRun(profile="torch-native"))
+    ch = net.issue()
+    assert ch.mode == "bucket"
+    net.open(ch)
+    net.chain.block(("miner", DeclareWitnessNormBucket(ch.challenge_id, 7)))
+    v, p = refused_pair(ch.challenge_id)
+    events = net.play(ch, {c: (v, p) for c in ch.committee}, bucket=dict.fromkeys(ch.committee, REFUSED_BUCKET))
+    (res,) = of(events, P.ChallengeResolved)
+    assert res.verdict == "inconclusive" and res.winning_value == REFUSED_BUCKET and res.rechallenge
+    (r2,) = of(events, P.ChallengeIssued)
+    assert net.state.challenges[r2.challenge_id].declared_bucket is None  # the new round is a new challenge
+    net.open(r2)
+    net.chain.block(("miner", DeclareWitnessNormBucket(r2.challenge_id, 7)))
+    members = r2.committee[:3]
+    (res,) = of(net.play(r2, {c: (digest("pot/hw", i), None) for i, c in enumerate(members)},
+                         bucket=dict.fromkeys(members, 7)), P.ChallengeResolved)
+    assert res.verdict == "honest" and res.winning_value == 7
+
+
+# --- windows from the replay cost ---------------------------------------------------------------
+
+
+def test_replay_cost_of_gpt2_small_is_sane():
+    spec = Spec.from_toml(REPO_SPECS / "gpt2-small.toml")
+    cost = replay_cost(spec, P.ProtocolParams())
+    assert 124_000_000 < cost.params < 125_000_000  # GPT-2 small's 124M (vocabulary padded to 50304)
+    assert 5e12 < cost.flops < 2e13  # about 6 x 124M x 12 x 1024, plus attention
+    assert 3 * 4 * cost.params < cost.bytes < 10 * 4 * cost.params
+    assert 600 < float(cost.seconds) < 6000  # tens of minutes at the reference core's speed
+    assert cost.blocks == -(-(cost.seconds * 4) // 6)  # ceil(margin x seconds / block_seconds)
+    assert cost.blocks <= P.ProtocolParams().max_replay_blocks  # it can register
+    tiny = replay_cost(Spec.from_toml(REPO_SPECS / "gpt-tiny.toml"), P.ProtocolParams())
+    assert tiny.params < cost.params and tiny.blocks < cost.blocks and tiny.blocks >= 1
+    assert cost.as_json()["blocks"] == cost.blocks
+
+
+def test_the_commit_window_follows_the_replay_cost():
+    d = Spec.from_toml(REPO_SPECS / "gpt-tiny.toml").canonical()
+    d["steps"] = 8
+    spec = Spec.from_dict(d)
+    cost = replay_cost(spec, PARAMS)
+    assert cost.blocks > 1
+    params = dataclasses.replace(PARAMS, commit_window=1)
+    run = SyntheticRun()
+    chain = PureChain(params)
+    chain.block(("miner", run.register(spec=spec.to_cbor(), declared_steps=spec.steps)), ("v1", bond()))
+    assert chain.state.runs[run.run_id].replay_blocks == cost.blocks
+    chain.block(("miner", run.submit_full_root()))
+    (ch,) = chain.block()
+    assert ch.commit_deadline - ch.opening_deadline == max(1, cost.blocks)
+
+
+def test_an_oversize_spec_is_refused_at_registration():
+    d = Spec.from_toml(REPO_SPECS / "gpt2-small.toml").canonical()
+    d["model"]["n_layer"] = 400
+    d["steps"] = 8
+    big = Spec.from_dict(d)
+    cost = replay_cost(big, P.ProtocolParams())
+    assert cost.blocks > P.ProtocolParams().max_replay_blocks
+    run = SyntheticRun()
+    chain = PureChain(P.ProtocolParams())
+    with pytest.raises(P.ReplayTooSlow, match=f"{cost.blocks} blocks with the margin; the protocol allows 2400"):
+        chain.block(("miner", run.register(spec=big.to_cbor(), declared_steps=8)))
+    assert chain.state.runs == {} and chain.state.bonds == {}
+
+
+# --- snapshots ----------------------------------------------------------------------------------
+
+
+def _busy_net() -> Net:
+    """A state with every v2 field in use: bonds, unbonding, penalties, a refused round, a second round."""
+    net = Net(EIGHT)
+    ch = net.issue()
+    net.open(ch)
+    net.play(ch, {v: refused_pair(ch.challenge_id) for v in ch.committee[:2]})
+    (r2,) = [e for e in net.chain.of(P.ChallengeIssued) if e.round == 2]
+    net.open(r2)
+    good = net.good(r2)
+    com, _ = witness(r2.challenge_id, r2.committee[0], good[0])
+    net.chain.block((r2.committee[0], com), ("v8", UnbondVerifier(30)))
+    return net
+
+
+def test_snapshots_round_trip_every_v2_field_and_continue_identically():
+    net = _busy_net()
+    state = net.state
+    r2 = [c for c in state.challenges.values() if c.round == 2][0]
+    assert state.vbonds and state.unbonding and r2.first and r2.committee and r2.refused_rounds == 1
+    assert state.runs[r2.run_id].drawn == 1 and state.runs[r2.run_id].replay_blocks >= 1
+    snap = state.to_cbor()
+    assert cbor.decode(snap)["version"] == "pot/protocol-state/v2"
+    restored = P.ProtocolState.from_cbor(snap)
+    assert restored == state
+    assert restored.to_cbor() == snap
+    twin = PureChain(PARAMS)
+    twin.state, twin.number = restored, net.chain.number
+    a = [net.chain.block() for _ in range(20)]
+    b = [twin.block() for _ in range(20)]
+    assert a == b and net.state == twin.state
+
+
+def test_a_v1_snapshot_is_refused_with_a_clear_message():
+    net = _busy_net()
+    d = cbor.decode(net.state.to_cbor())
+    d["version"] = "pot/protocol-state/v1"
+    for k in ("vbonds", "unbonding"):
+        del d[k]
+    with pytest.raises(P.SnapshotError, match="a pot/protocol-state/v1 snapshot.*this node reads pot/protocol-state/v2"):
+        P.ProtocolState.from_cbor(cbor.encode(d))
+    # A v2 snapshot lacking a v2 field is unusable too, never half-read.
+    d = cbor.decode(net.state.to_cbor())
+    del d["vbonds"]
+    with pytest.raises(P.SnapshotError, match="unusable"):
+        P.ProtocolState.from_cbor(cbor.encode(d))
