@@ -128,7 +128,9 @@ class Cluster:
     def err(self, name: str) -> str:
         return (self.tmp / f"{name}.err").read_text(errors="replace")
 
-    def start_verifier(self, name: str, *, fault: str = "none", bond: int = BOND) -> Path:
+    def start_verifier(self, name: str, *, fault: str = "none", bond: int = BOND,
+                       fetch: dict[str, float] | None = None) -> Path:
+        """A `pot node run` process; `fetch` overrides [fetch] settings (timeouts, attempts)."""
         cfg = self.tmp / f"{name}.toml"
         self.account(name)
         secrets = ""
@@ -141,7 +143,9 @@ class Cluster:
             "[node]", f'data_dir = "{name}-data"', "loop_interval_s = 0.1", f'fault = "{fault}"', secrets,
             "[chain]", f'url = "{self.url}"', f'account = "{name}"', "poll_s = 0.2",
             f"start_block = {self.start_block}", "watchdog_s = 120.0", "resend_after_blocks = 6",
-            "[fetch]", 'allow = ["127.0.0.1"]', "attempts = 4", "backoff_base_s = 0.2", "backoff_max_s = 2.0",
+            "[fetch]", 'allow = ["127.0.0.1"]',
+            *[f"{k} = {v}" for k, v in {"attempts": 4, "backoff_base_s": 0.2, "backoff_max_s": 2.0,
+                                         **(fetch or {})}.items()],
             "[http]", f'listen = "127.0.0.1:{free_port()}"',  # each node serves its API on its own port
             "[verifier]", f"bond = {bond}",  # bonded on start: committees are drawn from bonds on chain
         ]) + "\n" + protocol_toml(self.params))
@@ -170,11 +174,15 @@ class Cluster:
 
         return open_database(f"sqlite:///{self.tmp / f'{name}-data' / 'node.db'}")
 
-    def train(self, spec: Path, data: Path, *, steps_timeout: float, substitute_at: int | None = None) -> tuple[int, dict]:
-        """Run the miner to the end (it follows its challenges until they resolve)."""
+    def train(self, spec: Path, data: Path, *, steps_timeout: float, substitute_at: int | None = None,
+              port: int | None = None, endpoint: str | None = None) -> tuple[int, dict]:
+        """Run the miner to the end (it follows its challenges until they resolve). `port` is its
+        prover's; `endpoint` the address it announces instead (a proxy in front of it)."""
         args = ["miner", "train", "--spec", str(spec), "--data", str(data), "--out", str(self.tmp / "run"),
-                "--chain", self.url, "--port", str(free_port()), "--json", "--timeout", str(int(steps_timeout)),
-                "--params", str(self.params_file)]
+                "--chain", self.url, "--port", str(port or free_port()), "--json", "--timeout",
+                str(int(steps_timeout)), "--params", str(self.params_file)]
+        if endpoint is not None:
+            args += ["--endpoint", endpoint]
         self.account("miner")
         args += ["--account", "miner"] if self.chopsticks is None else ["--key", self.keys["miner"]]
         if substitute_at is not None:
