@@ -125,7 +125,7 @@ def test_a_0001_database_migrates_to_witness_conflicts_keeping_its_rows(db_url):
         with pytest.raises(DatabaseError, match="run `pot node init"):
             open_database(db_url)
         migrate(eng)
-        assert current_revision(eng) == head_revision() == "0002"
+        assert current_revision(eng) == head_revision() == "0003"
         with eng.begin() as c:
             c.execute(witness_conflicts.insert().values(
                 challenge_id=bytes(32), verifier="v1", journaled_value_hash=b"\x01" * 32, journaled_norm_bucket=1,
