@@ -12,7 +12,7 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from chain.calls import CommitWitness, RevealWitnessValue
+from chain.calls import BondVerifier, CommitWitness, RevealWitnessValue
 from chain.dev import DevTransport
 from chain.protocol import ProtocolParams
 from node.daemon import StartupError
@@ -22,7 +22,7 @@ from tests.node.harness import REPO, Network, chain_calls, in_process_node
 pytestmark = pytest.mark.slow
 
 PARAMS = ProtocolParams(commit_window=60, reveal_window=16, opening_deadline=10, challenge_delay=2,
-                        quorum_min_reveals=1, forced_challenge_steps=(7,))
+                        quorum_min_reveals=1, challenges_per_run=1, forced_challenge_steps=(7,))
 
 
 def test_node_verifies_an_honest_run_and_resumes_exactly_once(tmp_path, db_url):
@@ -34,7 +34,8 @@ def test_node_verifies_an_honest_run_and_resumes_exactly_once(tmp_path, db_url):
         assert run.opened.wait(120), "the miner never saw its challenge"
         view = net.wait_resolved(run.challenge_id, 150)
         ch = view.state.challenges[run.challenge_id]
-        assert ch.verdict == "honest" and "v1" in ch.reveals
+        assert ch.verdict == "honest" and "v1" in ch.reveals and ch.committee == ["v1"]
+        assert view.state.vbonds["v1"] == PARAMS.verifier_stake
         time.sleep(1.5)  # let the node ingest the resolution block
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0, net.log("v1")[-3000:]
@@ -45,6 +46,10 @@ def test_node_verifies_an_honest_run_and_resumes_exactly_once(tmp_path, db_url):
             job = c.execute(sa.select(challenges)).one()
             assert (job.stage, job.verdict, job.in_winning_cluster, job.outlier) == ("done", "honest", True, False)
             assert job.matches_leaf is True and job.step == 7
+            assert (job.round, job.first_id, json.loads(job.committee), job.on_committee) == (1, None, ["v1"], True)
+            # The pair went on chain as journaled: H(leaf t) and the proof hash of the replayed post-state.
+            assert bytes(job.value_hash) == ch.reveals["v1"][0] == bytes(job.leaf_hash)
+            assert bytes(job.proof_hash) == bytes(job.replay_proof_hash) == ch.reveals["v1"][2]
             assert json.loads(job.loss_checks)["steps"] == 8
             stages = [r.stage for r in c.execute(sa.select(stage_log).order_by(stage_log.c.id))]
             assert stages == ["awaiting_opening", "fetch", "validate", "losschecks", "replay", "witness", "commit",
@@ -55,7 +60,8 @@ def test_node_verifies_an_honest_run_and_resumes_exactly_once(tmp_path, db_url):
             events_before = c.execute(sa.select(sa.func.count()).select_from(chain_events)).scalar()
             cursor_before = c.execute(sa.select(chain_cursor.c.block)).scalar()
         mine = chain_calls(net, "v1")
-        assert [type(c) for _, _, c in mine] == [CommitWitness, RevealWitnessValue]
+        assert [type(c) for _, _, c in mine] == [BondVerifier, CommitWitness, RevealWitnessValue]
+        assert mine[0][2].amount == PARAMS.verifier_stake
 
         # A restart resumes after its cursor: no block is applied twice, none is skipped.
         proc = net.start_node("v1", cfg, init=False)
@@ -74,6 +80,9 @@ def test_node_verifies_an_honest_run_and_resumes_exactly_once(tmp_path, db_url):
         upto = [e.NAME for e in v.events if e.block <= cursor_after]
         assert sorted(names) == sorted(upto)
         assert names.count("ChallengeResolved") == 1 and names.count("ChallengeIssued") == 1
+        # The restarted node found its bond on chain: it bonded once in all.
+        assert [type(c) for _, _, c in chain_calls(net, "v1")].count(BondVerifier) == 1
+        assert '"bond_ok"' in net.log("v1")
 
         # The offline check of the same opening, with the facts read from the chain.
         opening = next((tmp_path / "served" / "openings").iterdir())
