@@ -508,7 +508,7 @@ class VerifierNode:
                 conn.execute(update(challenges).where(challenges.c.challenge_id == ev.challenge_id)
                              .values(outlier=True, updated_at=now))
             elif ev.code in stake.STAKE_EVENTS and getattr(ev, "verifier", None) == self.account:
-                staked = relevant = True
+                staked = True  # not `relevant`: the kill point "event_ingested" is a challenge's
                 self._stake_event(conn, ev, now)
             elif isinstance(ev, P.RemarkIgnored):
                 count_ignored(conn, ev.reason if ev.reason in IGNORE_REASONS else "other")
