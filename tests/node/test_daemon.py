@@ -16,7 +16,8 @@ from chain.calls import BondVerifier, CommitWitness, RevealWitnessValue
 from chain.dev import DevTransport
 from chain.protocol import ProtocolParams
 from node.daemon import StartupError
-from node.db import chain_cursor, chain_events, challenges, open_database, stage_log, txs
+from challenges.witness import verify_witness
+from node.db import chain_cursor, chain_events, challenges, open_database, stage_log, txs, witnesses
 from tests.node.harness import REPO, Network, chain_calls, in_process_node
 
 pytestmark = pytest.mark.slow
@@ -50,6 +51,9 @@ def test_node_verifies_an_honest_run_and_resumes_exactly_once(tmp_path, db_url):
             # The pair went on chain as journaled: H(leaf t) and the proof hash of the replayed post-state.
             assert bytes(job.value_hash) == ch.reveals["v1"][0] == bytes(job.leaf_hash)
             assert bytes(job.proof_hash) == bytes(job.replay_proof_hash) == ch.reveals["v1"][2]
+            salt = bytes(c.execute(sa.select(witnesses.c.salt)).scalar_one())
+            assert verify_witness(ch.commitments["v1"], run.challenge_id, ch.reveals["v1"][0], ch.reveals["v1"][1],
+                                  salt, "v1", proof_hash=ch.reveals["v1"][2])
             assert json.loads(job.loss_checks)["steps"] == 8
             stages = [r.stage for r in c.execute(sa.select(stage_log).order_by(stage_log.c.id))]
             assert stages == ["awaiting_opening", "fetch", "validate", "losschecks", "replay", "witness", "commit",
@@ -92,6 +96,9 @@ def test_node_verifies_an_honest_run_and_resumes_exactly_once(tmp_path, db_url):
         assert out.returncode == 0, out.stderr
         assert json.loads(out.stdout)["verdict"] == "verified"
         assert json.loads(out.stdout)["facts"] == "chain"
+        # ... replays to the same witness pair the node revealed.
+        assert json.loads(out.stdout)["replay"]["value_hash"] == ch.reveals["v1"][0].hex()
+        assert json.loads(out.stdout)["replay"]["proof_hash"] == ch.reveals["v1"][2].hex()
     finally:
         net.close()
 

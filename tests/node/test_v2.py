@@ -259,3 +259,48 @@ def _events(path) -> list[P.Event]:
     v = ChainView(DevTransport(path, "observer"), PARAMS)
     v.sync()
     return v.events
+
+
+def test_pot_node_unbond_starts_unbonding_and_the_stake_shows_its_release(tmp_path, chain):
+    import threading
+
+    from typer.testing import CliRunner
+
+    from node.commands import node_app
+
+    path, miner = chain
+    node, engine = _node(tmp_path, path)
+    node.start()
+    node.ingest()
+    node.ensure_bond()
+    _seal(miner, node)
+    stop = threading.Event()
+
+    def seal_every_tenth_second() -> None:  # the CLI waits for its block
+        while not stop.wait(0.1):
+            miner.seal()
+
+    sealer = threading.Thread(target=seal_every_tenth_second, daemon=True)
+    sealer.start()
+    try:
+        out = CliRunner().invoke(node_app, ["unbond", "--config", str(tmp_path / "n" / "n.toml"), "--amount", "40"])
+    finally:
+        stop.set()
+        sealer.join(5)
+    assert out.exit_code == 0, out.output
+    got = json.loads(out.output)
+    assert (got["account"], got["amount"]) == ("v1", 40) and got["block"] is not None
+    node.ingest()
+    with engine.connect() as c:
+        st = stake.stake_status(c, "v1")
+    release = got["block"] + PARAMS.unbonding_delay
+    assert (st["bond"], st["unbonding"], st["unbonding_total"]) == (60, [{"release_block": release, "amount": 40}], 40)
+    while node.view.cursor < release:
+        _seal(miner, node)
+    with engine.connect() as c:
+        st = stake.stake_status(c, "v1")
+        names = [r.name for r in c.execute(sa.select(stake_events.c.name).order_by(stake_events.c.id))]
+    assert st["unbonding"] == [] and st["released_total"] == 40
+    assert names == ["VerifierBonded", "VerifierUnbonding", "BondReleased"]
+    node.shutdown()
+    engine.dispose()
