@@ -15,8 +15,8 @@ import sqlalchemy as sa
 from chain.calls import BondVerifier, CommitWitness, RevealWitnessValue
 from chain.dev import DevTransport
 from chain.protocol import ProtocolParams
-from node.daemon import StartupError
 from challenges.witness import verify_witness
+from node.daemon import StartupError
 from node.db import chain_cursor, chain_events, challenges, open_database, stage_log, txs, witnesses
 from tests.node.harness import REPO, Network, chain_calls, in_process_node
 
