@@ -975,7 +975,7 @@ class VerifierNode:
                                  proof_hash=entry.proof_hash, fault=None if fault == "none" else fault,
                                  updated_at=now))
             self._log_stage(conn, cid, Stage.WITNESS, started, now,
-                            f"value {entry.value_hash.hex()[:16]} proof {_hex(entry.proof_hash) and entry.proof_hash.hex()[:16]}"
+                            f"value {entry.value_hash.hex()[:16]} proof {(_hex(entry.proof_hash) or '-')[:16]}"
                             f" bucket {entry.norm_bucket}"
                             + ("" if inserted else " (already journaled)")
                             + (f"; DETERMINISM CONFLICT: recomputed value {value_hash.hex()[:16]} proof "

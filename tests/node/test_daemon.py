@@ -172,7 +172,9 @@ def test_watchdog_rebuilds_the_connection(tmp_path):
     engine.dispose()
 
 
-def test_node_reads_past_hostile_remarks_and_still_verifies(tmp_path):
+def test_node_reads_past_hostile_remarks_and_still_verifies_from_a_mirror(tmp_path):
+    """Hostile remarks around an honest run whose opening URI on chain is dead: the node ignores
+    the remarks, fetches the opening from the mirror the opening names, and verifies."""
     from chain.protocol import ProtocolState
     from node.db import ignored_counts
     from tests.chain.test_containment import HOSTILE, _bignum_remark, _value_sharing_remark
@@ -183,7 +185,8 @@ def test_node_reads_past_hostile_remarks_and_still_verifies(tmp_path):
         attacker.submit_payloads([p for p, _ in HOSTILE.values()])
         cfg = net.node_config("v1")
         proc = net.start_node("v1", cfg)
-        run = net.start_run(steps=8)
+        dead = "http://127.0.0.1:9"  # nothing listens on the discard port
+        run = net.start_run(steps=8, opening_base=dead, mirrors=(net.endpoint,))
         attacker.submit_payloads([_bignum_remark(), _value_sharing_remark()])
         assert run.opened.wait(120), "the miner never saw its challenge"
         view = net.wait_resolved(run.challenge_id, 150)
@@ -199,7 +202,13 @@ def test_node_reads_past_hostile_remarks_and_still_verifies(tmp_path):
             names = [r.name for r in c.execute(sa.select(chain_events.c.name))]
             counts = ignored_counts(c)
             cursor = c.execute(sa.select(chain_cursor)).one()
+            job = c.execute(sa.select(challenges)).one()
+            fetch = c.execute(sa.select(stage_log.c.detail).where(stage_log.c.stage == "fetch")).scalar_one()
         engine.dispose()
+        [mirror] = json.loads(job.opening_mirrors)
+        assert job.opening_uri.startswith(dead) and mirror.startswith(net.endpoint)
+        assert job.opening_source == mirror and job.matches_leaf is True
+        assert f"from {mirror} after 1 failed address(es): {job.opening_uri}: unreachable" in fetch
         assert names.count("RemarkIgnored") == len(HOSTILE) + 2
         assert counts["bad_cbor"] == sum(r == "bad_cbor" for _, r in HOSTILE.values()) + 2
         assert sum(counts.values()) == len(HOSTILE) + 2
