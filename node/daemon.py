@@ -5,6 +5,11 @@ work to threads (fetch, validate, loss checks) and to replay processes, round-ro
 with a cap per miner; every piece of work has a wall-clock budget from the commit window and is
 cancelled or abandoned past it. Journaled commits and reveals go out from a thread of their own, so
 they never wait behind that work. A watchdog rebuilds the chain connection when blocks stop arriving.
+
+Protocol v2: the node keeps its verifier bond at `[verifier] bond` (one journaled bond_verifier
+call after a start or a reconnect, node.stake), works only the challenges whose committee it sits
+on (the others are skipped), commits to and reveals the witness pair (value hash, proof hash),
+fetches an opening from its mirrors when its URI fails, and records penalties and re-challenges.
 """
 
 from __future__ import annotations
