@@ -1,7 +1,9 @@
 """Replay a validated opening's step on the CPU oracle and compare with the committed leaf t.
 
-`replay` gives the verifier's witness value (BLAKE3 of the recomputed leaf) and norm bucket;
-`verify_opening_file` is the offline check behind `pot verify opening`: load, validate, replay.
+`replay` gives the verifier's witness value (BLAKE3 of the recomputed leaf) and norm bucket, and,
+for a challenge id, the witness pair's proof half (challenges.witness.state_proof of the
+post-state); `verify_opening_file` is the offline check behind `pot verify opening`: load,
+validate, replay.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ class ReplayResult:
     norm_bucket: int
     matches_leaf: bool  # the recomputed leaf equals the committed leaf t byte for byte
     state: Any = field(default=None, repr=False, compare=False)  # the state after step t
+    # state_proof(challenge_id, post-state items): the pair's proof half; None without a challenge id
+    proof_hash: bytes | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -45,12 +49,14 @@ class ReplayResult:
             "value_hash": self.value_hash.hex(),
             "norm_bucket": self.norm_bucket,
             "matches_leaf": self.matches_leaf,
+            "proof_hash": None if self.proof_hash is None else self.proof_hash.hex(),
         }
 
 
 def replay(validated: ValidatedOpening, *, device: Any = None,
-           micro_batches: int | None = None) -> ReplayResult:
-    """Run step t of a validated opening with the oracle and build the recomputed leaf t."""
+           micro_batches: int | None = None, challenge_id: bytes | None = None) -> ReplayResult:
+    """Run step t of a validated opening with the oracle and build the recomputed leaf t; with
+    `challenge_id` (32 bytes), also the proof hash of the post-state for that challenge."""
     import torch
 
     from oracle.norm_bucket import norm_bucket
@@ -59,6 +65,8 @@ def replay(validated: ValidatedOpening, *, device: Any = None,
 
     if not isinstance(validated, ValidatedOpening):
         raise ReplayError(f"replay needs a ValidatedOpening, got {type(validated).__name__}")
+    if challenge_id is not None and (not isinstance(challenge_id, (bytes, bytearray)) or len(challenge_id) != 32):
+        raise ReplayError("challenge_id must be 32 bytes")
     t = validated.step
     before = validated.state if device is None else validated.state.to(torch.device(device))
     try:
@@ -68,6 +76,11 @@ def replay(validated: ValidatedOpening, *, device: Any = None,
     sd = after.digest()
     bits = _loss_bits(loss.cpu())
     leaf = step_leaf(t, sd, bits)
+    proof = None
+    if challenge_id is not None:
+        from challenges.witness import state_proof
+
+        proof = state_proof(bytes(challenge_id), after.items())
     return ReplayResult(
         step=t,
         state_digest=sd,
@@ -77,6 +90,7 @@ def replay(validated: ValidatedOpening, *, device: Any = None,
         norm_bucket=norm_bucket(before, after),
         matches_leaf=leaf == validated.leaf_bytes,
         state=after,
+        proof_hash=proof,
     )
 
 
@@ -100,8 +114,10 @@ def verify_opening_file(path: str | os.PathLike[str] | bytes, *, expected_digest
                         schedule_commitment: bytes | None = None, initial_hash: bytes | None = None,
                         root: bytes | None = None, size: int | None = None,
                         max_bytes: int = DEFAULT_MAX_BYTES, device: Any = None,
+                        challenge_id: bytes | None = None,
                         ) -> tuple[bool, str, ReplayResult | None]:
-    """Load, validate and replay one opening: (ok, reason, result).
+    """Load, validate and replay one opening: (ok, reason, result). With `challenge_id` the
+    result carries the witness pair's proof hash for that challenge.
 
     Chain facts that are not given are taken from the opening itself, so such a check shows
     only that the opening is self-consistent and that its step replays to its committed leaf.
@@ -139,7 +155,7 @@ def verify_opening_file(path: str | os.PathLike[str] | bytes, *, expected_digest
     except OpeningRefused as exc:
         return False, exc.reason, None
     try:
-        result = replay(validated, device=device)
+        result = replay(validated, device=device, challenge_id=challenge_id)
     except ReplayError as exc:
         return False, str(exc), None
     reason = mismatch_reason(result, validated.leaf_bytes)

@@ -31,6 +31,7 @@ from node.config import NodeConfig, normalize_host
 from node.db import challenges, current_revision, head_revision, open_database, stage_log, witness_conflicts
 from node.logs import log_event
 from node.stages import STAGES, WORK_STAGES, Stage
+from node.stake import stake_status
 
 log = logging.getLogger("node.api")
 
@@ -100,13 +101,57 @@ class CursorOut(_Model):
     age_s: float | None
 
 
+class UnbondingOut(_Model):
+    amount: int
+    release_block: int = Field(description="The block from which the amount is released.")
+
+
+class PenaltyOut(_Model):
+    block: int
+    challenge_id: str | None
+    amount: int = Field(description="What the chain took from this node's bond.")
+    why: str | None = Field(description="no_commit, no_reveal or outlier.")
+
+
+class PendingBondOut(_Model):
+    amount: int
+    sent_block: int = Field(description="The finalized head when the bond call was sent.")
+    tx_hash: str | None
+    error: str | None
+
+
+_STAKE_EXAMPLE: dict[str, Any] = {
+    "account": "v1", "block": 118, "bond": 50, "target": 100, "verifier_stake": 100, "eligible": False,
+    "unbonding": [{"amount": 50, "release_block": 150}], "unbonding_total": 50, "penalised_total": 50,
+    "bonded_total": 150, "released_total": 0,
+    "penalties": [{"block": 46, "challenge_id": EXAMPLE_ID, "amount": 50, "why": "outlier"}],
+    "pending_bond": None}
+
+
+class StakeOut(_Model):
+    model_config = ConfigDict(json_schema_extra={"examples": [_STAKE_EXAMPLE]})
+    account: str | None
+    block: int | None = Field(description="The block of the chain state these figures are from.")
+    bond: int | None = Field(description="The active bond (committee weight); null before the node started once.")
+    target: int | None = Field(description="The bond the node keeps ([verifier] bond); 0: it never bonds.")
+    verifier_stake: int | None = Field(description="The least active bond a committee seat needs.")
+    eligible: bool | None = Field(description="bond >= verifier_stake: the account can be drawn onto committees.")
+    unbonding: list[UnbondingOut]
+    unbonding_total: int
+    penalised_total: int = Field(description="Every penalty this node's database recorded for the account.")
+    bonded_total: int
+    released_total: int
+    penalties: list[PenaltyOut] = Field(description="The latest penalties, newest first.")
+    pending_bond: PendingBondOut | None = Field(description="A bond call sent and not yet on chain.")
+
+
 class StatusOut(_Model):
     model_config = ConfigDict(json_schema_extra={"examples": [{
         "api_version": "1", "account": "v1", "chain": "dev:///pot-chain.db", "database": "sqlite",
         "schema_revision": "0001", "cursor": {"block": 118, "updated_at": 1764410000.0, "age_s": 0.4},
         "runs": 2, "challenges_by_stage": {"done": 2, "replay": 1},
         "challenges_by_status": {"honest": 1, "fraud": 1, "inconclusive": 0, "pending": 1},
-        "agreement": {"agreed": 2, "disagreed": 0, "outliers": 0, "ratio": 1.0},
+        "agreement": {"agreed": 2, "disagreed": 0, "outliers": 0, "ratio": 1.0}, "stake": _STAKE_EXAMPLE,
         "fingerprint": "3-2-1764410000.000000", "time": 1764410000.4}]})
     api_version: str
     account: str | None
@@ -118,6 +163,7 @@ class StatusOut(_Model):
     challenges_by_stage: dict[str, int]
     challenges_by_status: VerdictCounts
     agreement: AgreementOut
+    stake: StakeOut = Field(description="This node's verifier bond, unbonding amounts and penalties.")
     fingerprint: str = Field(description="Changes whenever a run or challenge changes (the dashboard polls it).")
     time: float
 
@@ -194,8 +240,9 @@ _CHALLENGE_EXAMPLE: dict[str, Any] = {
     "challenge_id": EXAMPLE_ID, "run_id": EXAMPLE_RUN, "index": 0, "step": 7, "stage": "done",
     "status": "honest", "verdict": "honest", "verdict_reason": "the largest cluster equals H(leaf t)",
     "in_winning_cluster": True, "outlier": False, "refusal_class": None, "matches_leaf": True,
-    "witness_disclosed": True, "issued_block": 9, "resolved_block": 40, "note": None, "created_at": 1764410000.0,
-    "updated_at": 1764410031.0}
+    "witness_disclosed": True, "issued_block": 9, "resolved_block": 40, "round": 1, "first_id": None,
+    "rechallenge": None, "on_committee": True, "penalty": None, "penalty_why": None, "note": None,
+    "created_at": 1764410000.0, "updated_at": 1764410031.0}
 
 
 class ChallengeOut(_Model):
@@ -221,7 +268,14 @@ class ChallengeOut(_Model):
         "norm bucket, match, refusal, replay results, their timeline details) is null for every caller."))
     issued_block: int
     resolved_block: int | None
-    note: str | None = Field(description="Why a job stopped or is waiting (a retry, a missed window).")
+    round: int | None = Field(None, description="The challenge's round: 1, or a re-challenge's 2, 3, ...")
+    first_id: str | None = Field(None, description="A re-challenge's first round's challenge id.")
+    rechallenge: str | None = Field(None, description="The next round's challenge id, once this one re-challenged.")
+    on_committee: bool | None = Field(None, description="Whether this node sits on the challenge's committee "
+                                      "(a job it is not on is skipped).")
+    penalty: int | None = Field(None, description="What the chain took from this node's bond for this challenge.")
+    penalty_why: str | None = Field(None, description="no_commit, no_reveal or outlier.")
+    note: str | None = Field(description="Why a job stopped or is waiting (a retry, a missed window, a re-challenge).")
     created_at: float
     updated_at: float
 
@@ -270,6 +324,7 @@ class TimelineEntry(_Model):
 
 class ClusterOut(_Model):
     value: str = Field(description="The revealed value hash (value mode) or norm bucket (bucket mode).")
+    proof: str | None = Field(None, description="Value mode: the pair's proof hash (the cluster is the whole pair).")
     size: int
     verifiers: list[str]
     winning: bool
@@ -280,16 +335,18 @@ class ClusterOut(_Model):
 class ChallengeDetailOut(ChallengeOut):
     model_config = ConfigDict(json_schema_extra={"examples": [{
         **_CHALLENGE_EXAMPLE, "mode": "value", "root": "cd" * 32, "size": 9, "endpoint": "http://127.0.0.1:8800",
-        "deadlines": {"opening": 13, "commit": 31, "reveal": 39},
+        "deadlines": {"opening": 13, "commit": 31, "reveal": 39}, "committee": ["v1", "v2", "v3"],
         "opening": {"digest": "ef" * 32, "uri": "http://127.0.0.1:8800/openings/ef", "block": 11,
-                    "bytes": 52311, "leaf_hash": "aa" * 32},
+                    "bytes": 52311, "leaf_hash": "aa" * 32, "mirrors": ["http://mirror.example/openings/ef"],
+                    "served_by": "http://127.0.0.1:8800/openings/ef"},
         "refusal_reason": None, "loss_checks": {"steps": 8, "ok": True, "findings": []},
-        "replay": {"matches_leaf": True, "leaf": "bb" * 20, "state_digest": "cc" * 32, "loss_bits": 1085507584},
-        "witness": {"value_hash": "aa" * 32, "norm_bucket": 12, "fault": None},
+        "replay": {"matches_leaf": True, "leaf": "bb" * 20, "state_digest": "cc" * 32, "loss_bits": 1085507584,
+                   "proof_hash": "dd" * 32},
+        "witness": {"value_hash": "aa" * 32, "proof_hash": "dd" * 32, "norm_bucket": 12, "fault": None},
         "winning_value": "aa" * 32, "miner_slashed": None,
         "timeline": [{"stage": "fetch", "label": "opening fetched", "state": "done", "started_at": 1764410003.0,
                       "finished_at": 1764410003.2, "duration_s": 0.2, "detail": "52311 bytes"}],
-        "clusters": [{"value": "aa" * 32, "size": 1, "verifiers": ["v1"], "winning": True,
+        "clusters": [{"value": "aa" * 32, "proof": "dd" * 32, "size": 1, "verifiers": ["v1"], "winning": True,
                       "matches_commitment": True, "includes_this_node": True}],
         "committed_value": "aa" * 32, "this_node": ["v1"], "reveals": 1,
         "quorum": {"cluster_size": 1, "reveals": 1, "outliers": []},
@@ -301,13 +358,15 @@ class ChallengeDetailOut(ChallengeOut):
     size: int
     endpoint: str
     deadlines: dict[str, int]
-    opening: dict[str, str | int | None]
+    committee: list[str] = Field(description="The challenge's committee, in draw order (only its reveals count).")
+    opening: dict[str, Any] = Field(description="The opening on chain: digest, URI, mirrors, block, leaf hash; "
+                                    "its size and the address that served it once fetched.")
     refusal_reason: str | None = Field(description="Null until witness_disclosed.")
     loss_checks: dict[str, Any] | None
     replay: dict[str, str | int | bool | None] = Field(description="The replay's leaf, state digest, loss bits "
                                                        "and match; each null until witness_disclosed.")
-    witness: dict[str, str | int | None] = Field(description="This node's value hash, norm bucket and test fault; "
-                                                 "each null until witness_disclosed.")
+    witness: dict[str, str | int | None] = Field(description="This node's witness pair (value hash, proof hash), "
+                                                 "norm bucket and test fault; each null until witness_disclosed.")
     winning_value: str | None
     miner_slashed: int | None
     timeline: list[TimelineEntry]
@@ -552,6 +611,12 @@ def create_app(db: str | Engine, config: NodeConfig | None = None, *, node: Any 
     def status() -> dict[str, Any]:
         return node_status(ctx)
 
+    @app.get("/api/v1/stake", response_model=StakeOut, tags=["status"], responses=ERRORS,
+             summary="This node's verifier bond: active bond, unbonding amounts with release blocks, penalties.")
+    def get_stake() -> dict[str, Any]:
+        with ctx.engine.connect() as conn:
+            return stake_status(conn, ctx.account)
+
     @app.get("/api/v1/runs", response_model=RunPage, tags=["runs"], responses=ERRORS,
              summary="Runs this node knows, newest first, with detection probabilities.")
     def list_runs(
@@ -652,6 +717,7 @@ def node_status(ctx: ApiContext) -> dict[str, Any]:
             "cursor": Q.cursor_state(conn), "runs": Q.run_count(conn),
             "challenges_by_stage": {k: v for k, v in Q.stage_counts(conn).items() if v},
             "challenges_by_status": Q.verdict_counts(conn), "agreement": Q.agreement(conn),
+            "stake": stake_status(conn, ctx.account),
             "fingerprint": Q.fingerprint(conn), "time": time.time(),
         }
 

@@ -87,13 +87,16 @@ class RemoteOpening:
     endpoint: str
     policy: Any  # node.fetch.FetchPolicy: the node's egress allow-list, timeouts and retries
     resources: Resources
+    mirrors: tuple[str, ...] = ()  # further addresses of the same bytes, tried in order after `uri`
 
 
 def cluster_replay(uri: str, endpoint: str, facts: dict[str, Any], max_bytes: int, policy, deadline: float,
-                   threads: int) -> dict[str, Any]:
-    """One challenge on a worker: fetch (the node's egress and size rules, stopped at `deadline`,
-    a wall-clock time), validate, replay. The message ReplayPool.poll gives, plus "timings" and
-    "worker"; a refused opening gives "refusal_class" and "reason" and no result."""
+                   threads: int, challenge_id: bytes | None = None, mirrors: tuple[str, ...] = ()) -> dict[str, Any]:
+    """One challenge on a worker: fetch (from `uri`, then each of `mirrors`, under the node's
+    egress and size rules, stopped at `deadline`, a wall-clock time), validate, replay. The
+    message ReplayPool.poll gives (the proof hash keyed by `challenge_id` included), plus
+    "timings", "worker" and "url" (the address that served it); a refused opening gives
+    "refusal_class" and "reason" and no result."""
     import torch
 
     torch.set_num_threads(max(1, threads))
@@ -111,7 +114,7 @@ def cluster_replay(uri: str, endpoint: str, facts: dict[str, Any], max_bytes: in
         try:
             fetched = stage_fetch(uri=uri, endpoint=endpoint, run_id=chain.run_id, dest=path, leaves_dest=None,
                                   max_opening_bytes=max_bytes, max_leaves_bytes=0, policy=policy,
-                                  stop=lambda: time.time() > deadline, facts=chain)
+                                  stop=lambda: time.time() > deadline, facts=chain, mirrors=tuple(mirrors))
         except FetchStopped:
             return {"ok": False, "timeout": True, "worker": where,
                     "reason": "the opening did not arrive on the worker before the replay's deadline"}
@@ -122,10 +125,10 @@ def cluster_replay(uri: str, endpoint: str, facts: dict[str, Any], max_bytes: in
         timings["validate_s"] = round(validated.finished_at - validated.started_at, 3)
         if not validated.ok:
             return _refused(validated, started, timings, where)
-        msg = replay_file(str(path), facts, max_bytes)
+        msg = replay_file(str(path), facts, max_bytes, challenge_id)
         timings["replay_s"] = round(msg["finished_at"] - msg["started_at"], 3)
         return {**msg, "started_at": started, "timings": timings, "worker": where,
-                "bytes": fetched.data.get("bytes")}
+                "bytes": fetched.data.get("bytes"), "url": fetched.data.get("url")}
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -184,7 +187,8 @@ class ClusterReplays:
         res = remote.resources
         ref = self._fn.options(num_cpus=res.cpus, memory=res.memory, max_retries=self.max_retries,
                                retry_exceptions=False, name=f"pot-replay-{key.hex()[:16]}").remote(
-            remote.uri, remote.endpoint, facts.kwargs(), max_bytes, remote.policy, time.time() + budget, res.cpus)
+            remote.uri, remote.endpoint, facts.kwargs(), max_bytes, remote.policy, time.time() + budget, res.cpus,
+            bytes(key), tuple(remote.mirrors))
         self._tasks[key] = _Task(ref, time.monotonic(), budget)
 
     def poll(self) -> list[tuple[bytes, dict[str, Any]]]:

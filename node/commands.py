@@ -1,4 +1,4 @@
-"""`pot node` (init the database, run the daemon) and `pot verify` (check one opening offline).
+"""`pot node` (init the database, run the daemon, unbond) and `pot verify` (check one opening offline).
 
 Heavy modules (torch, SQLAlchemy, substrate-interface) are imported inside the commands so that
 `pot --help` stays fast.
@@ -89,6 +89,34 @@ def node_run(config: Path = CONFIG_OPT, secrets: Path | None = SECRETS_OPT,
         engine.dispose()
 
 
+@node_app.command("unbond")
+def node_unbond(config: Path = CONFIG_OPT, secrets: Path | None = SECRETS_OPT,
+                amount: int = typer.Option(..., "--amount", min=1, help="Protocol units to unbond."),
+                timeout: float = typer.Option(120.0, "--timeout", help="Seconds to wait for the block.")) -> None:
+    """Start unbonding part of this node's verifier bond (unbond_verifier): it leaves committee
+    draws at once and is released after the protocol's unbonding delay. Set [verifier] bond to
+    what stays bonded first (0 to leave), or the running node tops the bond up again after its
+    next restart or reconnect."""
+    from chain.calls import UnbondVerifier
+    from chain.transport import TransportError
+    from node.daemon import connect_transport
+
+    cfg, sec = _load(config, secrets)
+    try:
+        transport = connect_transport(cfg, sec)
+    except TransportError as exc:
+        _fail(str(exc))
+    try:
+        receipt = transport.submit([UnbondVerifier(amount)], wait=True, timeout=timeout)
+    except TransportError as exc:
+        _fail(f"the unbond call was not included: {exc}")
+    finally:
+        transport.close()
+    typer.echo(json.dumps({"account": transport.account, "amount": amount, "block": receipt.block_number,
+                           "tx_hash": receipt.tx_hash.hex(), "detail": "see VerifierUnbonding (or CallRefused) "
+                           "in that block; the node's /api/v1/stake shows the release block"}))
+
+
 def _hex_arg(name: str, value: str | None) -> bytes | None:
     if value is None:
         return None
@@ -155,6 +183,7 @@ def verify_opening(
     size: int | None = typer.Option(None, "--size", help="Size of the challenged tree."),
 ) -> None:
     """Check one opening: validate it, replay its step, compare with leaf t. Exit 0 only if it verifies.
+    With --chain and --challenge the replay also prints the witness pair's proof hash for that challenge.
 
     Facts not given (nor taken from --chain) come from the opening itself: the check then shows
     only that the opening is self-consistent and replays to its own leaf.
@@ -167,9 +196,11 @@ def verify_opening(
         _fail(f"{path} is not a file")
     facts: dict[str, Any] = {}
     source = "opening"
+    challenge_id = None
     if chain is not None:
+        challenge_id = _hex_arg("challenge", challenge)
         try:
-            facts = chain_facts(chain, _hex_arg("challenge", challenge), config)
+            facts = chain_facts(chain, challenge_id, config)
         except (LookupError, ValueError, RuntimeError) as exc:
             _fail(str(exc))
         source = "chain"
@@ -181,7 +212,8 @@ def verify_opening(
         facts = {k: v for k, v in given.items() if v is not None}
         if facts:
             source = "given+opening"
-    ok, reason, result = verify_opening_file(path, **facts)
+    # With the challenge known, the replay also gives the witness pair's proof hash for it.
+    ok, reason, result = verify_opening_file(path, challenge_id=challenge_id, **facts)
     verdict = "verified" if ok else ("refused" if result is None else "mismatch")
     out = {"ok": ok, "verdict": verdict, "reason": reason or "the replayed leaf equals the committed leaf t",
            "facts": source, "replay": None if result is None else result.as_json()}

@@ -15,8 +15,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from chain.protocol.params import ProtocolParams
+
 ENV_PREFIX = "POT"
-FAULTS = ("none", "noise")
+FAULTS = ("none", "noise", "lazy")
 # Points right after which the test-only `fault_kill_at` makes the daemon SIGKILL itself.
 KILL_POINTS = ("none", "event_ingested", "fetched", "validated", "replayed", "journaled", "commit_sent",
                "commit_confirmed", "reveal_sent")
@@ -39,8 +41,9 @@ class NodeSection(_Section):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     secrets_file: str = ""
     loop_interval_s: float = Field(0.2, gt=0, le=10)
-    # Test/demo only: "noise" reveals random values instead of the replay's (ends an outlier).
-    fault: Literal["none", "noise"] = "none"
+    # Test/demo only: "noise" reveals random values instead of the replay's (ends an outlier);
+    # "lazy" never fetches nor replays and reveals the public H(leaf t) with a made-up proof hash.
+    fault: Literal["none", "noise", "lazy"] = "none"
     # Test only: SIGKILL the daemon itself right after this point was made durable.
     fault_kill_at: Literal[KILL_POINTS] = "none"  # type: ignore[valid-type]
 
@@ -219,27 +222,39 @@ class HttpSection(_Section):
         return frozenset((normalize_host(self.listen.rpartition(":")[0]), *LOOPBACK_NAMES))
 
 
+_P = ProtocolParams()
+
+
 class ProtocolSection(_Section):
     """A pin of the protocol parameters: the chain's record (configure_network, or a dev chain
     file's own) is the rulebook, and a node whose [protocol] section disagrees with it refuses to
-    start. Needed only on a chain that records none."""
+    start. Needed only on a chain that records none. Defaults: chain.protocol.ProtocolParams'."""
 
-    commit_window: int = 4
-    reveal_window: int = 4
-    opening_deadline: int = 4
-    challenges_per_run: int = 1
-    challenge_delay: int = 2
-    quorum_min_reveals: int = 3
-    quorum_share: list[int] | str = Field(default_factory=lambda: [1, 2])  # [num, den] or "num/den"
-    miner_stake: int = 1000
-    verifier_stake: int = 100
-    slash_amount: int = 500
+    commit_window: int = _P.commit_window
+    reveal_window: int = _P.reveal_window
+    opening_deadline: int = _P.opening_deadline
+    challenges_per_run: int = _P.challenges_per_run
+    challenge_delay: int = _P.challenge_delay
+    quorum_min_reveals: int = _P.quorum_min_reveals
+    quorum_share: list[int] | str = Field(default_factory=lambda: [_P.quorum_share.numerator,
+                                                                   _P.quorum_share.denominator])  # [num, den] or "num/den"
+    miner_stake: int = _P.miner_stake
+    verifier_stake: int = _P.verifier_stake
+    slash_amount: int = _P.slash_amount
+    committee_size: int = _P.committee_size
+    max_rounds: int = _P.max_rounds
+    no_show_penalty: int = _P.no_show_penalty
+    outlier_penalty: int = _P.outlier_penalty
+    unbonding_delay: int = _P.unbonding_delay
+    block_seconds: int = _P.block_seconds
+    reference_flops: int = _P.reference_flops
+    reference_bytes_per_s: int = _P.reference_bytes_per_s
+    replay_margin: int = _P.replay_margin
+    max_replay_blocks: int = _P.max_replay_blocks
     forced_challenge_steps: list[int] = Field(default_factory=list)
 
     def params(self):
         from fractions import Fraction
-
-        from chain.protocol import ProtocolParams
 
         share = self.quorum_share
         if isinstance(share, list):
@@ -258,8 +273,29 @@ class ProtocolSection(_Section):
         return self
 
 
+class VerifierSection(_Section):
+    """This node's verifier bond: committees are drawn from bonded accounts only."""
+
+    # The active bond the node keeps: on start and after a reconnect, a bond below it is topped
+    # up with one bond_verifier call. "auto": the chain's verifier_stake (the least a committee
+    # seat needs); 0: never bond (a node that only follows the chain).
+    bond: int | Literal["auto"] = "auto"
+
+    @field_validator("bond")
+    @classmethod
+    def _bond(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and v < 0:
+            raise ValueError('must be "auto", 0 (no bond) or a positive amount')
+        return v
+
+    def target(self, params) -> int:
+        """The bond to keep under protocol `params`."""
+        return params.verifier_stake if self.bond == "auto" else int(self.bond)
+
+
 class NodeConfig(_Section):
     node: NodeSection = NodeSection()
+    verifier: VerifierSection = VerifierSection()
     chain: ChainSection = ChainSection()
     database: DatabaseSection = DatabaseSection()
     fetch: FetchSection = FetchSection()

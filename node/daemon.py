@@ -5,6 +5,11 @@ work to threads (fetch, validate, loss checks) and to replay processes, round-ro
 with a cap per miner; every piece of work has a wall-clock budget from the commit window and is
 cancelled or abandoned past it. Journaled commits and reveals go out from a thread of their own, so
 they never wait behind that work. A watchdog rebuilds the chain connection when blocks stop arriving.
+
+Protocol v2: the node keeps its verifier bond at `[verifier] bond` (one journaled bond_verifier
+call after a start or a reconnect, node.stake), works only the challenges whose committee it sits
+on (the others are skipped), commits to and reveals the witness pair (value hash, proof hash),
+fetches an opening from its mirrors when its URI fails, and records penalties and re-challenges.
 """
 
 from __future__ import annotations
@@ -22,21 +27,23 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from sqlalchemy import and_, select, update
+from sqlalchemy import and_, func, select, update
 from sqlalchemy.engine import Connection, Engine
 
 from chain import protocol as P
-from chain.calls import IGNORE_REASONS
+from chain.calls import IGNORE_REASONS, BondVerifier
 from chain.network import NetworkParamsError, read_network, seeded_state, start_params
 from chain.protocol import ProtocolState, SnapshotError
+from chain.protocol.events import BondReleased, VerifierBonded, VerifierPenalized, VerifierUnbonding
 from chain.transport import Block, Transport, TransportError
 from chain.view import ChainView
 from challenges.losschecks import LossCheckConfig
-from challenges.refused import REFUSED_BUCKET, fetch_refusal_class, refused_value_hash
+from challenges.refused import REFUSED_BUCKET, fetch_refusal_class, refused_pair
 from challenges.witness import new_salt
 from commitments.files import make_private_dir
+from commitments.hashing import digest
 from commitments.retry import Backoff
-from node import journal
+from node import journal, stake
 from node.config import NodeConfig, Secrets
 from node.db import chain_cursor, chain_events, challenges, count_ignored, runs, stage_log, txs
 from node.fetch import FetchPolicy, FetchStopped, OpeningsFull
@@ -67,6 +74,10 @@ SEND_BACKOFF = Backoff(0.5, 3.0)
 SNAPSHOT_MIN_BLOCKS = 16
 SNAPSHOT_MAX_BLOCKS = 256
 SNAPSHOT_BYTES_PER_BLOCK = 64 * 1024
+# A pending bond call is sent again only after this many times chain.resend_after_blocks blocks
+# passed without the chain showing it (it may still be on its way: a second one would bond twice).
+BOND_RESEND_FACTOR = 4
+LAZY_PROOF_DOMAIN = "pot/fault/lazy-proof/v1"
 
 
 @dataclass
@@ -158,6 +169,7 @@ class VerifierNode:
         self.stage_failures: dict[bytes, int] = {}  # stage thread errors in a row, per job (retry backoff)
         self.snapshot_block: int | None = None  # the block the database's snapshot is of (None: none yet)
         self.snapshot_bytes = 0
+        self._bond_due = True  # check the bond once caught up (set again after a reconnect)
 
     @staticmethod
     def _replay_backend(cfg: NodeConfig) -> Any:
@@ -177,6 +189,9 @@ class VerifierNode:
         self.transport = connect_transport(self.cfg, self.secrets)
         self.account = self.transport.account
         self.view = self._load_view()
+        self._bond_due = True
+        with self.engine.begin() as conn:
+            stake.save_stake(conn, self.account, self.view.state, target=self.bond_target())
         with self.engine.connect() as conn:  # downloads left by challenges that are over
             self.openings.prune({bytes(r[0]).hex() for r in conn.execute(
                 select(challenges.c.challenge_id).where(challenges.c.stage.in_(WORK_STAGES)))})
@@ -184,7 +199,8 @@ class VerifierNode:
         # challenge's validation must not pay for them.
         start_warm_up(lambda s: log_event(log, "validate_warmed_up", seconds=round(s, 2)))
         log_event(log, "node_started", account=self.account, chain=self.cfg.chain.url, cursor=self.view.cursor,
-                  database=self.engine.url.render_as_string(hide_password=True), fault=self.cfg.node.fault)
+                  database=self.engine.url.render_as_string(hide_password=True), fault=self.cfg.node.fault,
+                  bond=self.view.state.vbonds.get(self.account, 0), bond_target=self.bond_target())
 
     def _load_view(self) -> ChainView:
         assert self.transport is not None
@@ -253,6 +269,7 @@ class VerifierNode:
         self.view = None
         self.transport = connect_transport(self.cfg, self.secrets)
         self.view = self._load_view()
+        self._bond_due = True
         self.last_block_at = time.monotonic()
 
     # --- the loop ------------------------------------------------------------------------------
@@ -284,6 +301,7 @@ class VerifierNode:
         """One pass: ingest new blocks, move jobs, watch the connection (txs: the sender thread)."""
         self.ingest()
         self.clock.observe(self.head, time.monotonic())
+        self.ensure_bond()
         self._send_wake.set()
         self.collect()
         self.schedule()
@@ -318,6 +336,51 @@ class VerifierNode:
             for h in logging.getLogger().handlers:
                 h.flush()
             os.kill(os.getpid(), signal.SIGKILL)
+
+    # --- the bond ---------------------------------------------------------------------------------
+    def bond_target(self) -> int:
+        """The active bond this node keeps (`[verifier] bond`; "auto": the chain's verifier_stake)."""
+        params = self.view.params if self.view is not None else self.pinned
+        return 0 if params is None else self.cfg.verifier.target(params)
+
+    def ensure_bond(self) -> None:
+        """Top the active bond up to the target with one BondVerifier call, once the view has caught
+        up with the finalized head (the chain's state, not an old one, says what is missing). The
+        call is journaled before it is sent; a pending one is not sent again before
+        BOND_RESEND_FACTOR x chain.resend_after_blocks blocks have passed, restarts included."""
+        if not self._bond_due or self.view is None or self.transport is None or self.view.cursor < self.head:
+            return
+        target = self.bond_target()
+        active = self.view.state.vbonds.get(self.account, 0)
+        with self.engine.connect() as conn:
+            pending = stake.pending_bond(conn)
+        if target <= 0 or active >= target:
+            if pending is not None:
+                with self.engine.begin() as conn:
+                    stake.clear_bond(conn)
+            self._bond_due = False
+            log_event(log, "bond_ok", account=self.account, bond=active, target=target)
+            return
+        window = BOND_RESEND_FACTOR * self.cfg.chain.resend_after_blocks
+        if pending is not None and pending.account == self.account and self.head - pending.sent_block < window:
+            return  # sent, not on chain yet: wait for it
+        amount = target - active
+        with self.engine.begin() as conn:
+            stake.record_bond(conn, account=self.account, amount=amount, target=target, head=self.head)
+            stake.save_stake(conn, self.account, self.view.state, target=target)
+        try:
+            receipt = self.transport.submit([BondVerifier(amount)], wait=False,
+                                            timeout=self.cfg.chain.submit_timeout_s)
+        except TransportError as exc:
+            with self.engine.begin() as conn:
+                stake.update_bond(conn, error=str(exc)[:500])
+            log_event(log, "bond_send_failed", level=logging.WARNING, account=self.account, amount=amount,
+                      error=str(exc)[:500], retry_after_blocks=window)
+            return
+        with self.engine.begin() as conn:
+            stake.update_bond(conn, tx_hash=_hex(receipt.tx_hash), error=None)
+        log_event(log, "bond_sent", account=self.account, amount=amount, bond=active, target=target, head=self.head,
+                  resent=pending is not None, tx_hash=_hex(receipt.tx_hash))
 
     # --- following the chain -------------------------------------------------------------------
     def ingest(self, max_blocks: int = 100) -> int:
@@ -378,6 +441,7 @@ class VerifierNode:
     def _apply_events(self, conn: Connection, block: Block, events: list[P.Event]) -> bool:
         """Record a block's events and turn them into job changes. True if one concerned our jobs."""
         relevant = False
+        staked = False
         self._confirmed_commit = False
         now = time.time()
         for pos, ev in enumerate(events):
@@ -395,24 +459,36 @@ class VerifierNode:
             elif isinstance(ev, P.ChallengeIssued):
                 run = conn.execute(select(runs.c.miner).where(runs.c.run_id == ev.run_id)).first()
                 own = run is not None and run.miner == self.account
+                seated = self.account in ev.committee
+                if own:
+                    stage, status = Stage.SKIPPED, "our own run: a miner cannot witness its challenge"
+                elif not seated:
+                    stage, status = Stage.SKIPPED, f"not on this challenge's committee (round {ev.round})"
+                else:
+                    stage, status = Stage.AWAITING_OPENING, None
                 conn.execute(challenges.insert().values(
                     challenge_id=ev.challenge_id, run_id=ev.run_id, idx=ev.index, step=ev.step, root=ev.root,
                     size=ev.size, mode=ev.mode, endpoint=ev.endpoint, issued_block=ev.block,
                     opening_deadline=ev.opening_deadline, commit_deadline=ev.commit_deadline,
-                    reveal_deadline=ev.reveal_deadline, stage=Stage.SKIPPED if own else Stage.AWAITING_OPENING,
-                    status="our own run: a miner cannot witness its challenge" if own else None,
-                    attempts=0, next_attempt_at=0.0, created_at=now, updated_at=now))
+                    reveal_deadline=ev.reveal_deadline, stage=stage, status=status,
+                    round=ev.round, first_id=ev.first, committee=json.dumps(list(ev.committee)),
+                    on_committee=seated, attempts=0, next_attempt_at=0.0, created_at=now, updated_at=now))
                 relevant = True
                 log_event(log, "challenge_issued", challenge_id=_hex(ev.challenge_id), step=ev.step,
+                          round=ev.round, first=_hex(ev.first), committee=len(ev.committee), on_committee=seated,
                           commit_deadline=ev.commit_deadline, reveal_deadline=ev.reveal_deadline)
             elif isinstance(ev, P.OpeningSubmitted):
                 job = self._job(conn, ev.challenge_id)
                 if job is not None and job.stage == Stage.AWAITING_OPENING:
+                    lazy = self.cfg.node.fault == "lazy"
                     conn.execute(update(challenges).where(challenges.c.challenge_id == ev.challenge_id).values(
                         opening_digest=ev.opening_digest, opening_uri=ev.uri, leaf=ev.leaf, leaf_hash=ev.leaf_hash,
-                        opening_block=ev.block, stage=Stage.FETCH, updated_at=now))
+                        opening_mirrors=json.dumps(list(ev.mirrors)), opening_block=ev.block,
+                        stage=Stage.WITNESS if lazy else Stage.FETCH, updated_at=now))
                     self._log_stage(conn, ev.challenge_id, Stage.AWAITING_OPENING, job.created_at, now,
-                                    f"opening on chain at block {ev.block}")
+                                    f"opening on chain at block {ev.block}"
+                                    + (f" ({len(ev.mirrors)} mirror(s))" if ev.mirrors else "")
+                                    + ("; lazy fault: no fetch, no replay" if lazy else ""))
                     relevant = True
             elif isinstance(ev, P.WitnessCommitted) and ev.verifier == self.account:
                 journal.confirm_tx(conn, ev.challenge_id, self.account, "commit", ev.block)
@@ -436,6 +512,9 @@ class VerifierNode:
             elif isinstance(ev, P.VerifierOutlier) and ev.verifier == self.account:
                 conn.execute(update(challenges).where(challenges.c.challenge_id == ev.challenge_id)
                              .values(outlier=True, updated_at=now))
+            elif ev.code in stake.STAKE_EVENTS and getattr(ev, "verifier", None) == self.account:
+                staked = True  # not `relevant`: the kill point "event_ingested" is a challenge's
+                self._stake_event(conn, ev, now)
             elif isinstance(ev, P.RemarkIgnored):
                 count_ignored(conn, ev.reason if ev.reason in IGNORE_REASONS else "other")
                 log_event(log, "remark_ignored", block=ev.block, position=ev.position, origin=ev.origin,
@@ -448,7 +527,33 @@ class VerifierNode:
                 # The refusal does not name the challenge; the deadlines settle the tx's fate.
                 log_event(log, "call_refused", level=logging.WARNING, call=ev.call, refusal=ev.refusal,
                           reason=ev.reason, block=ev.block)
+                if ev.call == BondVerifier.NAME:
+                    # Sending it again would be refused again: wait for a restart or a reconnect.
+                    stake.clear_bond(conn)
+                    self._bond_due = False
+                    log_event(log, "bond_refused", level=logging.ERROR, refusal=ev.refusal, reason=ev.reason,
+                              detail="the node will not bond again before a restart or a reconnect")
+        if staked:
+            assert self.view is not None
+            stake.save_stake(conn, self.account, self.view.state, target=self.bond_target())
         return relevant
+
+    def _stake_event(self, conn: Connection, ev: P.Event, now: float) -> None:
+        """A bond, unbonding, release or penalty of this node's account."""
+        stake.record_event(conn, ev)
+        if isinstance(ev, VerifierBonded):
+            stake.clear_bond(conn)
+            log_event(log, "bond_confirmed", account=self.account, amount=ev.amount, bond=ev.bond, block=ev.block)
+        elif isinstance(ev, VerifierUnbonding):
+            log_event(log, "bond_unbonding", account=self.account, amount=ev.amount, bond=ev.bond,
+                      release_block=ev.release_block)
+        elif isinstance(ev, BondReleased):
+            log_event(log, "bond_released", account=self.account, amount=ev.amount, block=ev.block)
+        elif isinstance(ev, VerifierPenalized):
+            conn.execute(update(challenges).where(challenges.c.challenge_id == ev.challenge_id).values(
+                penalty=func.coalesce(challenges.c.penalty, 0) + ev.amount, penalty_why=ev.why, updated_at=now))
+            log_event(log, "verifier_penalized", level=logging.WARNING, challenge_id=_hex(ev.challenge_id),
+                      amount=ev.amount, why=ev.why, block=ev.block)
 
     def _resolved(self, conn: Connection, ev: P.ChallengeResolved, now: float) -> bool:
         job = self._job(conn, ev.challenge_id)
@@ -459,21 +564,32 @@ class VerifierNode:
         revealed = ch is not None and self.account in ch.reveals
         in_winning = None
         if revealed and ev.winning_value is not None:
-            value_hash, bucket = ch.reveals[self.account]
-            in_winning = (value_hash if ev.mode == "value" else bucket) == ev.winning_value
+            # The winning cluster is one witness PAIR: a reveal whose value half equals the
+            # winning value but whose proof half differs (a lazy copy of H(leaf t)) is an outlier.
+            in_winning = self.account not in ev.outliers
         winning = ev.winning_value.hex() if isinstance(ev.winning_value, bytes) else (
             None if ev.winning_value is None else str(ev.winning_value))
-        stage = job.stage if job.stage in (Stage.SKIPPED, Stage.MISSED) else Stage.DONE
+        stopped = job.stage in (Stage.SKIPPED, Stage.MISSED)
+        stage = job.stage if stopped else Stage.DONE
+        values: dict[str, Any] = {}
+        again = None
+        if ev.rechallenge is not None:
+            again = f"re-challenged as {ev.rechallenge.hex()[:16]} (round {ev.round + 1})"
+            values.update(rechallenge=ev.rechallenge,
+                          status=f"{job.status}; {again}" if stopped and job.status else again)
         conn.execute(update(challenges).where(challenges.c.challenge_id == ev.challenge_id).values(
             verdict=ev.verdict, verdict_reason=ev.reason, resolved_block=ev.block, winning_value=winning,
-            in_winning_cluster=in_winning, outlier=self.account in ev.outliers, stage=stage, updated_at=now))
+            in_winning_cluster=in_winning, outlier=self.account in ev.outliers, stage=stage, updated_at=now,
+            **values))
         conn.execute(update(txs).where(and_(txs.c.challenge_id == ev.challenge_id, txs.c.verifier == self.account,
                                             txs.c.state.in_(("unstarted", "in_progress", "unconfirmed"))))
                      .values(state="failed", last_error="the challenge resolved first", updated_at=now))
         if job.stage not in (Stage.SKIPPED, Stage.MISSED):
-            self._log_stage(conn, ev.challenge_id, RESOLUTION, job.updated_at, now, f"{ev.verdict}: {ev.reason}")
+            self._log_stage(conn, ev.challenge_id, RESOLUTION, job.updated_at, now,
+                            f"{ev.verdict}: {ev.reason}" + (f"; {again}" if again else ""))
         log_event(log, "challenge_resolved", challenge_id=_hex(ev.challenge_id), verdict=ev.verdict,
-                  reason=ev.reason, in_winning_cluster=in_winning, outlier=self.account in ev.outliers)
+                  reason=ev.reason, round=ev.round, rechallenge=_hex(ev.rechallenge),
+                  in_winning_cluster=in_winning, outlier=self.account in ev.outliers)
         for path in self._paths(ev.challenge_id):
             path.unlink(missing_ok=True)
             path.with_name(path.name + ".part").unlink(missing_ok=True)
@@ -515,6 +631,14 @@ class VerifierNode:
                           spec_digest=bytes(run.spec_digest), dataset_hash=bytes(run.dataset_hash),
                           schedule_commitment=bytes(run.schedule_commitment),
                           initial_hash=bytes(run.initial_hash), root=bytes(job.root), size=job.size)
+
+    @staticmethod
+    def _mirrors(job) -> tuple[str, ...]:
+        try:
+            mirrors = json.loads(job.opening_mirrors or "[]")
+        except ValueError:
+            return ()
+        return tuple(m for m in mirrors if isinstance(m, str))
 
     def _paths(self, cid: bytes) -> tuple[Path, Path]:
         return (self.openings.path / f"{cid.hex()}.opening", self.openings.path / "leaves" / f"{cid.hex()}.cbor")
@@ -608,7 +732,7 @@ class VerifierNode:
                 dest=opening_path, leaves_dest=leaves_path, max_opening_bytes=self.cfg.fetch.max_opening_bytes,
                 max_leaves_bytes=self.cfg.fetch.max_leaves_bytes, policy=policy,
                 stop=lambda: self.stop.is_set() or time.monotonic() > deadline, facts=self._facts(job),
-                store=self.openings, manifest_only=self.cluster)
+                store=self.openings, manifest_only=self.cluster, mirrors=self._mirrors(job))
         elif stage == Stage.VALIDATE:
             fut = _run_on_thread("pot-validate", stage_validate, opening_path, self._facts(job),
                                  max_bytes=self.cfg.fetch.max_opening_bytes)
@@ -626,7 +750,7 @@ class VerifierNode:
             spec = self.cluster_specs.get(cid)
             size = job.opening_bytes or 0
             res = replay_resources(spec, size) if spec is not None else fallback_resources(size)
-            remote = RemoteOpening(job.opening_uri, job.endpoint, self.policy, res)
+            remote = RemoteOpening(job.opening_uri, job.endpoint, self.policy, res, mirrors=self._mirrors(job))
         self.replays.start(cid, self._paths(cid)[0], self._facts(job), max_bytes=self.cfg.fetch.max_opening_bytes,
                            timeout_s=budget, remote=remote)
         self.replay_owners[cid] = owners
@@ -744,8 +868,11 @@ class VerifierNode:
         values: dict[str, Any] = {}
         detail = o.reason
         if o.stage == Stage.FETCH and o.ok:
-            values.update(opening_path=str(self._paths(cid)[0]), opening_bytes=o.data.get("bytes"))
+            values.update(opening_path=str(self._paths(cid)[0]), opening_bytes=o.data.get("bytes"),
+                          opening_source=o.data.get("url"))
             detail = f"{o.data.get('bytes')} bytes from {o.data.get('url')}" + (
+                f" after {len(o.data['tried'])} failed address(es): {'; '.join(o.data['tried'])}"
+                if o.data.get("tried") else "") + (
                 f"; leaves: {o.data['leaves_error']}" if "leaves_error" in o.data else "")
             if self.cluster:
                 # the manifest only: a cluster worker fetches and validates the whole opening
@@ -799,8 +926,11 @@ class VerifierNode:
             detail = msg.get("reason")
         else:
             values.update(replay_leaf=r["leaf"], replay_state_digest=r["state_digest"], replay_loss_bits=r["loss_bits"],
-                          norm_bucket=r["norm_bucket"], matches_leaf=bool(msg.get("matches")))
+                          norm_bucket=r["norm_bucket"], matches_leaf=bool(msg.get("matches")),
+                          replay_proof_hash=r.get("proof_hash"))
             detail = "matches leaf t" if msg.get("matches") else msg.get("reason")
+        if msg.get("url"):
+            values["opening_source"] = msg["url"]
         if "worker" in msg:
             detail = f"{detail} (on {msg['worker']}: {msg.get('timings')})"
         with self.engine.begin() as conn:
@@ -813,38 +943,51 @@ class VerifierNode:
         self._maybe_kill("replayed")
 
     def _witness(self, job) -> None:
-        """Choose the value (replay, refusal rule, or the test fault) and journal it before any send."""
+        """Choose the witness pair (replay, refusal rule, or a test fault) and journal it before any send."""
         cid = bytes(job.challenge_id)
         started = time.time()
         fault = self.cfg.node.fault
         if fault == "noise":
-            value_hash, bucket = os.urandom(32), random.randint(-(2**31) + 1, 2**31 - 1)
+            value_hash, proof_hash = os.urandom(32), os.urandom(32)
+            bucket = random.randint(-(2**31) + 1, 2**31 - 1)
+        elif fault == "lazy":
+            # The public half only: H(leaf t) off the chain, with a proof hash it cannot know.
+            value_hash = bytes(job.leaf_hash)
+            proof_hash = digest(LAZY_PROOF_DOMAIN, cid, self.account)
+            ch = self.view.state.challenges.get(cid) if self.view is not None else None
+            bucket = ch.declared_bucket if ch is not None and ch.declared_bucket is not None else 0
         elif job.refusal_class:
-            value_hash, bucket = refused_value_hash(cid, job.refusal_class), REFUSED_BUCKET
+            (value_hash, proof_hash), bucket = refused_pair(cid), REFUSED_BUCKET
+        elif job.replay_proof_hash is None:
+            # Replayed by a node older than the witness pair: the proof half needs the replay again.
+            self._set(cid, stage=Stage.REPLAY, status="replayed without the proof hash; replaying again")
+            return
         else:
             from commitments.leaves import witness_value_hash
 
-            value_hash = witness_value_hash(bytes(job.replay_leaf))
+            value_hash, proof_hash = witness_value_hash(bytes(job.replay_leaf)), bytes(job.replay_proof_hash)
             bucket = job.norm_bucket
         entry, inserted = journal.check_and_insert_witness(
             self.engine, challenge_id=cid, verifier=self.account, value_hash=value_hash, norm_bucket=bucket,
-            salt=new_salt(), origin=self.account)
+            salt=new_salt(), proof_hash=proof_hash, origin=self.account)
         # A repeat with another value: the journal recorded and logged the conflict; the
         # journaled entry is still the one this node commits to and sends.
-        conflict = not inserted and journal.differs(entry, value_hash, bucket)
+        conflict = not inserted and journal.differs(entry, value_hash, bucket, proof_hash)
         now = time.time()
         with self.engine.begin() as conn:
             conn.execute(update(challenges).where(and_(challenges.c.challenge_id == cid, challenges.c.stage == Stage.WITNESS))
                          .values(stage=Stage.COMMIT, value_hash=entry.value_hash, norm_bucket=entry.norm_bucket,
-                                 fault=None if fault == "none" else fault, updated_at=now))
+                                 proof_hash=entry.proof_hash, fault=None if fault == "none" else fault,
+                                 updated_at=now))
             self._log_stage(conn, cid, Stage.WITNESS, started, now,
-                            f"value {entry.value_hash.hex()[:16]} bucket {entry.norm_bucket}"
+                            f"value {entry.value_hash.hex()[:16]} proof {(_hex(entry.proof_hash) or '-')[:16]}"
+                            f" bucket {entry.norm_bucket}"
                             + ("" if inserted else " (already journaled)")
-                            + (f"; DETERMINISM CONFLICT: recomputed value {value_hash.hex()[:16]} bucket {bucket}"
-                               if conflict else ""))
+                            + (f"; DETERMINISM CONFLICT: recomputed value {value_hash.hex()[:16]} proof "
+                               f"{proof_hash.hex()[:16]} bucket {bucket}" if conflict else ""))
         log_event(log, "witness_journaled", challenge_id=cid.hex(), value_hash=entry.value_hash.hex(),
-                  norm_bucket=entry.norm_bucket, inserted=inserted, conflict=conflict,
-                  refusal_class=job.refusal_class, fault=fault)
+                  proof_hash=_hex(entry.proof_hash), norm_bucket=entry.norm_bucket, inserted=inserted,
+                  conflict=conflict, refusal_class=job.refusal_class, fault=fault)
         self._maybe_kill("journaled")
 
     # --- transactions ---------------------------------------------------------------------------

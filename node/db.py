@@ -129,6 +129,21 @@ challenges = Table(
     Column("outlier", Boolean, nullable=True),
     Column("miner_slashed", Integer, nullable=True),
     Column("status", Text, nullable=True),
+    # Protocol v2 (revision 0003): the round of the challenge, its first round's id, its
+    # committee (JSON list of accounts) and whether this node sits on it; the next round's id once
+    # this one re-challenged; the opening's mirrors (JSON list) and the address that served it; the
+    # replay's proof hash and the journaled one; what the chain took from this node's bond for it.
+    Column("round", Integer, nullable=True),
+    Column("first_id", LargeBinary, nullable=True),
+    Column("committee", Text, nullable=True),
+    Column("on_committee", Boolean, nullable=True),
+    Column("rechallenge", LargeBinary, nullable=True),
+    Column("opening_mirrors", Text, nullable=True),
+    Column("opening_source", Text, nullable=True),
+    Column("replay_proof_hash", LargeBinary, nullable=True),
+    Column("proof_hash", LargeBinary, nullable=True),
+    Column("penalty", Integer, nullable=True),
+    Column("penalty_why", String(16), nullable=True),
     Column("attempts", Integer, nullable=False, default=0),
     Column("next_attempt_at", Float, nullable=False, default=0.0),
     Column("created_at", Float, nullable=False),
@@ -160,6 +175,7 @@ witnesses = Table(
     Column("norm_bucket", Integer, nullable=False),
     Column("commitment", LargeBinary, nullable=False),
     Column("created_at", Float, nullable=False),
+    Column("proof_hash", LargeBinary, nullable=True),  # the pair's proof half (null: journaled before v2)
     UniqueConstraint("challenge_id", "verifier", name="uq_witnesses_challenge_verifier"),
 )
 
@@ -177,8 +193,28 @@ witness_conflicts = Table(
     Column("recomputed_norm_bucket", Integer, nullable=False),
     Column("created_at", Float, nullable=False),
     Column("acknowledged_at", Float, nullable=True),
+    Column("journaled_proof_hash", LargeBinary, nullable=True),
+    Column("recomputed_proof_hash", LargeBinary, nullable=True),
 )
 Index("ix_witness_conflicts_challenge", witness_conflicts.c.challenge_id)
+
+# This node's stake as the chain recorded it, one row per event of its account: VerifierBonded
+# (amount, bond after), VerifierUnbonding (amount, release_block, bond left), BondReleased (amount)
+# and VerifierPenalized (amount taken, challenge_id, why: no_commit | no_reveal | outlier).
+stake_events = Table(
+    "stake_events", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("block", Integer, nullable=False),
+    Column("name", String(32), nullable=False),
+    Column("verifier", String(128), nullable=False),
+    Column("amount", Integer, nullable=False),
+    Column("bond", Integer, nullable=True),
+    Column("release_block", Integer, nullable=True),
+    Column("challenge_id", LargeBinary, nullable=True),
+    Column("why", String(16), nullable=True),
+    Column("created_at", Float, nullable=False),
+)
+Index("ix_stake_events_verifier", stake_events.c.verifier)
 
 # Transactions, Chainlink style: unstarted -> in_progress -> unconfirmed -> confirmed (or failed).
 # `payload` is the exact call bytes and `origin` the signer; a restart re-sends these bytes.

@@ -4,8 +4,11 @@ Like a slashing-protection database, the decision "may I commit this?" is one tr
 happens before anything leaves the node; UNIQUE (challenge_id, verifier) makes a second, different
 commitment impossible. Txs then move unstarted -> in_progress -> unconfirmed -> confirmed.
 
-A repeat with the same value is a silent no-op. A repeat with a different value (value hash or
-norm bucket) still gets the journaled entry back, so nothing different is ever sent, but it is a
+Protocol v2 witnesses are pairs: the value hash H(recomputed leaf t) and the proof hash of the
+recomputed post-state; both enter the commitment and the reveal.
+
+A repeat with the same value is a silent no-op. A repeat with a different value (value hash, proof
+hash or norm bucket) still gets the journaled entry back, so nothing different is ever sent, but it is a
 determinism failure: it is recorded in witness_conflicts and logged at error level.
 """
 
@@ -40,6 +43,7 @@ class WitnessEntry:
     norm_bucket: int
     commitment: bytes
     created_at: float
+    proof_hash: bytes | None = None  # None: an entry journaled before protocol v2
 
 
 @dataclass(frozen=True)
@@ -60,7 +64,8 @@ class TxRecord:
 
 def _entry(row) -> WitnessEntry:
     return WitnessEntry(bytes(row.challenge_id), row.verifier, bytes(row.salt), bytes(row.value_hash),
-                        row.norm_bucket, bytes(row.commitment), row.created_at)
+                        row.norm_bucket, bytes(row.commitment), row.created_at,
+                        None if row.proof_hash is None else bytes(row.proof_hash))
 
 
 def _tx(row) -> TxRecord:
@@ -75,40 +80,51 @@ def _existing(conn: Connection, challenge_id: bytes, verifier: str) -> WitnessEn
     return _entry(row) if row is not None else None
 
 
-def differs(entry: WitnessEntry, value_hash: bytes, norm_bucket: int) -> bool:
-    """Whether a recomputed witness disagrees with the journaled one (the salt is not the value)."""
-    return entry.value_hash != bytes(value_hash) or entry.norm_bucket != norm_bucket
+def differs(entry: WitnessEntry, value_hash: bytes, norm_bucket: int, proof_hash: bytes | None = None) -> bool:
+    """Whether a recomputed witness disagrees with the journaled one (the salt is not the value).
+    `proof_hash` None compares the value and bucket only."""
+    return (entry.value_hash != bytes(value_hash) or entry.norm_bucket != norm_bucket
+            or (proof_hash is not None and entry.proof_hash != bytes(proof_hash)))
 
 
-def _record_conflict(conn: Connection, found: WitnessEntry, value_hash: bytes, norm_bucket: int) -> None:
+def _hex(b: bytes | None) -> str | None:
+    return None if b is None else bytes(b).hex()
+
+
+def _record_conflict(conn: Connection, found: WitnessEntry, value_hash: bytes, norm_bucket: int,
+                     proof_hash: bytes | None) -> None:
     conn.execute(witness_conflicts.insert().values(
         challenge_id=found.challenge_id, verifier=found.verifier, journaled_value_hash=found.value_hash,
         journaled_norm_bucket=found.norm_bucket, recomputed_value_hash=bytes(value_hash),
-        recomputed_norm_bucket=norm_bucket, created_at=time.time()))
+        recomputed_norm_bucket=norm_bucket, created_at=time.time(), journaled_proof_hash=found.proof_hash,
+        recomputed_proof_hash=None if proof_hash is None else bytes(proof_hash)))
 
 
-def _alarm(found: WitnessEntry, value_hash: bytes, norm_bucket: int) -> None:
+def _alarm(found: WitnessEntry, value_hash: bytes, norm_bucket: int, proof_hash: bytes | None) -> None:
     log_event(log, "witness_conflict", level=logging.ERROR, challenge_id=found.challenge_id.hex(),
               verifier=found.verifier, journaled_value_hash=found.value_hash.hex(),
               journaled_norm_bucket=found.norm_bucket, recomputed_value_hash=bytes(value_hash).hex(),
-              recomputed_norm_bucket=norm_bucket,
+              recomputed_norm_bucket=norm_bucket, journaled_proof_hash=_hex(found.proof_hash),
+              recomputed_proof_hash=_hex(proof_hash),
               detail="the recomputed witness differs from the journaled one; the journaled one stays "
                      "the only one sent. A replay that changed its answer is a determinism failure.")
 
 
 def check_and_insert_witness(engine: Engine, *, challenge_id: bytes, verifier: str, value_hash: bytes,
-                             norm_bucket: int, salt: bytes, origin: str | None = None) -> tuple[WitnessEntry, bool]:
-    """Journal a witness for (challenge, verifier), or return the one already journaled.
+                             norm_bucket: int, salt: bytes, proof_hash: bytes,
+                             origin: str | None = None) -> tuple[WitnessEntry, bool]:
+    """Journal a witness pair (value hash, proof hash) for (challenge, verifier), or return the one
+    already journaled.
 
-    One transaction stores the salt, value, commitment and both tx payloads (commit and reveal,
-    `unstarted`). Returns (entry, inserted); when not inserted, the caller must use the returned
+    One transaction stores the salt, the pair, the bucket, the commitment
+    (challenges.witness.witness_commitment) and both tx payloads (commit and reveal, `unstarted`). Returns (entry, inserted); when not inserted, the caller must use the returned
     entry, never its own values: that is the only commitment this verifier will ever send. A
     repeat whose value differs from the journaled one is recorded in witness_conflicts (in the
     same transaction as the look-up) and logged at error level.
     """
-    commitment = witness_commitment(challenge_id, value_hash, norm_bucket, salt, verifier)
+    commitment = witness_commitment(challenge_id, value_hash, norm_bucket, salt, verifier, proof_hash=proof_hash)
     commit_bytes = encode_call(CommitWitness(challenge_id, commitment))
-    reveal_bytes = encode_call(RevealWitnessValue(challenge_id, value_hash, norm_bucket, salt))
+    reveal_bytes = encode_call(RevealWitnessValue(challenge_id, value_hash, proof_hash, norm_bucket, salt))
     now = time.time()
     origin = origin or verifier
     try:
@@ -117,27 +133,28 @@ def check_and_insert_witness(engine: Engine, *, challenge_id: bytes, verifier: s
             if found is None:
                 conn.execute(witnesses.insert().values(
                     challenge_id=challenge_id, verifier=verifier, salt=salt, value_hash=value_hash,
-                    norm_bucket=norm_bucket, commitment=commitment, created_at=now))
+                    norm_bucket=norm_bucket, commitment=commitment, created_at=now, proof_hash=proof_hash))
                 conn.execute(txs.insert(), [
                     dict(challenge_id=challenge_id, verifier=verifier, kind=kind, origin=origin, payload=payload,
                          state="unstarted", sends=0, created_at=now, updated_at=now)
                     for kind, payload in (("commit", commit_bytes), ("reveal", reveal_bytes))
                 ])
-            elif differs(found, value_hash, norm_bucket):
-                _record_conflict(conn, found, value_hash, norm_bucket)
+            elif differs(found, value_hash, norm_bucket, proof_hash):
+                _record_conflict(conn, found, value_hash, norm_bucket, proof_hash)
     except IntegrityError:
         # A concurrent writer won the race between our look-up and insert: its entry stands.
         with engine.begin() as conn:
             found = _existing(conn, challenge_id, verifier)
             if found is None:
                 raise
-            if differs(found, value_hash, norm_bucket):
-                _record_conflict(conn, found, value_hash, norm_bucket)
+            if differs(found, value_hash, norm_bucket, proof_hash):
+                _record_conflict(conn, found, value_hash, norm_bucket, proof_hash)
     if found is not None:
-        if differs(found, value_hash, norm_bucket):
-            _alarm(found, value_hash, norm_bucket)
+        if differs(found, value_hash, norm_bucket, proof_hash):
+            _alarm(found, value_hash, norm_bucket, proof_hash)
         return found, False
-    return WitnessEntry(challenge_id, verifier, salt, value_hash, norm_bucket, commitment, now), True
+    return WitnessEntry(challenge_id, verifier, salt, value_hash, norm_bucket, commitment, now,
+                        bytes(proof_hash)), True
 
 
 def get_witness(engine: Engine, challenge_id: bytes, verifier: str) -> WitnessEntry | None:

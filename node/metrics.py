@@ -16,6 +16,7 @@ from chain.calls import IGNORE_REASONS
 from node import queries as Q
 from node.db import ignored_counts
 from node.stages import STAGES
+from node.stake import stake_status
 
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 # Why the follower ignored a payload: the decode reasons, a call that crashed inside the protocol,
@@ -46,6 +47,7 @@ class NodeCollector:
                 runs = Q.run_count(conn)
                 conflicts = Q.conflict_summary(conn, latest=0)
                 ignored = ignored_counts(conn)
+                bond = stake_status(conn, self.ctx.account)
         except Exception:  # any driver error: say the database is down, keep serving the rest
             up.add_metric([], 0.0)
             yield up
@@ -95,6 +97,18 @@ class NodeCollector:
                                 "that failed inside the protocol), by reason.", labels=["reason"])
         for reason in IGNORED_REASONS:
             c.add_metric([reason], ignored.get(reason, 0))
+        yield c
+
+        if bond["bond"] is not None:
+            g = GaugeMetricFamily("pot_verifier_bond", "This node's active verifier bond (protocol units).")
+            g.add_metric([], bond["bond"])
+            yield g
+        g = GaugeMetricFamily("pot_verifier_unbonding", "This node's bond amounts waiting for their release block.")
+        g.add_metric([], bond["unbonding_total"])
+        yield g
+        c = CounterMetricFamily("pot_verifier_penalised", "Protocol units the chain took from this node's bond "
+                                "(no_commit, no_reveal, outlier).")
+        c.add_metric([], bond["penalised_total"])
         yield c
 
         g = GaugeMetricFamily("pot_runs", "Runs registered on the followed chain.")

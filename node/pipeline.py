@@ -53,17 +53,20 @@ class StageOutcome:
 
 def stage_fetch(*, uri: str, endpoint: str, run_id: bytes, dest: Path, leaves_dest: Path | None, max_opening_bytes: int,
                 max_leaves_bytes: int, policy, stop=None, facts: ChainFacts | None = None,
-                store=None, manifest_only: bool = False) -> StageOutcome:
+                store=None, manifest_only: bool = False, mirrors: tuple[str, ...] = ()) -> StageOutcome:
     """Download the opening to `dest` and the run's leaf list to `leaves_dest` (best effort; None: not).
 
-    With the chain's `facts`, the opening's manifest is checked against the opening digest and
-    the spec digest as soon as it arrives, and the file may be no larger than its spec allows
-    (nor than `max_opening_bytes`). Every download failure is the one class "unavailable"; the
-    detail (kind and reason) goes to the node's own log and database. A full openings `store`
-    (node.fetch.OpeningsStore) raises OpeningsFull: the node's condition, never a refusal.
-    `manifest_only` (with `facts`; a node whose replays run on a cluster) stops the download once
-    the manifest passed those checks and keeps no file: data "bytes" is then the opening's exact
-    size and data "spec" its spec.
+    The opening is tried at `uri`, then at each of `mirrors` in order, each address with the
+    whole fetch policy (its timeouts, retries and backoff); the bytes are bound by the opening
+    digest on chain, so any address that serves them will do. data "url" names the one that did
+    and data "tried" the failures before it. With the chain's `facts`, the opening's manifest is
+    checked against the opening digest and the spec digest as soon as it arrives, and the file
+    may be no larger than its spec allows (nor than `max_opening_bytes`). Every download failure
+    is the one class "unavailable"; the detail (kind and reason) goes to the node's own log and
+    database. A full openings `store` (node.fetch.OpeningsStore) raises OpeningsFull: the node's
+    condition, never a refusal. `manifest_only` (with `facts`; a node whose replays run on a
+    cluster) stops the download once the manifest passed those checks and keeps no file: data
+    "bytes" is then the opening's exact size and data "spec" its spec.
     """
     from challenges.opening import OpeningGate, OpeningRefused
     from node.fetch import FetchError, fetch_to_file, resolve_uri
@@ -71,25 +74,42 @@ def stage_fetch(*, uri: str, endpoint: str, run_id: bytes, dest: Path, leaves_de
     out = StageOutcome(Stage.FETCH, time.time())
     if store is not None:
         store.room(0)  # a full openings disk stops new downloads before any connection
-    gate = None if facts is None else OpeningGate(expected_digest=facts.expected_digest,
-                                                  spec_digest=facts.spec_digest)
-    size_of = _manifest_only(gate) if manifest_only and gate is not None else gate
-    try:
-        url = resolve_uri(uri, endpoint)
-        out.data["url"] = url
-        out.data["bytes"] = fetch_to_file(url, dest, max_bytes=max_opening_bytes, policy=policy, stop=stop,
-                                          size_of=size_of, room=None if store is None else store.room)
-    except _ManifestRead as read:
-        out.data["bytes"], out.data["spec"] = read.size, gate.spec  # type: ignore[union-attr]
-    except FetchError as exc:
-        out.ok, out.refusal_class, out.reason = False, fetch_refusal_class(exc.kind), f"{exc.kind}: {exc.reason}"
-        out.finished_at = time.time()
-        return out
-    except OpeningRefused as exc:
-        klass = exc.refusal_class or "malformed"
-        out.ok, out.refusal_class, out.reason = False, klass, exc.reason
-        if klass == "unavailable":
-            out.reason = f"too_large: {exc.reason}"
+    addresses = [uri, *mirrors]
+    part = dest.with_name(dest.name + ".part")
+    tried: list[str] = []
+    refusal: tuple[str, str] | None = None  # (class, reason) of an address that served a refused opening
+    served = False
+    for i, address in enumerate(addresses):
+        if i > 0:
+            part.unlink(missing_ok=True)  # another server: its bytes are not resumed onto the last one's
+        gate = None if facts is None else OpeningGate(expected_digest=facts.expected_digest,
+                                                      spec_digest=facts.spec_digest)
+        size_of = _manifest_only(gate) if manifest_only and gate is not None else gate
+        where = address
+        try:
+            url = where = resolve_uri(address, endpoint)
+            out.data["url"] = url
+            out.data["bytes"] = fetch_to_file(url, dest, max_bytes=max_opening_bytes, policy=policy, stop=stop,
+                                              size_of=size_of, room=None if store is None else store.room)
+        except _ManifestRead as read:
+            out.data["bytes"], out.data["spec"] = read.size, gate.spec  # type: ignore[union-attr]
+        except FetchError as exc:
+            tried.append(f"{where[:300]}: {exc.kind}: {exc.reason}" if len(addresses) > 1 else f"{exc.kind}: {exc.reason}")
+            continue
+        except OpeningRefused as exc:
+            klass = exc.refusal_class or "malformed"
+            reason = f"too_large: {exc.reason}" if klass == "unavailable" else exc.reason
+            refusal = refusal or (klass, reason)
+            tried.append(f"{where[:300]}: {reason}" if len(addresses) > 1 else reason)
+            continue
+        served = True
+        break
+    if tried:
+        out.data["tried"] = tried
+    if not served:
+        out.ok = False
+        out.refusal_class = refusal[0] if refusal is not None else fetch_refusal_class("unreachable")
+        out.reason = "; ".join(tried)[:4000]
         out.finished_at = time.time()
         return out
     if manifest_only:
@@ -205,17 +225,19 @@ def stage_losschecks(leaves_path: Path, *, root: bytes, size: int, config) -> St
 # --- replay in separate processes ----------------------------------------------------------------
 
 
-def replay_file(path: str, facts: dict[str, Any], max_bytes: int) -> dict[str, Any]:
-    """Validate again (objects do not cross processes) and replay; a picklable message."""
+def replay_file(path: str, facts: dict[str, Any], max_bytes: int, challenge_id: bytes | None = None) -> dict[str, Any]:
+    """Validate again (objects do not cross processes) and replay; a picklable message. With
+    `challenge_id` the result carries the witness pair's proof hash of the post-state."""
     from challenges.replay import verify_opening_file
 
     started, cpu = time.time(), time.process_time()
-    ok, reason, result = verify_opening_file(path, max_bytes=max_bytes, **facts)
+    ok, reason, result = verify_opening_file(path, max_bytes=max_bytes, challenge_id=challenge_id, **facts)
     return {"ok": True, "matches": ok, "reason": reason, "started_at": started, "finished_at": time.time(),
             "cpu_s": time.process_time() - cpu,
             "result": None if result is None else {
                 "leaf": result.leaf, "state_digest": result.state_digest, "loss_bits": result.loss_bits,
-                "value_hash": result.value_hash, "norm_bucket": result.norm_bucket}}
+                "value_hash": result.value_hash, "norm_bucket": result.norm_bucket,
+                "proof_hash": result.proof_hash}}
 
 
 def _worker_main(conn, threads: int) -> None:
@@ -281,14 +303,15 @@ class ReplayPool:
     def start(self, key: bytes, path: Path, facts: ChainFacts, *, max_bytes: int,
               timeout_s: float | None = None, remote=None) -> None:
         """Replay on a free worker; past `timeout_s` (at most the pool's) the worker is killed.
-        (`remote`: what a cluster backend needs to fetch the opening itself; the pool reads `path`.)"""
+        `key` is the challenge id: the replay's proof hash is keyed by it. (`remote`: what a
+        cluster backend needs to fetch the opening itself; the pool reads `path`.)"""
         worker = next((w for w in self._workers if w.key is None), None)
         if worker is None:
             if len(self._workers) >= self.workers:
                 raise RuntimeError("no free replay worker")
             worker = _Worker(self._ctx, self.threads)
             self._workers.append(worker)
-        worker.conn.send((str(path), facts.kwargs(), max_bytes))
+        worker.conn.send((str(path), facts.kwargs(), max_bytes, bytes(key)))
         worker.key, worker.started = key, time.monotonic()
         worker.timeout_s = self.timeout_s if timeout_s is None else min(self.timeout_s, timeout_s)
 

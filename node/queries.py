@@ -123,19 +123,23 @@ def build_timeline(stage_rows: Sequence[dict[str, Any]], *, current_stage: str, 
 
 
 def reveal_clusters(reveals: Iterable[dict[str, Any]], *, mode: str, winning: str | None,
-                    own: set[str], expected: str | None) -> list[dict[str, Any]]:
-    """Group revealed values (value hash, or norm bucket for bucket-mode runs) into clusters,
-    largest first, marking the winner, the miner's committed value and this node's members."""
-    groups: dict[str, list[str]] = {}
+                    own: set[str], expected: str | None, outliers: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """Group revealed witnesses into clusters, largest first, marking the winner, the miner's
+    committed value and this node's members. Exact (value-mode) runs cluster by the whole pair
+    (value hash, proof hash), as the verdict does: a reveal of the public H(leaf t) with a wrong
+    proof is a cluster of its own, equal to the commitment in its value half and never the
+    winner (its members are the resolution's `outliers`). Bucket-mode runs cluster by bucket."""
+    groups: dict[tuple[str, str | None], list[str]] = {}
     for r in reveals:
-        key = r["value_hash"] if mode == "value" else str(r["norm_bucket"])
+        key = (r["value_hash"], r.get("proof_hash")) if mode == "value" else (str(r["norm_bucket"]), None)
         groups.setdefault(key, []).append(r["verifier"])
-    out = [{"value": key, "size": len(members), "verifiers": sorted(members),
-            "winning": winning is not None and key == winning,
-            "matches_commitment": expected is not None and key == expected,
+    out_set = set(outliers)
+    out = [{"value": value, "proof": proof, "size": len(members), "verifiers": sorted(members),
+            "winning": winning is not None and value == winning and not (out_set & set(members)),
+            "matches_commitment": expected is not None and value == expected,
             "includes_this_node": bool(own & set(members))}
-           for key, members in groups.items()]
-    out.sort(key=lambda c: (-c["size"], c["value"]))
+           for (value, proof), members in groups.items()]
+    out.sort(key=lambda c: (-c["size"], c["value"], c["proof"] or ""))
     return out
 
 
@@ -144,6 +148,17 @@ def reveal_clusters(reveals: Iterable[dict[str, Any]], *, mode: str, winning: st
 
 def _hex(b: Any) -> str | None:
     return None if b is None else bytes(b).hex()
+
+
+def _json_list(text: str | None) -> list[Any]:
+    """A JSON list column (committee, mirrors); [] when unset or unreadable."""
+    if not text:
+        return []
+    try:
+        v = json.loads(text)
+    except ValueError:
+        return []
+    return v if isinstance(v, list) else []
 
 
 def challenge_summary(row: Any, *, disclosed: bool = False) -> dict[str, Any]:
@@ -158,6 +173,8 @@ def challenge_summary(row: Any, *, disclosed: bool = False) -> dict[str, Any]:
         "outlier": seal(row.outlier), "refusal_class": seal(row.refusal_class), "matches_leaf": seal(row.matches_leaf),
         "witness_disclosed": disclosed,
         "issued_block": row.issued_block, "resolved_block": row.resolved_block,
+        "round": row.round, "first_id": _hex(row.first_id), "rechallenge": _hex(row.rechallenge),
+        "on_committee": row.on_committee, "penalty": row.penalty, "penalty_why": row.penalty_why,
         "note": row.status, "created_at": row.created_at, "updated_at": row.updated_at,
     }
 
@@ -343,26 +360,31 @@ def get_challenge(conn: Connection, cid: bytes, *, now: float | None = None) -> 
     if not disclosed:
         timeline = seal_timeline(timeline, refused=row.refusal_class is not None)
     out = challenge_summary(row, disclosed=disclosed)
+    outliers = list(resolved.get("outliers") or []) if resolved else []
     out.update(
         mode=row.mode, root=_hex(row.root), size=row.size, endpoint=row.endpoint,
         deadlines={"opening": row.opening_deadline, "commit": row.commit_deadline, "reveal": row.reveal_deadline},
+        committee=_json_list(row.committee),
         opening={"digest": _hex(row.opening_digest), "uri": row.opening_uri, "block": row.opening_block,
-                 "bytes": row.opening_bytes, "leaf_hash": _hex(row.leaf_hash)},
+                 "bytes": row.opening_bytes, "leaf_hash": _hex(row.leaf_hash),
+                 "mirrors": _json_list(row.opening_mirrors), "served_by": row.opening_source},
         refusal_reason=seal(row.refusal_reason), loss_checks=loss_report,
         # The replayed leaf, its state digest and loss bits each tell the match (and the leaf is
         # the value's preimage): sealed with the value.
         replay={"matches_leaf": seal(row.matches_leaf), "leaf": seal(_hex(row.replay_leaf)),
-                "state_digest": seal(_hex(row.replay_state_digest)), "loss_bits": seal(row.replay_loss_bits)},
-        witness={"value_hash": seal(_hex(row.value_hash)), "norm_bucket": seal(row.norm_bucket),
-                 "fault": seal(row.fault)},
+                "state_digest": seal(_hex(row.replay_state_digest)), "loss_bits": seal(row.replay_loss_bits),
+                "proof_hash": seal(_hex(row.replay_proof_hash))},
+        witness={"value_hash": seal(_hex(row.value_hash)), "proof_hash": seal(_hex(row.proof_hash)),
+                 "norm_bucket": seal(row.norm_bucket), "fault": seal(row.fault)},
         winning_value=row.winning_value, miner_slashed=row.miner_slashed,
         timeline=timeline,
-        clusters=reveal_clusters(reveals, mode=row.mode, winning=row.winning_value, own=own, expected=expected),
+        clusters=reveal_clusters(reveals, mode=row.mode, winning=row.winning_value, own=own, expected=expected,
+                                 outliers=outliers),
         committed_value=expected,
         this_node=sorted(own),
         reveals=len(reveals),
         quorum={"cluster_size": resolved.get("cluster_size"), "reveals": resolved.get("reveals"),
-                "outliers": list(resolved.get("outliers") or [])} if resolved else None,
+                "outliers": outliers} if resolved else None,
         txs=[{"kind": t.kind, "state": t.state, "sends": t.sends, "block": t.block, "tx_hash": _hex(t.tx_hash),
               "last_error": t.last_error} for t in tx_rows],
         witness_conflicts=witness_conflicts_of(conn, cid, disclosed=disclosed),

@@ -2,7 +2,8 @@
 stores their string values, and the API, queries, metrics and dashboard read and filter by them.
 
 awaiting_opening -> fetch -> validate -> losschecks -> replay -> witness -> commit -> reveal ->
-revealed -> done, or skipped (our own run) / missed (a window closed first).
+revealed -> done, or skipped (our own run, or a committee this node is not on) / missed (a window
+closed first).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ class Stage(StrEnum):
     REVEALED = "revealed"
     DONE = "done"
     MISSED = "missed"
-    SKIPPED = "skipped"
+    SKIPPED = "skipped"  # our own run, or not on the challenge's committee
 
 
 # Every stage, in pipeline order (filters, counts, the API's enum).

@@ -18,6 +18,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from node import queries as Q
 from node.dashboard.svg import VERDICT_COLORS, format_duration, loss_curve_svg, timeline_svg
 from node.stages import STAGES
+from node.stake import stake_status
 
 HERE = Path(__file__).resolve().parent
 POLL_MS = 3000
@@ -78,13 +79,14 @@ def mount_dashboard(app: FastAPI, ctx: Any) -> None:
                 counts = Q.verdict_counts(conn)
                 stages = {k: v for k, v in Q.stage_counts(conn).items() if v}
                 agree = Q.agreement(conn)
+                stake = stake_status(conn, ctx.account)
         except Q.BadQuery as exc:
             return error(400, str(exc))
         filters = {"status": status or "", "run": run or "", "stage": stage or ""}
         next_query = None
         if page["next_cursor"]:
             next_query = "&".join(f"{k}={v}" for k, v in {**filters, "cursor": page["next_cursor"]}.items() if v)
-        return render("overview.html", title="Overview", counts=counts, stages=stages, agreement=agree,
+        return render("overview.html", title="Overview", counts=counts, stages=stages, agreement=agree, stake=stake,
                       runs=runs["items"], challenges=page["items"], total=page["total"], filters=filters,
                       next_query=next_query, fake_shares=Q.FAKE_SHARES, paged=cursor is not None)
 

@@ -22,14 +22,15 @@ from challenges.refused import REFUSED_BUCKET, refused_value_hash
 from node.db import challenges, open_database, txs
 from tests.faults.harness import FaultNetwork, alive, kill9, pg_restart, wait_for
 from tests.node.conftest import PG_ADMIN_URL
-from tests.node.harness import chain_calls
+from tests.node.harness import chain_calls, run_id_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 PARAMS = ProtocolParams(commit_window=260, reveal_window=60, opening_deadline=10, challenge_delay=2,
-                        quorum_min_reveals=2, forced_challenge_steps=(7,))
-RUN_OK = b"\x51" * 32  # its prover hangs the first two opening requests, then serves slowly
-RUN_DEAD = b"\x52" * 32  # its prover never answers for the opening
+                        quorum_min_reveals=2, challenges_per_run=1, forced_challenge_steps=(7,))
+NONCE_OK, NONCE_DEAD = b"\x51" * 16, b"\x52" * 16
+RUN_OK = run_id_for(NONCE_OK)  # its prover hangs the first two opening requests, then serves slowly
+RUN_DEAD = run_id_for(NONCE_DEAD)  # its prover never answers for the opening
 ENV = {"POT_FETCH_READ_TIMEOUT_S": "2", "POT_CHAIN_WATCHDOG_S": "4"}
 
 
@@ -62,7 +63,7 @@ def test_node_recovers_from_kills_chain_restart_db_outage_and_a_hanging_prover(t
         net.prover.throttle_bps = 60_000  # ~9 s per opening: time to kill a node mid-download
         for name in ("a", "b"):
             net.start_node(name, cfg[name], env=ENV)
-        ok = net.start_run(steps=8, run_id=RUN_OK)
+        ok = net.start_run(steps=8, nonce=NONCE_OK)
         assert ok.opened.wait(120), "the miner never saw its challenge"
         node_b = net.nodes["b"]
 
@@ -72,7 +73,7 @@ def test_node_recovers_from_kills_chain_restart_db_outage_and_a_hanging_prover(t
         kill9(net.nodes["a"])
         offset = len(net.log("a"))
         net.start_node("a", cfg["a"], env=ENV, init=False)
-        dead = net.start_run(steps=8, run_id=RUN_DEAD)
+        dead = net.start_run(steps=8, nonce=NONCE_DEAD)
 
         # 2. Kill it again with a replay in flight; its replay worker must not outlive it.
         wait_for(lambda: _log_has(net, "a", '"replay_started"', offset), 180, "node a replaying")
@@ -109,10 +110,13 @@ def test_node_recovers_from_kills_chain_restart_db_outage_and_a_hanging_prover(t
         res = {e.challenge_id: e for e in view.of(P.ChallengeResolved)}
         assert res[ok.challenge_id].verdict == "honest" and res[ok.challenge_id].cluster_size == 2
         dead_ch = view.state.challenges[dead.challenge_id]
+        refused = refused_value_hash(dead.challenge_id)
         for name in ("a", "b"):
-            # The hanging prover: each node took part with the refusal value, not silence.
-            assert tuple(dead_ch.reveals[name]) == (refused_value_hash(dead.challenge_id, "unavailable"), REFUSED_BUCKET)
+            # The hanging prover: each node took part with the refused pair, not silence; the
+            # round gives the miner a second opening window (a re-challenge).
+            assert tuple(dead_ch.reveals[name]) == (refused, REFUSED_BUCKET, refused)
             assert name in view.state.challenges[ok.challenge_id].reveals
+        assert res[dead.challenge_id].verdict == "inconclusive" and res[dead.challenge_id].rechallenge is not None
 
         for name in ("a", "b"):
             mine = [(n, c) for n, _, c in chain_calls(net, name)]
@@ -126,13 +130,16 @@ def test_node_recovers_from_kills_chain_restart_db_outage_and_a_hanging_prover(t
                 state = view.state.challenges[ch.challenge_id]
                 assert all(n <= state.reveal_deadline for n, _ in reveals)
             engine = open_database(pg_url if name == "b" else f"sqlite:///{tmp_path / 'a-data' / 'node.db'}")
+            first_rounds = [ok.challenge_id, dead.challenge_id]
             with engine.connect() as c:
                 jobs = {bytes(r.challenge_id): r for r in c.execute(sa.select(challenges))}
-                tx_states = {(bytes(r.challenge_id), r.kind): r.state for r in c.execute(sa.select(txs))}
+                tx_states = {(bytes(r.challenge_id), r.kind): r.state for r in c.execute(
+                    sa.select(txs).where(txs.c.challenge_id.in_(first_rounds)))}
             engine.dispose()
             assert jobs[ok.challenge_id].stage == jobs[dead.challenge_id].stage == "done", name
             assert jobs[ok.challenge_id].in_winning_cluster is True, name
             assert jobs[dead.challenge_id].refusal_class == "unavailable", name
+            assert jobs[dead.challenge_id].status.startswith("re-challenged as "), name
             assert set(tx_states.values()) == {"confirmed"} and len(tx_states) == 4, (name, tx_states)
     finally:
         net.close()

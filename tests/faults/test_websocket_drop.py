@@ -16,7 +16,7 @@ import threading
 import pytest
 import sqlalchemy as sa
 
-from chain.calls import StartTrainingCommitment, SubmitCheckpointRoot
+from chain.calls import StartTrainingCommitment, SubmitCheckpointRoot, derive_run_id
 from chain.protocol import ProtocolParams
 from chain.substrate import connect_substrate
 from chain.view import ChainView
@@ -35,7 +35,7 @@ pytestmark = [pytest.mark.chopsticks, pytest.mark.slow]
 
 PARAMS = ProtocolParams(commit_window=8, reveal_window=8, opening_deadline=30, challenge_delay=2,
                         challenges_per_run=2, quorum_min_reveals=1)
-RUN = b"\x61" * 32
+NONCE = b"\x61" * 16
 LEAVES = [bytes([i]) * 40 for i in range(9)]
 
 
@@ -48,6 +48,8 @@ def _config(tmp, proxy_url: str, start_block: int):
            "chain": {"url": proxy_url, "start_block": start_block, "poll_s": 0.1, "watchdog_s": 10.0,
                      "rpc_timeout_s": 5.0},
            "database": {"url": ""}, "http": {"listen": f"127.0.0.1:{free_port()}"},
+           # The node follows the chain; it bonds nothing (a Substrate bond carries a transfer).
+           "verifier": {"bond": 0},
            "protocol": PARAMS.to_dict()}
     path = tmp / "node.toml"
     atomic_write_text(path, to_toml(doc))
@@ -82,14 +84,15 @@ def test_node_resumes_from_its_cursor_after_the_socket_is_cut(tmp_path, chopstic
 
         spec = Spec.from_dict({"steps": 8, "model": {"kind": "mlp", "block_size": 16, "hidden": [32]},
                                "batch": {"batch_size": 4, "seq_len": 16}}).to_cbor()
-        registered = writer.submit([StartTrainingCommitment(RUN, b"\1" * 32, b"\2" * 32, b"\3" * 32, spec, 8,
+        run = derive_run_id(writer.account, NONCE)  # a run id belongs to its sender
+        registered = writer.submit([StartTrainingCommitment(run, NONCE, b"\1" * 32, b"\2" * 32, b"\3" * 32, spec, 8,
                                                             "http://127.0.0.1:9")]).block_number
         wait_for(lambda: cursor() >= registered, 180, "the node ingesting the registration")
 
         # Cut 1: the socket goes, and reconnection is refused for a while; the chain moves on.
         proxy.refusing = True
         proxy.cut()
-        rooted = writer.submit([SubmitCheckpointRoot(RUN, merkle.root(LEAVES), len(LEAVES), ())]).block_number
+        rooted = writer.submit([SubmitCheckpointRoot(run, merkle.root(LEAVES), len(LEAVES), ())]).block_number
         chopsticks.new_blocks(PARAMS.challenge_delay + 1)  # the challenges are issued
         threading.Timer(2.0, lambda: setattr(proxy, "refusing", False)).start()
         wait_for(lambda: cursor() >= rooted, 120, "the node resuming after the first cut")
@@ -111,7 +114,7 @@ def test_node_resumes_from_its_cursor_after_the_socket_is_cut(tmp_path, chopstic
         engine.dispose()
         assert got == expected
         assert [n for _, n in got].count("ChallengeIssued") == len(issued) == PARAMS.challenges_per_run
-        assert [bytes(r.run_id) for r in run_rows] == [RUN]
+        assert [bytes(r.run_id) for r in run_rows] == [run]
         text = (tmp_path / "node.log").read_text()
         assert "reconnected to" in text or '"chain_reconnect"' in text, text[-3000:]
         assert proxy.accepted >= 2

@@ -1,6 +1,7 @@
 """A node database with a known history, written through the node's own tables and event classes:
-two runs, resolved honest and fraud challenges with full timelines and reveals, a job waiting to
-retry, missed ones, and a tail of pending challenges for pagination.
+two runs, resolved honest and fraud challenges with full timelines and reveals (a lazy verifier's
+copy of H(leaf t) with a wrong proof among them), a job waiting to retry, missed ones (one of them
+penalised), this node's bond, and a tail of pending challenges for pagination.
 """
 
 from __future__ import annotations
@@ -12,7 +13,10 @@ from dataclasses import dataclass, field
 from sqlalchemy.engine import Engine
 
 from chain import protocol as P
+from chain.protocol import new_state
+from chain.protocol.events import VerifierBonded, VerifierPenalized
 from challenges.refused import REFUSED_BUCKET, refused_value_hash
+from node import stake
 from node.db import chain_cursor, chain_events, challenges, runs, stage_log, txs, witness_conflicts, witnesses
 
 RUN_A = bytes([0xA1]) * 32
@@ -50,7 +54,8 @@ def _challenge(conn, c: bytes, run_id: bytes, *, step: int, block: int, stage: s
     base = dict(challenge_id=c, run_id=run_id, idx=0, step=step, root=bytes([9]) * 32, size=9, mode="value",
                 endpoint="http://127.0.0.1:8800", issued_block=block, opening_deadline=block + 4,
                 commit_deadline=block + 30, reveal_deadline=block + 38, stage=stage, attempts=0,
-                next_attempt_at=0.0, created_at=now - 100, updated_at=now - 50)
+                next_attempt_at=0.0, created_at=now - 100, updated_at=now - 50, round=1,
+                committee=json.dumps(COMMITTEE), on_committee=True)
     base.update(values)
     conn.execute(challenges.insert().values(**base))
 
@@ -60,6 +65,12 @@ def _events(conn, block: int, events: list[P.Event]) -> None:
         conn.execute(chain_events.insert().values(
             block=block, position=pos, name=ev.NAME, challenge_id=getattr(ev, "challenge_id", None),
             run_id=getattr(ev, "run_id", None), body=ev.to_json()))
+
+
+PROOF = bytes([0xDD]) * 32  # the honest replayers' proof half of the honest challenge
+LAZY_PROOF = bytes([0x1A]) * 32  # v3's made-up one
+COMMITTEE = ["v1", "v2", "v3"]
+BOND, PENALTY = 100, 50
 
 
 def seed(engine: Engine, *, pending: int = 7) -> Seeded:
@@ -73,14 +84,16 @@ def seed(engine: Engine, *, pending: int = 7) -> Seeded:
         _run(conn, RUN_A, "miner-a", 3, 8)
         _run(conn, RUN_B, "miner-b", 5, 8)
 
-        # Run A, step 7: honest; v1 (this node) and v2 agree, v3 revealed noise.
+        # Run A, step 7: honest; v1 (this node) and v2 agree, v3 copied H(leaf t) with a made-up proof.
         report = {"steps": 8, "ok": True, "findings": [], "losses": LOSSES_A}
         _challenge(conn, s.honest, RUN_A, step=7, block=10, stage="done", now=now, verdict="honest",
                    verdict_reason="the largest cluster equals H(leaf t)", resolved_block=40,
                    winning_value=leaf_hash.hex(), in_winning_cluster=True, outlier=False, leaf_hash=leaf_hash,
                    opening_digest=bytes([4]) * 32, opening_uri="http://127.0.0.1:8800/openings/x",
+                   opening_mirrors=json.dumps(["http://mirror.example/openings/x"]),
+                   opening_source="http://127.0.0.1:8800/openings/x",
                    opening_bytes=5000, loss_checks=json.dumps(report), matches_leaf=True, value_hash=leaf_hash,
-                   norm_bucket=12)
+                   proof_hash=PROOF, replay_proof_hash=PROOF, norm_bucket=12)
         t = now - 100
         for i, st in enumerate(STAGES_DONE):
             d = 0.25 * (i + 1)
@@ -95,17 +108,18 @@ def seed(engine: Engine, *, pending: int = 7) -> Seeded:
             conn.execute(txs.insert().values(challenge_id=s.honest, verifier="v1", kind=kind, origin="v1",
                                              payload=b"x", state="confirmed", block=block, sends=1,
                                              created_at=now - 90, updated_at=now - 80))
-        _events(conn, 35, [P.WitnessRevealed(35, s.honest, v, h, 12)
-                           for v, h in (("v1", leaf_hash), ("v2", leaf_hash), ("v3", other))])
+        _events(conn, 35, [P.WitnessRevealed(35, s.honest, v, leaf_hash, 12, p)
+                           for v, p in (("v1", PROOF), ("v2", PROOF), ("v3", LAZY_PROOF))])
         _events(conn, 40, [P.ChallengeResolved(40, s.honest, RUN_A, 7, "honest", "the largest cluster equals H(leaf t)",
-                                               "value", leaf_hash, 2, 3, ((leaf_hash, 2), (other, 1)), ("v3",))])
+                                               "value", leaf_hash, 2, 3,
+                                               ((leaf_hash + PROOF, 2), (leaf_hash + LAZY_PROOF, 1)), ("v3",))])
 
         # Run B, step 3: fraud (this node's replay differed from leaf t, like everyone's).
         _challenge(conn, s.fraud, RUN_B, step=3, block=12, stage="done", now=now, verdict="fraud",
                    verdict_reason="the largest cluster differs from H(leaf t)", resolved_block=42,
                    winning_value=other.hex(), in_winning_cluster=True, outlier=False, leaf_hash=leaf_hash,
                    matches_leaf=False, miner_slashed=500)
-        _events(conn, 41, [P.WitnessRevealed(41, s.fraud, "v1", other, 3)])
+        _events(conn, 41, [P.WitnessRevealed(41, s.fraud, "v1", other, 3, PROOF)])
 
         # A job in the replay stage waiting out a backoff after a failed attempt.
         _challenge(conn, s.retrying, RUN_B, step=5, block=30, stage="replay", now=now, attempts=1,
@@ -117,10 +131,17 @@ def seed(engine: Engine, *, pending: int = 7) -> Seeded:
                    status="fetch failed: unreachable")
         conn.execute(stage_log.insert().values(challenge_id=s.missed_fetch, stage="fetch", started_at=now - 60,
                                                finished_at=now - 58, detail="unreachable"))
-        # Missed at the commit: the tx failed; nothing to re-queue.
+        # Missed at the commit: the tx failed; nothing to re-queue; the chain took a no-show penalty.
         _challenge(conn, s.missed_commit, RUN_B, step=2, block=8, stage="missed", now=now,
                    status="commit failed: the commit window closed", verdict="inconclusive",
-                   verdict_reason="no quorum", resolved_block=46)
+                   verdict_reason="no quorum", resolved_block=46, penalty=PENALTY, penalty_why="no_commit")
+        # This node's stake: bonded at block 2, penalised at 46.
+        for ev in (VerifierBonded(2, "v1", BOND, BOND),
+                   VerifierPenalized(46, s.missed_commit, "v1", PENALTY, "no_commit")):
+            stake.record_event(conn, ev)
+        state = new_state()
+        state.head, state.vbonds["v1"], state.slashed["v1"] = s.head, BOND - PENALTY, PENALTY
+        stake.save_stake(conn, "v1", state, target=BOND)
         conn.execute(stage_log.insert().values(challenge_id=s.missed_commit, stage="commit", started_at=now - 60,
                                                finished_at=now - 58, detail="the commit window closed"))
         for i in range(pending):

@@ -1,6 +1,7 @@
 """A small live network for node tests: a dev chain sealed every interval, a scripted miner that
-registers a run, commits its root and answers its challenge over real HTTP, and verifier nodes
-started as real `pot node run` processes.
+registers a run, commits its root and answers its challenges (every round) over real HTTP, and
+verifier nodes started as real `pot node run` processes, which bond before a run registers (a
+committee is drawn from bonded verifiers only).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from chain import protocol as P
-from chain.calls import StartTrainingCommitment, SubmitCheckpointRoot, SubmitOpening
+from chain.calls import StartTrainingCommitment, SubmitCheckpointRoot, SubmitOpening, derive_run_id
 from chain.dev import DevChain, DevTransport
 from chain.protocol import ProtocolParams
 from chain.view import ChainView
@@ -26,6 +27,11 @@ from commitments import hashing, merkle
 from tests.miner.helpers import corpus, tiny_spec, walk
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def run_id_for(nonce: bytes, miner: str = "miner") -> bytes:
+    """The run id `miner` registers with `nonce` (protocol v2: run ids belong to their sender)."""
+    return derive_run_id(miner, nonce)
 
 
 def in_process_node(tmp_path: Path, chain_db: Path, toml: str = "", env: dict | None = None):
@@ -110,12 +116,15 @@ class _SlowlorisHandler(_Handler):
 class MinerRun:
     run_id: bytes
     walk: Any
-    challenge_id: bytes | None = None
+    challenge_id: bytes | None = None  # the first challenge answered
     step: int | None = None
     opened: threading.Event = field(default_factory=threading.Event)
     miner: str = "miner"
     endpoint: str = ""
     opening: bytes | None = None  # served instead of the honest opening
+    opening_base: str = ""  # the base of the opening's URI (default: the endpoint)
+    mirrors: tuple[str, ...] = ()  # bases of the mirrors named on chain
+    answered: list[bytes] = field(default_factory=list)  # every challenge id answered, in order
 
 
 class Network:
@@ -139,6 +148,7 @@ class Network:
         self.nodes: dict[str, subprocess.Popen] = {}
         self.http_listen: dict[str, str] = {}  # node name -> host:port of its HTTP API
         self.miner = DevTransport(self.chain_path, "miner")
+        self.bonds: dict[str, int] = {}  # node name -> the bond its config keeps (0: none)
         self._servers = [self.http]
         self._walks: dict[tuple[int, str, int | None], Any] = {}
 
@@ -153,26 +163,36 @@ class Network:
 
     # --- the miner ---------------------------------------------------------------------------
     def start_run(self, *, steps: int = 8, substitute_at: int | None = None, kind: str = "mlp",
-                  run_id: bytes = b"\x42" * 32, miner: str = "miner", endpoint: str | None = None,
-                  opening: bytes | None = None) -> MinerRun:
-        """Register and answer a run as `miner`, served from `endpoint` (default: the honest prover);
-        `opening` replaces the honest opening's bytes (a hostile file, under its manifest's digest)."""
+                  nonce: bytes = b"\x42" * 16, miner: str = "miner", endpoint: str | None = None,
+                  opening: bytes | None = None, opening_base: str | None = None, mirrors: tuple[str, ...] = (),
+                  wait_bonds: float = 120.0) -> MinerRun:
+        """Register and answer a run as `miner` (its id derived from `nonce`), served from
+        `endpoint` (default: the honest prover); `opening` replaces the honest opening's bytes (a
+        hostile file, under its manifest's digest). The opening's URI is under `opening_base`
+        (default: the endpoint), each of `mirrors` (bases) names a further address on chain.
+        First waits up to `wait_bonds` s for the started nodes to bond (0: no wait)."""
+        if wait_bonds:
+            self.wait_bonded(timeout=wait_bonds)
         spec = tiny_spec(steps, kind)
+        run_id = run_id_for(nonce, miner)
         # A walk does not depend on the run id: runs of the same shape share one (it takes seconds).
         w = self._walks.get((steps, kind, substitute_at))
         if w is None:
             w = self._walks[(steps, kind, substitute_at)] = walk(spec, corpus(self.tmp), substitute_at=substitute_at)
-        run = MinerRun(run_id, w, miner=miner, endpoint=endpoint or self.endpoint, opening=opening)
+        run = MinerRun(run_id, w, miner=miner, endpoint=endpoint or self.endpoint, opening=opening,
+                       mirrors=tuple(mirrors))
+        run.opening_base = opening_base or run.endpoint
         (self.served / "leaves" / run_id.hex()).write_bytes(encode_leaves(w.leaves))
         t = self.miner if miner == "miner" else DevTransport(self.chain_path, miner)
         t.submit([StartTrainingCommitment(
-            run_id, w.states[0].digest(), w.schedule.commitment, w.dataset.dataset_hash, spec.to_cbor(),
+            run_id, nonce, w.states[0].digest(), w.schedule.commitment, w.dataset.dataset_hash, spec.to_cbor(),
             spec.steps, run.endpoint)])
         t.submit([SubmitCheckpointRoot(run_id, merkle.root(w.leaves), len(w.leaves), ())])
         threading.Thread(target=self._answer, args=(run, t), daemon=True).start()
         return run
 
     def _answer(self, run: MinerRun, transport: DevTransport) -> None:
+        """Open every challenge of the run, re-challenges included, until the network closes."""
         view = ChainView(DevTransport(self.chain_path, "miner"), self.params)
         while not self._stop.is_set():
             for ev in view.sync():
@@ -189,18 +209,22 @@ class Network:
                         digest = hashing.digest(OPENING_VERSION, data[len(MAGIC) + 4:len(MAGIC) + 4 + mlen])
                     (self.served / "openings" / digest.hex()).write_bytes(data)
                     tree = merkle.MerkleTree.from_leaves(list(w.leaves))
-                    transport.submit([SubmitOpening(ev.challenge_id, digest, f"{run.endpoint}/openings/{digest.hex()}",
-                                                    w.leaves[ev.step], tuple(tree.inclusion_proof(ev.step)))])
-                    run.challenge_id, run.step = ev.challenge_id, ev.step
-                    run.opened.set()
-                    return
+                    transport.submit([SubmitOpening(
+                        ev.challenge_id, digest, f"{run.opening_base}/openings/{digest.hex()}", w.leaves[ev.step],
+                        tuple(tree.inclusion_proof(ev.step)),
+                        tuple(f"{m}/openings/{digest.hex()}" for m in run.mirrors))])
+                    run.answered.append(ev.challenge_id)
+                    if run.challenge_id is None:
+                        run.challenge_id, run.step = ev.challenge_id, ev.step
+                        run.opened.set()
             time.sleep(0.2)
 
     # --- verifier nodes -----------------------------------------------------------------------
     def node_config(self, name: str, *, db_url: str = "", quorum: int | None = None,
                     schedule: dict[str, Any] | None = None, fetch: dict[str, Any] | None = None,
-                    replay: dict[str, Any] | None = None, **node: Any) -> Path:
-        """A node's TOML; `schedule`, `fetch` and `replay` add keys to those sections."""
+                    replay: dict[str, Any] | None = None, bond: int | None = None, **node: Any) -> Path:
+        """A node's TOML; `schedule`, `fetch` and `replay` add keys to those sections; `bond` is its
+        [verifier] bond (default: the chain's verifier_stake)."""
         p = self.params
         # Each node serves its HTTP API on its own free port (the default one would collide).
         with socket.socket() as s:
@@ -217,15 +241,13 @@ class Network:
             *[f"{k} = {v}" for k, v in (fetch or {}).items()],
             *(["[schedule]", *[f"{k} = {v}" for k, v in schedule.items()]] if schedule else []),
             *(["[replay]", *[f"{k} = {v}" for k, v in replay.items()]] if replay else []),
+            *(["[verifier]", f"bond = {bond}"] if bond is not None else []),
             "[protocol]",
-            *[f"{k} = {v}" for k, v in (
-                ("commit_window", p.commit_window), ("reveal_window", p.reveal_window),
-                ("opening_deadline", p.opening_deadline), ("challenges_per_run", p.challenges_per_run),
-                ("challenge_delay", p.challenge_delay), ("quorum_min_reveals", quorum or p.quorum_min_reveals),
-                ("miner_stake", p.miner_stake), ("verifier_stake", p.verifier_stake),
-                ("slash_amount", p.slash_amount), ("forced_challenge_steps", list(p.forced_challenge_steps)))],
+            *[f"{k} = {v}" for k, v in p.to_dict().items() if k not in ("quorum_share", "quorum_min_reveals")],
+            f"quorum_min_reveals = {quorum or p.quorum_min_reveals}",
             f"quorum_share = [{p.quorum_share.numerator}, {p.quorum_share.denominator}]",
         ]
+        self.bonds[name] = p.verifier_stake if bond is None else bond
         path = self.tmp / f"{name}.toml"
         path.write_text("\n".join(lines) + "\n")
         return path
@@ -239,6 +261,24 @@ class Network:
                                 env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
         self.nodes[name] = proc
         return proc
+
+    def wait_bonded(self, names: list[str] | None = None, timeout: float = 120.0) -> ChainView:
+        """Wait until each of `names` (default: every started node whose config keeps a bond) has
+        its active bond on chain; a node that exited fails at once with its log."""
+        names = [n for n in self.nodes if self.bonds.get(n, 0) > 0] if names is None else names
+        deadline = time.monotonic() + timeout
+        while True:
+            v = self.view()
+            missing = [n for n in names if v.state.vbonds.get(n, 0) < self.bonds.get(n, self.params.verifier_stake)]
+            if not missing:
+                return v
+            for n in missing:
+                proc = self.nodes.get(n)
+                if proc is not None and proc.poll() is not None:
+                    raise RuntimeError(f"node {n} exited ({proc.returncode}) before bonding:\n{self.log(n)[-3000:]}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nodes {missing} did not bond within {timeout} s")
+            time.sleep(0.3)
 
     def log(self, name: str) -> str:
         return (self.tmp / f"{name}.log").read_text(errors="replace")

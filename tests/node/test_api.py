@@ -20,6 +20,7 @@ from node.api import create_app, read_admin_token
 from node.config import ConfigError, NodeConfig, load_config
 from node.dashboard.svg import loss_curve_svg, nice_ticks, timeline_svg
 from node.db import chain_cursor, challenges
+from tests.node import api_data
 from tests.node.api_data import (
     LOSSES_A,
     RUN_A,
@@ -128,6 +129,36 @@ def test_challenge_filters_and_cursor_pagination(client, seeded):
     assert client.get("/api/v1/challenges", params={"run": "12"}).status_code == 422
 
 
+def test_the_stake_shows_bond_unbonding_and_penalties(client, engine, seeded):
+    from node import stake
+
+    st = client.get("/api/v1/stake").json()
+    assert (st["account"], st["bond"], st["target"], st["verifier_stake"], st["eligible"]) == (
+        "v1", api_data.BOND - api_data.PENALTY, api_data.BOND, 100, False)
+    assert (st["penalised_total"], st["bonded_total"], st["unbonding"], st["pending_bond"]) == (
+        api_data.PENALTY, api_data.BOND, [], None)
+    assert st["penalties"] == [{"block": 46, "challenge_id": seeded.missed_commit.hex(), "amount": api_data.PENALTY,
+                                "why": "no_commit"}]
+    assert client.get("/api/v1/status").json()["stake"] == st
+    # The penalty is on its challenge too.
+    d = client.get(f"/api/v1/challenges/{seeded.missed_commit.hex()}").json()
+    assert (d["penalty"], d["penalty_why"]) == (api_data.PENALTY, "no_commit")
+    # An unbonding amount and a pending top-up, as the daemon records them.
+    from chain.protocol import new_state
+
+    state = new_state()
+    state.head, state.vbonds["v1"], state.unbonding["v1"] = 60, 0, [[100, 50]]
+    with engine.begin() as conn:
+        stake.save_stake(conn, "v1", state, target=100)
+        stake.record_bond(conn, account="v1", amount=100, target=100, head=60)
+    st = client.get("/api/v1/stake").json()
+    assert st["unbonding"] == [{"release_block": 100, "amount": 50}] and st["unbonding_total"] == 50
+    assert st["pending_bond"]["amount"] == 100 and st["pending_bond"]["sent_block"] == 60
+    html = client.get("/").text
+    assert 'id="stake"' in html and "no_commit" in html and seeded.missed_commit.hex()[:12] in html
+    assert "release at block 100" in html
+
+
 def test_challenge_detail_timeline_and_clusters(client, seeded):
     d = client.get(f"/api/v1/challenges/{seeded.honest.hex()}").json()
     assert [e["label"] for e in d["timeline"]] == [
@@ -137,9 +168,16 @@ def test_challenge_detail_timeline_and_clusters(client, seeded):
         assert e["state"] == "done"
         assert e["duration_s"] == pytest.approx(seeded.durations[e["stage"]])
         assert e["finished_at"] - e["started_at"] == pytest.approx(e["duration_s"])
+    # Clusters are witness pairs: v3's copy of H(leaf t) with a made-up proof equals the commitment in
+    # its value half, yet is a cluster of its own and never the winner.
     assert [(c["size"], c["winning"], c["includes_this_node"], c["matches_commitment"]) for c in d["clusters"]] == [
-        (2, True, True, True), (1, False, False, False)]
+        (2, True, True, True), (1, False, False, True)]
+    assert [c["proof"] for c in d["clusters"]] == [api_data.PROOF.hex(), api_data.LAZY_PROOF.hex()]
     assert d["clusters"][0]["verifiers"] == ["v1", "v2"] and d["this_node"] == ["v1"]
+    assert d["committee"] == api_data.COMMITTEE and (d["round"], d["on_committee"], d["rechallenge"]) == (1, True, None)
+    assert d["opening"]["mirrors"] == ["http://mirror.example/openings/x"]
+    assert d["opening"]["served_by"] == "http://127.0.0.1:8800/openings/x"
+    assert d["witness"]["proof_hash"] == d["replay"]["proof_hash"] == api_data.PROOF.hex()
     assert d["quorum"] == {"cluster_size": 2, "reveals": 3, "outliers": ["v3"]}
     assert {t["kind"]: t["state"] for t in d["txs"]} == {"commit": "confirmed", "reveal": "confirmed"}
     assert "losses" not in d["loss_checks"]
@@ -379,6 +417,7 @@ def test_metrics_names_units_and_labels(client, seeded):
     assert m['pot_challenges{stage="awaiting_opening"}'] == 7
     assert m["pot_witness_in_winning_cluster_total"] == 2
     assert m["pot_chain_cursor_block"] == 50 and m["pot_database_up"] == 1
+    assert m["pot_verifier_bond"] == 50 and m["pot_verifier_penalised_total"] == 50 and m["pot_verifier_unbonding"] == 0
     assert m['pot_stage_duration_seconds_count{stage="replay"}'] == 1
     assert m['pot_stage_duration_seconds_sum{stage="replay"}'] == pytest.approx(seeded.durations["replay"])
     key = 'pot_http_requests_total{method="GET",route="/api/v1/challenges/{challenge_id}",status="2xx"}'

@@ -19,7 +19,7 @@ from tests.node.harness import Network, in_process_node
 
 # Blocks every 0.25 s: a 60 s commit window leaves the stages room on a loaded machine.
 PARAMS = ProtocolParams(commit_window=240, reveal_window=24, opening_deadline=40, challenge_delay=4,
-                        quorum_min_reveals=1, forced_challenge_steps=(7,))
+                        quorum_min_reveals=1, challenges_per_run=1, forced_challenge_steps=(7,))
 
 
 def test_requests_are_sized_from_the_spec():

@@ -110,3 +110,31 @@ def test_signer_needed_per_chain_kind(tmp_path):
     with pytest.raises(ConfigError, match="signing key"):
         check_signer(ws, load_secrets(None, env={}))
     check_signer(ws, load_secrets(None, env={"POT_KEY_URI": "//Alice"}))
+
+
+def test_the_verifier_bond_and_the_lazy_fault(tmp_path):
+    from chain.protocol import ProtocolParams
+
+    p = tmp_path / "node.toml"
+    p.write_text('[node]\nfault = "lazy"\n[verifier]\nbond = 250\n')
+    cfg = load_config(p, env={})
+    assert cfg.node.fault == "lazy" and cfg.verifier.bond == 250
+    assert cfg.verifier.target(ProtocolParams(verifier_stake=100)) == 250
+    auto = load_config(None, env={})
+    assert auto.verifier.bond == "auto" and auto.verifier.target(ProtocolParams(verifier_stake=70)) == 70
+    assert load_config(p, env={"POT_VERIFIER_BOND": "0"}).verifier.target(ProtocolParams()) == 0
+    assert load_config(p, env={"POT_VERIFIER_BOND": "auto"}).verifier.bond == "auto"
+    p.write_text("[verifier]\nbond = -5\n")
+    with pytest.raises(ConfigError, match="verifier.bond"):
+        load_config(p, env={})
+
+
+def test_the_protocol_pin_names_every_v2_parameter():
+    from dataclasses import fields
+
+    from chain.protocol import ProtocolParams
+    from node.config import ProtocolSection
+
+    assert set(ProtocolSection.model_fields) == {f.name for f in fields(ProtocolParams)}
+    assert ProtocolSection().params() == ProtocolParams()
+    assert ProtocolSection(committee_size=7, max_rounds=4).params().committee_size == 7

@@ -28,7 +28,7 @@ POINTS = [p for p in KILL_POINTS if p != "none"]
 GROUPS = [POINTS[:4], POINTS[4:]]
 # Generous windows: a loaded CI machine runs four nodes, their replays and restarts at once.
 PARAMS = ProtocolParams(commit_window=200, reveal_window=60, opening_deadline=10, challenge_delay=2,
-                        quorum_min_reveals=4, forced_challenge_steps=(7,))
+                        quorum_min_reveals=4, challenges_per_run=1, committee_size=5, forced_challenge_steps=(7,))
 
 
 @pytest.fixture

@@ -12,17 +12,18 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from chain.calls import CommitWitness, RevealWitnessValue
+from chain.calls import BondVerifier, CommitWitness, RevealWitnessValue
 from chain.dev import DevTransport
 from chain.protocol import ProtocolParams
+from challenges.witness import verify_witness
 from node.daemon import StartupError
-from node.db import chain_cursor, chain_events, challenges, open_database, stage_log, txs
+from node.db import chain_cursor, chain_events, challenges, open_database, stage_log, txs, witnesses
 from tests.node.harness import REPO, Network, chain_calls, in_process_node
 
 pytestmark = pytest.mark.slow
 
 PARAMS = ProtocolParams(commit_window=60, reveal_window=16, opening_deadline=10, challenge_delay=2,
-                        quorum_min_reveals=1, forced_challenge_steps=(7,))
+                        quorum_min_reveals=1, challenges_per_run=1, forced_challenge_steps=(7,))
 
 
 def test_node_verifies_an_honest_run_and_resumes_exactly_once(tmp_path, db_url):
@@ -34,7 +35,8 @@ def test_node_verifies_an_honest_run_and_resumes_exactly_once(tmp_path, db_url):
         assert run.opened.wait(120), "the miner never saw its challenge"
         view = net.wait_resolved(run.challenge_id, 150)
         ch = view.state.challenges[run.challenge_id]
-        assert ch.verdict == "honest" and "v1" in ch.reveals
+        assert ch.verdict == "honest" and "v1" in ch.reveals and ch.committee == ["v1"]
+        assert view.state.vbonds["v1"] == PARAMS.verifier_stake
         time.sleep(1.5)  # let the node ingest the resolution block
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0, net.log("v1")[-3000:]
@@ -45,6 +47,13 @@ def test_node_verifies_an_honest_run_and_resumes_exactly_once(tmp_path, db_url):
             job = c.execute(sa.select(challenges)).one()
             assert (job.stage, job.verdict, job.in_winning_cluster, job.outlier) == ("done", "honest", True, False)
             assert job.matches_leaf is True and job.step == 7
+            assert (job.round, job.first_id, json.loads(job.committee), job.on_committee) == (1, None, ["v1"], True)
+            # The pair went on chain as journaled: H(leaf t) and the proof hash of the replayed post-state.
+            assert bytes(job.value_hash) == ch.reveals["v1"][0] == bytes(job.leaf_hash)
+            assert bytes(job.proof_hash) == bytes(job.replay_proof_hash) == ch.reveals["v1"][2]
+            salt = bytes(c.execute(sa.select(witnesses.c.salt)).scalar_one())
+            assert verify_witness(ch.commitments["v1"], run.challenge_id, ch.reveals["v1"][0], ch.reveals["v1"][1],
+                                  salt, "v1", proof_hash=ch.reveals["v1"][2])
             assert json.loads(job.loss_checks)["steps"] == 8
             stages = [r.stage for r in c.execute(sa.select(stage_log).order_by(stage_log.c.id))]
             assert stages == ["awaiting_opening", "fetch", "validate", "losschecks", "replay", "witness", "commit",
@@ -55,7 +64,8 @@ def test_node_verifies_an_honest_run_and_resumes_exactly_once(tmp_path, db_url):
             events_before = c.execute(sa.select(sa.func.count()).select_from(chain_events)).scalar()
             cursor_before = c.execute(sa.select(chain_cursor.c.block)).scalar()
         mine = chain_calls(net, "v1")
-        assert [type(c) for _, _, c in mine] == [CommitWitness, RevealWitnessValue]
+        assert [type(c) for _, _, c in mine] == [BondVerifier, CommitWitness, RevealWitnessValue]
+        assert mine[0][2].amount == PARAMS.verifier_stake
 
         # A restart resumes after its cursor: no block is applied twice, none is skipped.
         proc = net.start_node("v1", cfg, init=False)
@@ -74,6 +84,9 @@ def test_node_verifies_an_honest_run_and_resumes_exactly_once(tmp_path, db_url):
         upto = [e.NAME for e in v.events if e.block <= cursor_after]
         assert sorted(names) == sorted(upto)
         assert names.count("ChallengeResolved") == 1 and names.count("ChallengeIssued") == 1
+        # The restarted node found its bond on chain: it bonded once in all.
+        assert [type(c) for _, _, c in chain_calls(net, "v1")].count(BondVerifier) == 1
+        assert '"bond_ok"' in net.log("v1")
 
         # The offline check of the same opening, with the facts read from the chain.
         opening = next((tmp_path / "served" / "openings").iterdir())
@@ -83,6 +96,9 @@ def test_node_verifies_an_honest_run_and_resumes_exactly_once(tmp_path, db_url):
         assert out.returncode == 0, out.stderr
         assert json.loads(out.stdout)["verdict"] == "verified"
         assert json.loads(out.stdout)["facts"] == "chain"
+        # ... replays to the same witness pair the node revealed.
+        assert json.loads(out.stdout)["replay"]["value_hash"] == ch.reveals["v1"][0].hex()
+        assert json.loads(out.stdout)["replay"]["proof_hash"] == ch.reveals["v1"][2].hex()
     finally:
         net.close()
 
@@ -156,7 +172,9 @@ def test_watchdog_rebuilds_the_connection(tmp_path):
     engine.dispose()
 
 
-def test_node_reads_past_hostile_remarks_and_still_verifies(tmp_path):
+def test_node_reads_past_hostile_remarks_and_still_verifies_from_a_mirror(tmp_path):
+    """Hostile remarks around an honest run whose opening URI on chain is dead: the node ignores
+    the remarks, fetches the opening from the mirror the opening names, and verifies."""
     from chain.protocol import ProtocolState
     from node.db import ignored_counts
     from tests.chain.test_containment import HOSTILE, _bignum_remark, _value_sharing_remark
@@ -167,7 +185,8 @@ def test_node_reads_past_hostile_remarks_and_still_verifies(tmp_path):
         attacker.submit_payloads([p for p, _ in HOSTILE.values()])
         cfg = net.node_config("v1")
         proc = net.start_node("v1", cfg)
-        run = net.start_run(steps=8)
+        dead = "http://127.0.0.1:9"  # nothing listens on the discard port
+        run = net.start_run(steps=8, opening_base=dead, mirrors=(net.endpoint,))
         attacker.submit_payloads([_bignum_remark(), _value_sharing_remark()])
         assert run.opened.wait(120), "the miner never saw its challenge"
         view = net.wait_resolved(run.challenge_id, 150)
@@ -183,7 +202,13 @@ def test_node_reads_past_hostile_remarks_and_still_verifies(tmp_path):
             names = [r.name for r in c.execute(sa.select(chain_events.c.name))]
             counts = ignored_counts(c)
             cursor = c.execute(sa.select(chain_cursor)).one()
+            job = c.execute(sa.select(challenges)).one()
+            fetch = c.execute(sa.select(stage_log.c.detail).where(stage_log.c.stage == "fetch")).scalar_one()
         engine.dispose()
+        [mirror] = json.loads(job.opening_mirrors)
+        assert job.opening_uri.startswith(dead) and mirror.startswith(net.endpoint)
+        assert job.opening_source == mirror and job.matches_leaf is True
+        assert f"from {mirror} after 1 failed address(es): {job.opening_uri}: unreachable" in fetch
         assert names.count("RemarkIgnored") == len(HOSTILE) + 2
         assert counts["bad_cbor"] == sum(r == "bad_cbor" for _, r in HOSTILE.values()) + 2
         assert sum(counts.values()) == len(HOSTILE) + 2

@@ -23,8 +23,8 @@ CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver"
 ARTIFACTS = REPO / "artifacts"
 # Windows wide enough for a replay on a busy 2-core machine (blocks every 0.5 s: 60 s to commit).
 PARAMS = ProtocolParams(commit_window=120, reveal_window=10, opening_deadline=10, challenge_delay=2,
-                        quorum_min_reveals=1, forced_challenge_steps=(7,))
-HONEST, FAKED = b"\x42" * 32, b"\x43" * 32
+                        quorum_min_reveals=1, challenges_per_run=1, forced_challenge_steps=(7,))
+HONEST, FAKED = b"\x42" * 16, b"\x43" * 16  # the runs' nonces
 
 
 @pytest.fixture
@@ -94,8 +94,8 @@ def test_dashboard_shows_real_outcomes_live(tmp_path, browser):
         assert browser.title.startswith("Overview")
         assert _count(browser, "honest") == "0" and _count(browser, "fraud") == "0"
 
-        honest = net.start_run(steps=8, run_id=HONEST)
-        faked = net.start_run(steps=8, run_id=FAKED, substitute_at=7)
+        honest = net.start_run(steps=8, nonce=HONEST)
+        faked = net.start_run(steps=8, nonce=FAKED, substitute_at=7)
         assert honest.opened.wait(120) and faked.opened.wait(120), net.log("v1")[-3000:]
 
         # Journaled and committed, not yet revealed: the witness is sealed in the API, on the
@@ -143,7 +143,10 @@ def test_dashboard_shows_real_outcomes_live(tmp_path, browser):
             agreement = browser.find_element(By.ID, "agreement").text
             assert "100.0%" in agreement and "2 of 2" in agreement
             rows = browser.find_elements(By.CSS_SELECTOR, "table.runs tbody tr")
-            assert {r.get_attribute("data-run") for r in rows} == {HONEST.hex(), FAKED.hex()}
+            assert {r.get_attribute("data-run") for r in rows} == {honest.run_id.hex(), faked.run_id.hex()}
+            # The stake panel: the bond the node put up before the runs were challenged.
+            assert browser.find_element(By.CSS_SELECTOR, "#stake-bond .count").text == str(PARAMS.verifier_stake)
+            assert browser.find_element(By.CSS_SELECTOR, "#stake-penalised .count").text == "0"
             for r in rows:  # k = 1 challenged step: 1 - (1 - f)^1 = f
                 assert [c.text for c in r.find_elements(By.CSS_SELECTOR, "td.detection")] == [
                     "1.0%", "5.0%", "10.0%", "25.0%", "50.0%"]
@@ -193,7 +196,8 @@ def test_dashboard_shows_real_outcomes_live(tmp_path, browser):
         assert len(bars) == 9 and all(b.get_attribute("data-state") == "done" for b in bars)
         clusters = browser.find_elements(By.CSS_SELECTOR, "table.clusters tbody tr")
         assert len(clusters) == 1 and "★ winning" in clusters[0].text and "v1 (this node)" in clusters[0].text
-        assert clusters[0].find_elements(By.TAG_NAME, "td")[4].text == "yes"  # equals the miner's H(leaf t)
+        assert clusters[0].find_elements(By.TAG_NAME, "td")[5].text == "yes"  # equals the miner's H(leaf t)
+        assert "v1 (this node)" in browser.find_element(By.ID, "committee").text
         _screenshot(browser, "dashboard-challenge.png")
 
         # Revealed and resolved: the witness shows now, and no view kept while it was sealed held
@@ -204,8 +208,8 @@ def test_dashboard_shows_real_outcomes_live(tmp_path, browser):
             opened = httpx.get(f"{base}/api/v1/challenges/{cid}", timeout=10).json()
             assert opened["witness_disclosed"] is True and opened["matches_leaf"] is matched
             public = {opened["committed_value"], opened["opening"]["leaf_hash"]}
-            secrets = [h for h in (opened["witness"]["value_hash"], opened["replay"]["leaf"],
-                                   opened["replay"]["state_digest"]) if h not in public]
+            secrets = [h for h in (opened["witness"]["value_hash"], opened["witness"]["proof_hash"],
+                                   opened["replay"]["leaf"], opened["replay"]["state_digest"]) if h not in public]
             assert all(secrets) and (matched or opened["witness"]["value_hash"] in secrets)
             for text in sealed_views[cid]:
                 assert not [h[:12] for h in secrets if h[:12] in text.lower()], cid

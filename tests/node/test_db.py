@@ -125,12 +125,41 @@ def test_a_0001_database_migrates_to_witness_conflicts_keeping_its_rows(db_url):
         with pytest.raises(DatabaseError, match="run `pot node init"):
             open_database(db_url)
         migrate(eng)
-        assert current_revision(eng) == head_revision() == "0002"
+        assert current_revision(eng) == head_revision() == "0003"
         with eng.begin() as c:
             c.execute(witness_conflicts.insert().values(
                 challenge_id=bytes(32), verifier="v1", journaled_value_hash=b"\x01" * 32, journaled_norm_bucket=1,
                 recomputed_value_hash=b"\x02" * 32, recomputed_norm_bucket=2, created_at=1.0))
             assert c.execute(sa.select(node_meta.c.value).where(node_meta.c.key == "schema")).scalar() == SCHEMA_NAME
+        open_database(db_url).dispose()
+    finally:
+        eng.dispose()
+
+
+def test_a_0002_database_migrates_to_protocol_v2_keeping_its_rows(db_url):
+    from alembic import command
+
+    from node.db import _alembic_config, migrate, stake_events, witnesses
+
+    eng = make_engine(db_url)
+    try:
+        command.upgrade(_alembic_config(eng), "0002")
+        with eng.begin() as c:
+            c.execute(node_meta.insert().values(key="schema", value=SCHEMA_NAME))
+            c.execute(sa.text("INSERT INTO witnesses (challenge_id, verifier, salt, value_hash, norm_bucket, "
+                              "commitment, created_at) VALUES (:c, 'v1', :s, :v, 3, :m, 1.0)"),
+                      {"c": bytes(32), "s": b"\x01" * 32, "v": b"\x02" * 32, "m": b"\x03" * 32})
+        assert "stake_events" not in sa.inspect(eng).get_table_names()
+        migrate(eng)
+        assert current_revision(eng) == head_revision() == "0003"
+        with eng.begin() as c:
+            row = c.execute(sa.select(witnesses)).one()
+            assert (bytes(row.value_hash), row.norm_bucket, row.proof_hash) == (b"\x02" * 32, 3, None)
+            c.execute(stake_events.insert().values(block=1, name="VerifierBonded", verifier="v1", amount=100, bond=100,
+                                                   created_at=1.0))
+        cols = {col["name"] for col in sa.inspect(eng).get_columns("challenges")}
+        assert {"round", "first_id", "committee", "on_committee", "rechallenge", "opening_mirrors", "opening_source",
+                "replay_proof_hash", "proof_hash", "penalty", "penalty_why"} <= cols
         open_database(db_url).dispose()
     finally:
         eng.dispose()

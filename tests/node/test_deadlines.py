@@ -114,12 +114,12 @@ def test_a_replay_past_its_budget_is_killed_and_its_worker_replaced(tmp_path):
                     return done[0][1], time.monotonic() - started
                 time.sleep(0.005)
 
-        for key in (b"warm", b"again"):  # the worker starts (imports) and replays, within the pool's cap
+        for key in (b"w" * 32, b"a" * 32):  # the worker starts (imports) and replays, within the pool's cap
             msg, _ = run(key, None)
             assert msg["ok"] and msg["matches"], msg
         replay_s = msg["finished_at"] - msg["started_at"]
         worker = pool._workers[0].proc
-        msg, _ = run(b"late", replay_s / 20)  # the same replay, on a warm worker, with a 20th of its time
+        msg, _ = run(b"l" * 32, replay_s / 20)  # the same replay, on a warm worker, with a 20th of its time
         assert msg == {"ok": False, "timeout": True, "reason": msg["reason"]} and "budget" in msg["reason"]
         assert not worker.is_alive(), "the worker of an overrun replay must be killed"
         assert pool.free() == 1 and pool._workers[0].proc is not worker and pool._workers[0].proc.is_alive()
@@ -240,7 +240,8 @@ STEPS, STEP = 4, 3
 
 def _params(commit_window: int, reveal_window: int = 6) -> ProtocolParams:
     return ProtocolParams(commit_window=commit_window, reveal_window=reveal_window, opening_deadline=10,
-                          challenge_delay=2, quorum_min_reveals=1, forced_challenge_steps=(STEP,))
+                          challenge_delay=2, quorum_min_reveals=1, challenges_per_run=1,
+                          forced_challenge_steps=(STEP,))
 
 
 def _jobs(tmp_path, name: str) -> tuple[dict[bytes, object], dict[bytes, list]]:
@@ -279,9 +280,9 @@ def test_slowloris_miner_delays_only_its_own_jobs(tmp_path):
                                               "block_time_s": 0.5})
         net.start_node("v1", cfg)
         slow_endpoint = net.slowloris_endpoint(0.2)
-        slow = [net.start_run(steps=STEPS, run_id=bytes([i]) * 32, miner="slow", endpoint=slow_endpoint)
+        slow = [net.start_run(steps=STEPS, nonce=bytes([i]) * 16, miner="slow", endpoint=slow_endpoint)
                 for i in (1, 2, 3)]
-        honest = net.start_run(steps=STEPS, run_id=b"\x42" * 32, miner="honest")
+        honest = net.start_run(steps=STEPS, miner="honest")
         for r in [*slow, honest]:
             assert r.opened.wait(120), "a miner never saw its challenge"
         view = net.wait_resolved(honest.challenge_id, 150)

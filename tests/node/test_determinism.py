@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from challenges.refused import REFUSED_BUCKET, refused_value_hash
+from commitments.leaves import witness_value_hash
 from node import journal
 from node.api import create_app
 from node.config import load_config, load_secrets
@@ -39,11 +40,17 @@ def node(tmp_path, db_url):
         engine.dispose()
 
 
-def _witness_again(node, cid: bytes, refusal_class: str) -> None:
-    """Put the job back at the witness stage, as a replay after a crash would, and run it."""
+LEAF = b"\x5e" * 40  # what a later replay gave instead of the refusal
+PROOF = b"\x9f" * 32
+
+
+def _witness_again(node, cid: bytes, refusal_class: str | None) -> None:
+    """Put the job back at the witness stage, as a replay after a crash would, and run it: a
+    refusal (any class gives the one refused pair), or with no class the replay's LEAF and PROOF."""
     with node.engine.begin() as conn:
         conn.execute(sa.update(challenges).where(challenges.c.challenge_id == cid)
-                     .values(stage=Stage.WITNESS, refusal_class=refusal_class, commit_deadline=10**6))
+                     .values(stage=Stage.WITNESS, refusal_class=refusal_class, commit_deadline=10**6,
+                             replay_leaf=LEAF, replay_proof_hash=PROOF, norm_bucket=7))
     [job] = [j for j in node._jobs((Stage.WITNESS,)) if bytes(j.challenge_id) == cid]
     node._witness(job)
 
@@ -56,19 +63,22 @@ def test_a_changed_witness_is_never_sent_and_raises_the_alarm(node, caplog):
     seeded = seed(node.engine)
     cid = seeded.pending[0]
     journaled = refused_value_hash(cid, "unavailable")
+    recomputed = witness_value_hash(LEAF)
     with caplog.at_level("INFO"):
         _witness_again(node, cid, "unavailable")
         _witness_again(node, cid, "unavailable")  # the same value again: safe, silent
+        _witness_again(node, cid, "invalid")  # another class, the same one refused pair: silent too
     assert not [r for r in caplog.records if r.levelname == "ERROR"]
     with node.engine.connect() as c:
         assert c.execute(sa.select(sa.func.count()).select_from(witness_conflicts)).scalar() == 0
 
     caplog.clear()
     with caplog.at_level("INFO"):
-        _witness_again(node, cid, "invalid")  # the recomputation changed its answer
+        _witness_again(node, cid, None)  # the recomputation changed its answer
     with node.engine.connect() as c:
         row = c.execute(sa.select(challenges).where(challenges.c.challenge_id == cid)).one()
         assert (row.stage, bytes(row.value_hash), row.norm_bucket) == ("commit", journaled, REFUSED_BUCKET)
+        assert bytes(row.proof_hash) == journaled  # the refused pair is (v, v)
         assert c.execute(sa.select(sa.func.count()).select_from(txs).where(txs.c.challenge_id == cid)).scalar() == 2
         last = c.execute(sa.select(stage_log.c.detail).where(stage_log.c.challenge_id == cid)
                          .order_by(stage_log.c.id.desc()).limit(1)).scalar()
@@ -76,7 +86,8 @@ def test_a_changed_witness_is_never_sent_and_raises_the_alarm(node, caplog):
     [alarm] = [r for r in caplog.records if r.levelname == "ERROR"]
     assert alarm.event == "witness_conflict" and alarm.challenge_id == cid.hex()
     assert alarm.journaled_value_hash == journaled.hex()
-    assert alarm.recomputed_value_hash == refused_value_hash(cid, "invalid").hex()
+    assert alarm.recomputed_value_hash == recomputed.hex() and alarm.recomputed_proof_hash == PROOF.hex()
+    assert alarm.journaled_proof_hash == journaled.hex()
     [done] = [r for r in caplog.records if getattr(r, "event", None) == "witness_journaled"]
     assert done.conflict is True and done.inserted is False and done.value_hash == journaled.hex()
 
@@ -102,14 +113,14 @@ def test_a_changed_witness_is_never_sent_and_raises_the_alarm(node, caplog):
         detail = client.get(f"/api/v1/challenges/{cid.hex()}").json()
         [conflict] = detail["witness_conflicts"]
         assert conflict["journaled"] == {"value_hash": journaled.hex(), "norm_bucket": REFUSED_BUCKET}
-        assert conflict["recomputed"]["value_hash"] == refused_value_hash(cid, "invalid").hex()
+        assert conflict["recomputed"]["value_hash"] == recomputed.hex()
 
         overview = client.get("/").text
         assert 'id="determinism-alarm"' in overview and "1 witness conflict\n" in overview
         assert re.search(r'id="witness-conflicts">\s*<span class="count">1</span>', overview)
         page = client.get(f"/challenges/{cid.hex()}").text
         assert 'id="conflicts"' in page and f'data-conflict="{cid.hex()}"' in page
-        assert journaled.hex()[:20] in page and refused_value_hash(cid, "invalid").hex()[:20] in page
+        assert journaled.hex()[:20] in page and recomputed.hex()[:20] in page
         other = client.get(f"/challenges/{seeded.honest.hex()}").text
         assert 'id="conflicts"' not in other and 'id="determinism-alarm"' in other  # the banner is on every page
 

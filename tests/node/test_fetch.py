@@ -156,3 +156,45 @@ def test_stop_leaves_the_partial_file_for_a_resume(server, tmp_path):
     assert not (tmp_path / "x").exists()
     assert fetch_to_file(server.url + "/f", tmp_path / "x", max_bytes=10**6, policy=FAST) == len(BODY)
     assert (tmp_path / "x").read_bytes() == BODY
+
+
+# --- the fetch stage: the opening's URI, then its mirrors ---------------------------------------
+
+
+def _stage(uri: str, tmp_path, mirrors=()):
+    from node.pipeline import stage_fetch
+
+    return stage_fetch(uri=uri, endpoint="", run_id=b"\0" * 32, dest=tmp_path / "o.opening", leaves_dest=None,
+                       max_opening_bytes=10**6, max_leaves_bytes=0, policy=FAST, mirrors=tuple(mirrors))
+
+
+def test_the_fetch_stage_falls_back_to_a_mirror_and_names_the_address_that_served(server, tmp_path):
+    mirror = Server()
+    try:
+        out = _stage(server.url + "/missing", tmp_path, [mirror.url + "/f"])
+    finally:
+        mirror.httpd.shutdown()
+    assert out.ok and out.data["url"] == mirror.url + "/f" and out.data["bytes"] == len(BODY)
+    assert (tmp_path / "o.opening").read_bytes() == BODY
+    [failed] = out.data["tried"]
+    assert failed.startswith(server.url + "/missing") and "HTTP 404" in failed
+    # Each address had the whole policy: the primary's 404 once, the mirror's answer once.
+    assert [r["path"] for r in server.requests] == ["/missing"] and len(mirror.requests) == 1
+
+
+def test_the_fetch_stage_gives_each_address_its_own_retries(server, tmp_path):
+    server.fail_first = 1  # the primary answers on its second attempt: no mirror is asked
+    unused = Server()
+    try:
+        out = _stage(server.url + "/f", tmp_path, [unused.url + "/f"])
+    finally:
+        unused.httpd.shutdown()
+    assert out.ok and out.data["url"] == server.url + "/f" and "tried" not in out.data
+    assert len(server.requests) == 2 and unused.requests == []
+
+
+def test_the_fetch_stage_refuses_unavailable_when_no_address_serves(server, tmp_path):
+    out = _stage("ftp://127.0.0.1/x", tmp_path, [server.url + "/missing", "http://127.0.0.1:9/x"])
+    assert not out.ok and out.refusal_class == "unavailable"
+    assert len(out.data["tried"]) == 3 and "bad_uri" in out.data["tried"][0] and "HTTP 404" in out.reason
+    assert not (tmp_path / "o.opening").exists() and not (tmp_path / "o.opening.part").exists()

@@ -24,23 +24,26 @@ from node.journal import (
 )
 
 CID = bytes(range(32))
+PROOF = b"\x77" * 32
 
 
 def journal(engine, value: bytes, *, salt: bytes | None = None, bucket: int = 0, cid: bytes = CID,
-            verifier: str = "v1"):
+            verifier: str = "v1", proof: bytes = PROOF):
     return check_and_insert_witness(engine, challenge_id=cid, verifier=verifier, value_hash=value,
-                                    norm_bucket=bucket, salt=salt or os.urandom(32))
+                                    norm_bucket=bucket, salt=salt or os.urandom(32), proof_hash=proof)
 
 
 def test_one_transaction_stores_salt_value_commitment_and_both_payloads(engine):
     entry, inserted = journal(engine, b"\x11" * 32, bucket=7)
-    assert inserted
-    assert verify_witness(entry.commitment, CID, b"\x11" * 32, 7, entry.salt, "v1")
+    assert inserted and entry.proof_hash == PROOF
+    assert verify_witness(entry.commitment, CID, b"\x11" * 32, 7, entry.salt, "v1", proof_hash=PROOF)
+    assert not verify_witness(entry.commitment, CID, b"\x11" * 32, 7, entry.salt, "v1", proof_hash=b"\x78" * 32)
     commit, reveal = get_tx(engine, CID, "v1", "commit"), get_tx(engine, CID, "v1", "reveal")
     assert commit.state == reveal.state == "unstarted"
     assert decode_call(commit.payload) == CommitWitness(CID, entry.commitment)
-    assert decode_call(reveal.payload) == RevealWitnessValue(CID, b"\x11" * 32, 7, entry.salt)
+    assert decode_call(reveal.payload) == RevealWitnessValue(CID, b"\x11" * 32, PROOF, 7, entry.salt)
     assert commit.origin == "v1"
+    assert get_witness(engine, CID, "v1") == entry
 
 
 def test_second_different_commitment_is_impossible(engine):
@@ -129,21 +132,23 @@ def test_same_value_repeat_is_a_silent_no_op(engine, caplog):
     assert _conflicts(engine) == [] and caplog.records == []
 
 
-@pytest.mark.parametrize(("value", "bucket"), [(b"\x22" * 32, 4), (b"\x11" * 32, 5)])
-def test_different_value_repeat_is_recorded_and_alarmed(engine, caplog, value, bucket):
+@pytest.mark.parametrize(("value", "bucket", "proof"), [(b"\x22" * 32, 4, PROOF), (b"\x11" * 32, 5, PROOF),
+                                                      (b"\x11" * 32, 4, b"\x78" * 32)])
+def test_different_value_repeat_is_recorded_and_alarmed(engine, caplog, value, bucket, proof):
     first, _ = journal(engine, b"\x11" * 32, bucket=4)
     with caplog.at_level("WARNING", logger="node.journal"):
-        again, inserted = journal(engine, value, bucket=bucket)
+        again, inserted = journal(engine, value, bucket=bucket, proof=proof)
     # Nothing different is sent: the journaled entry and its two txs stay the only ones.
     assert not inserted and again == first
-    assert decode_call(get_tx(engine, CID, "v1", "reveal").payload) == RevealWitnessValue(CID, b"\x11" * 32, 4,
-                                                                                          first.salt)
+    assert decode_call(get_tx(engine, CID, "v1", "reveal").payload) == RevealWitnessValue(CID, b"\x11" * 32, PROOF,
+                                                                                          4, first.salt)
     with engine.connect() as c:
         assert c.execute(sa.select(sa.func.count()).select_from(txs)).scalar() == 2
     [row] = _conflicts(engine)
     assert (bytes(row.challenge_id), row.verifier) == (CID, "v1")
     assert (bytes(row.journaled_value_hash), row.journaled_norm_bucket) == (b"\x11" * 32, 4)
     assert (bytes(row.recomputed_value_hash), row.recomputed_norm_bucket) == (value, bucket)
+    assert (bytes(row.journaled_proof_hash), bytes(row.recomputed_proof_hash)) == (PROOF, proof)
     assert row.acknowledged_at is None
     [rec] = caplog.records
     assert rec.levelname == "ERROR" and rec.event == "witness_conflict"
@@ -151,6 +156,6 @@ def test_different_value_repeat_is_recorded_and_alarmed(engine, caplog, value, b
     assert rec.journaled_value_hash == (b"\x11" * 32).hex() and rec.journaled_norm_bucket == 4
     assert rec.recomputed_value_hash == value.hex() and rec.recomputed_norm_bucket == bucket
     # Each further differing repeat is one more conflict; a same-value one still is none.
-    journal(engine, value, bucket=bucket)
+    journal(engine, value, bucket=bucket, proof=proof)
     journal(engine, b"\x11" * 32, bucket=4)
     assert len(_conflicts(engine)) == 2

@@ -35,7 +35,8 @@ class JournalMachine(RuleBasedStateMachine):
           bucket=st.integers(-(2**31), 2**31 - 1))
     def attempt(self, cid, verifier, value, bucket):
         entry, inserted = journal.check_and_insert_witness(self.engine, challenge_id=cid, verifier=verifier,
-                                                           value_hash=value, norm_bucket=bucket, salt=os.urandom(32))
+                                                           value_hash=value, norm_bucket=bucket, salt=os.urandom(32),
+                                                           proof_hash=value[::-1])
         key = (cid, verifier)
         assert inserted == (key not in self.first)
         self.first.setdefault(key, entry.commitment)

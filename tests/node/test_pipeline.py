@@ -74,20 +74,31 @@ def _wait(pool: ReplayPool, n: int, timeout: float = 240):
     return dict(out)
 
 
+H, F = b"h" * 32, b"f" * 32  # the pool's keys are challenge ids (the proof hash is keyed by them)
+
+
 def test_replay_pool_matches_honest_and_catches_the_substituted_batch(runs):
+    from challenges.replay import verify_opening_file
+    from challenges.witness import state_proof
+
     hp, hd = opening_file(runs, "honest", "h2.opening")
     fp, fd = opening_file(runs, "fraud", "f.opening")
     pool = ReplayPool(2, timeout_s=300)
     try:
-        pool.start(b"h", hp, facts(runs["honest"], hd), max_bytes=10**8)
-        pool.start(b"f", fp, facts(runs["fraud"], fd), max_bytes=10**8)
-        assert pool.free() == 0 and pool.running(b"h")
+        pool.start(H, hp, facts(runs["honest"], hd), max_bytes=10**8)
+        pool.start(F, fp, facts(runs["fraud"], fd), max_bytes=10**8)
+        assert pool.free() == 0 and pool.running(H)
         done = _wait(pool, 2)
     finally:
         pool.shutdown()
-    honest, fraud = done[b"h"], done[b"f"]
+    honest, fraud = done[H], done[F]
     assert honest["ok"] and honest["matches"]
     assert honest["result"]["value_hash"] == witness_value_hash(runs["honest"].leaves[STEP])
+    # The pair's proof half: the keyed digest of the replayed post-state, for this challenge id.
+    ok, _, here = verify_opening_file(hp, challenge_id=H, **facts(runs["honest"], hd).kwargs())
+    assert ok and honest["result"]["proof_hash"] == here.proof_hash == state_proof(H, here.state.items())
+    assert state_proof(F, here.state.items()) != here.proof_hash
+    assert fraud["result"]["proof_hash"] not in (None, here.proof_hash)
     assert fraud["ok"] and not fraud["matches"] and "differs" in fraud["reason"]
     assert fraud["result"]["value_hash"] != witness_value_hash(runs["fraud"].leaves[STEP])
     # The honest recomputation of step t from the fraud run's pre-state is what honest nodes reveal.
@@ -98,9 +109,9 @@ def test_replay_pool_kills_a_replay_past_its_timeout(runs):
     hp, hd = opening_file(runs, "honest", "h3.opening")
     pool = ReplayPool(1, timeout_s=0.2)
     try:
-        pool.start(b"h", hp, facts(runs["honest"], hd), max_bytes=10**8)
+        pool.start(H, hp, facts(runs["honest"], hd), max_bytes=10**8)
         done = _wait(pool, 1, timeout=30)
-        assert done[b"h"]["ok"] is False and done[b"h"]["timeout"] is True
+        assert done[H]["ok"] is False and done[H]["timeout"] is True
         assert pool.free() == 1  # a fresh worker replaced the killed one
     finally:
         pool.shutdown()
