@@ -38,6 +38,8 @@ sys.path.insert(0, str(ROOT))
 GPT2_SMALL = ROOT / "examples" / "specs" / "gpt2-small.toml"
 MIB = 1024 * 1024
 
+BENCH_CHALLENGE = b"\x42" * 32  # the challenge id the bench replays and witnesses under
+
 
 def say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
@@ -139,7 +141,7 @@ def verifier(job: dict) -> dict:
     pool = ReplayPool(1, job["timeout_s"], threads_per_worker=job["threads"])
     try:
         sent = time.time()
-        pool.start(b"bench", dest, facts, max_bytes=job["max_bytes"])
+        pool.start(BENCH_CHALLENGE, dest, facts, max_bytes=job["max_bytes"])
         while True:
             done = pool.poll()
             if done:
@@ -158,8 +160,9 @@ def verifier(job: dict) -> dict:
     engine = open_database(f"sqlite:///{work / 'node.db'}", init=True)
     started, cpu = time.time(), time.process_time()
     value_hash = witness_value_hash(bytes(msg["result"]["leaf"]))
-    check_and_insert_witness(engine, challenge_id=b"\x42" * 32, verifier="bench-verifier", value_hash=value_hash,
-                             norm_bucket=msg["result"]["norm_bucket"], salt=new_salt(), origin="bench-verifier")
+    check_and_insert_witness(engine, challenge_id=BENCH_CHALLENGE, verifier="bench-verifier", value_hash=value_hash,
+                             norm_bucket=msg["result"]["norm_bucket"], salt=new_salt(),
+                             proof_hash=bytes(msg["result"]["proof_hash"]), origin="bench-verifier")
     report["witness_s"] = time.time() - started
     report["witness_cpu_s"] = time.process_time() - cpu
     engine.dispose()
