@@ -121,14 +121,14 @@ class ProtocolState:
                 bonds=dict(obj["bonds"]),
                 slashed=dict(obj["slashed"]),
                 verifiers=list(obj["verifiers"]),
-                vbonds=dict(obj["vbonds"]),
-                unbonding={k: [list(x) for x in v] for k, v in obj["unbonding"].items()},
+                vbonds=_int_map(obj["vbonds"], "vbonds"),
+                unbonding=_unbonding(obj["unbonding"]),
                 # Snapshots of nodes older than the network record have none of these.
                 authority=_optional(obj.get("authority"), str, "authority"),
                 configured_at=_optional(obj.get("configured_at"), int, "configured_at"),
                 schedule=_schedule(obj.get("schedule", [])),
             )
-        except (CommitmentError, KeyError, TypeError, ValueError) as exc:
+        except (AttributeError, CommitmentError, KeyError, TypeError, ValueError) as exc:
             raise SnapshotError(f"protocol state snapshot is unusable: {exc}") from None
 
 
@@ -140,6 +140,32 @@ def registration_digest(encoded: bytes) -> bytes:
     """What a run keeps of its registration: enough to know an identical repeat, 32 bytes
     whatever the spec's size."""
     return digest("pot/registration/v1", bytes(encoded))
+
+
+def _int_map(v: Any, name: str) -> dict[str, int]:
+    """An account -> non-negative integer map, checked."""
+    if not isinstance(v, dict):
+        raise ValueError(f"{name} must be a map of account -> integer")
+    for k, x in v.items():
+        if not isinstance(k, str) or isinstance(x, bool) or not isinstance(x, int) or x < 0:
+            raise ValueError(f"{name} must map account ids to non-negative integers")
+    return dict(v)
+
+
+def _unbonding(v: Any) -> dict[str, list[list[int]]]:
+    """account -> [[release_block, amount], ...], checked."""
+    if not isinstance(v, dict):
+        raise ValueError("unbonding must be a map of account -> [[release_block, amount], ...]")
+    out = {}
+    for k, rows in v.items():
+        if not isinstance(k, str) or not isinstance(rows, list):
+            raise ValueError("unbonding must map account ids to lists")
+        for row in rows:
+            if not (isinstance(row, list) and len(row) == 2
+                    and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in row)):
+                raise ValueError("an unbonding entry is [release_block, amount], non-negative integers")
+        out[k] = [list(r) for r in rows]
+    return out
 
 
 def _optional(v: Any, kind: type, name: str) -> Any:

@@ -4,8 +4,6 @@ per-block step of protocol v2 with its spacing rule, committees and re-challenge
 from __future__ import annotations
 
 from collections import Counter
-from fractions import Fraction
-from itertools import permutations
 
 import pytest
 from hypothesis import given
@@ -18,6 +16,7 @@ from challenges.derive import (
     challenge_step,
     challenge_step_at,
     challenge_steps,
+    dispute_seats,
     draw_committee,
     rechallenge_id,
 )
@@ -157,22 +156,26 @@ def _cids(n):
     return [challenge_id(R, ROOT, 9, i, B) for i in range(n)]
 
 
-def test_committee_is_deterministic_without_replacement_and_ignores_list_order():
+def test_committee_is_deterministic_with_replacement_and_ignores_list_order():
+    repeats = 0
     for cid in _cids(40):
-        c = draw_committee(B, cid, ELIGIBLE, 2)
-        assert len(c) == 2 == len(set(c)) and set(c) <= {"a", "b", "c", "d"}
-        assert c == draw_committee(B, cid, list(reversed(ELIGIBLE)), 2)
+        c = draw_committee(B, cid, ELIGIBLE, 3)
+        assert len(c) == 3 and set(c) <= {"a", "b", "c", "d"}
+        assert c == draw_committee(B, cid, list(reversed(ELIGIBLE)), 3)
+        repeats += len(set(c)) < 3
+    assert repeats > 0  # with replacement: an account drawn twice holds two seats
     a = [draw_committee(B, cid, ELIGIBLE, 2) for cid in _cids(40)]
     assert a != [draw_committee(b"\x09" * 32, cid, ELIGIBLE, 2) for cid in _cids(40)]  # the block enters it
 
 
-def test_committee_is_everyone_when_the_seats_suffice():
-    assert draw_committee(B, R, ELIGIBLE, 4) == ["a", "b", "c", "d"]  # account order
-    assert draw_committee(B, R, ELIGIBLE, 100) == ["a", "b", "c", "d"]
-    assert draw_committee(B, R, [("a", 5), ("z", 0)], 1) == ["a"]  # no bond, no seat
+def test_committee_edge_cases():
+    assert len(draw_committee(B, R, ELIGIBLE, 100)) == 100  # seats, not accounts
+    assert draw_committee(B, R, [("a", 5), ("z", 0)], 3) == ["a", "a", "a"]  # no bond, no seat
     assert draw_committee(B, R, [], 5) == []
     with pytest.raises(DeriveError, match="listed twice"):
         draw_committee(B, R, [("a", 1), ("a", 2)], 1)
+    # the protocol seats everyone when the accounts are no more than the seats (dispute_seats)
+    assert dispute_seats(ELIGIBLE, 100, 4096) == ["a", "a", "a", "b", "c", "d"]
 
 
 def test_one_seat_follows_the_bond():
@@ -185,27 +188,14 @@ def test_one_seat_follows_the_bond():
     assert 2.6 < counts["a"] / counts["b"] < 3.4
 
 
-def _inclusion(eligible, seats):
-    """The exact chance of each account to sit, drawing stake-weighted without replacement."""
-    out = Counter()
-    for order in permutations(eligible, seats):
-        p, left = Fraction(1), sum(w for _, w in eligible)
-        for _, w in order:
-            p *= Fraction(w, left)
-            left -= w
-        for a, _ in order:
-            out[a] += p
-    return out
-
-
-def test_several_seats_match_the_exact_inclusion_chances():
+def test_several_seats_are_binomial_in_the_bond_share():
+    """Drawn with replacement, an account's seats among `seats` are Binomial(seats, bond share)."""
     n, seats = 3000, 2
-    exact = _inclusion(ELIGIBLE, seats)
-    assert exact["a"] == Fraction(4, 5) and exact["b"] == Fraction(2, 5)
+    share = {"a": 0.5, "b": 1 / 6, "c": 1 / 6, "d": 1 / 6}
     counts = Counter(a for cid in _cids(n) for a in draw_committee(B, cid, ELIGIBLE, seats))
-    for account, p in exact.items():
-        p = float(p)
-        assert abs(counts[account] - n * p) < 5 * (n * p * (1 - p)) ** 0.5, (account, counts)
+    for account, p in share.items():
+        mean, var = n * seats * p, n * seats * p * (1 - p)
+        assert abs(counts[account] - mean) < 5 * var ** 0.5, (account, counts)
 
 
 def test_splitting_a_bond_buys_no_more_single_seats():
