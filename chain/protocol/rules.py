@@ -45,8 +45,8 @@ from chain.protocol.events import (
 from chain.protocol.params import (
     MAX_BOND,
     MAX_COMMITTEE,
-    MAX_DISPUTE_SEATS,
     MAX_DECLARED_STEPS,
+    MAX_DISPUTE_SEATS,
     MAX_ENDPOINT_BYTES,
     MAX_LEAF_BYTES,
     MAX_OPEN_RUNS_PER_MINER,

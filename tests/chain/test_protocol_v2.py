@@ -4,10 +4,9 @@ window, windows sized from the replay cost, and snapshots of all of it."""
 
 from __future__ import annotations
 
-from fractions import Fraction
-
 import copy
 import dataclasses
+from fractions import Fraction
 
 import pytest
 
