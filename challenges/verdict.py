@@ -49,6 +49,13 @@ class VerdictResult:
     outliers: tuple[str, ...] = ()
 
 
+def _of(size: int, revealed: int, n: int, seats: dict[str, int] | None) -> str:
+    """How a reason counts a cluster: reveals, or seats when reveals are weighed by seats."""
+    if seats is None:
+        return f"{size} of {n}"
+    return f"{size} of {revealed} revealed seats, {n} verifiers"
+
+
 def _key(r: Reveal, mode: Mode) -> bytes | int:
     """The cluster key: the whole pair (64 bytes) for exact profiles, the bucket otherwise."""
     return r.value_hash + r.proof_hash if mode == "value" else r.norm_bucket
@@ -127,7 +134,7 @@ def decide(
     if (mode == "value" and refused_value is not None and top[:32] == refused_value) or (
             mode == "bucket" and refused_bucket is not None and top == refused_bucket):
         return VerdictResult(
-            REFUSED, reason=f"winning cluster ({size} of {n}) refused the opening", winning_value=top[:32] if mode == "value" else top,
+            REFUSED, reason=f"winning cluster ({_of(size, revealed, n, seats)}) refused the opening", winning_value=top[:32] if mode == "value" else top,
             cluster_size=size, outliers=outliers, **base)
     if mode == "value":
         if expected_value is None:
@@ -151,7 +158,7 @@ def decide(
     return VerdictResult(
         HONEST if matches else FRAUD,
         reason=(
-            f"winning cluster ({size} of {n}) {'equals' if matches else 'differs from'} {what}: {shown}"
+            f"winning cluster ({_of(size, revealed, n, seats)}) {'equals' if matches else 'differs from'} {what}: {shown}"
         ),
         winning_value=top,
         cluster_size=size,

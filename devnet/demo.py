@@ -75,11 +75,13 @@ class DemoError(RuntimeError):
 def demo_params(steps: int, substitute_at: int) -> ProtocolParams:
     """Protocol parameters of the demo: the substituted step is challenged first and one step is
     drawn (two challenges per run, in consecutive blocks); every verifier sits on every committee
-    (committee_size = the number of verifiers), and the winning cluster needs half of its seats."""
+    (committee_size = the number of verifiers), with a seat per verifier_stake of bond (ten each),
+    and the winning cluster needs half of the seats. A penalty is per seat: 10 x 10 per challenge
+    leaves a faulty verifier eligible through all four challenges."""
     return ProtocolParams(commit_window=120, reveal_window=60, opening_deadline=60,
                           challenges_per_run=2, challenge_delay=2, quorum_min_reveals=3,
-                          committee_size=len(VERIFIERS), verifier_stake=100, no_show_penalty=50,
-                          outlier_penalty=50, forced_challenge_steps=(substitute_at,))
+                          committee_size=len(VERIFIERS), verifier_stake=100, no_show_penalty=10,
+                          outlier_penalty=10, forced_challenge_steps=(substitute_at,))
 
 
 # --- the network ----------------------------------------------------------------------------------
@@ -397,7 +399,7 @@ class Demo:
                 why = " (forced by the demo's parameters)"
             else:
                 why = " (drawn from block randomness)"
-            seats = ", ".join(self._name(a) for a in ev.committee) or "nobody"
+            seats = ", ".join(f"{self._name(a)} x{ev.committee.count(a)}" for a in dict.fromkeys(ev.committee)) or "nobody"
             self.say(f"block {ev.block}: challenge {short(ev.challenge_id)} issued: run {short(ev.run_id)} "
                      f"({self._label(self._run_of(ev.run_id))}) step {ev.step}{why}; committee: {seats}")
         elif isinstance(ev, P.OpeningSubmitted):
@@ -426,7 +428,7 @@ class Demo:
             outl = ", ".join(self._name(v) for v in ev.outliers) or "none"
             more = f"; re-challenged as {short(ev.rechallenge)}" if ev.rechallenge is not None else ""
             self.say(f"block {ev.block}: challenge {short(ev.challenge_id)} (step {ev.step}) RESOLVED: "
-                     f"{ev.verdict.upper()} (cluster {ev.cluster_size} of {ev.reveals}; outliers: {outl}; "
+                     f"{ev.verdict.upper()} (cluster of {ev.cluster_size} seats, {ev.reveals} reveals; outliers: {outl}; "
                      f"{ev.reason}){more}")
         elif isinstance(ev, P.MinerSlashed):
             run = self._run_of(ev.run_id)
@@ -572,7 +574,8 @@ class Demo:
                 "rechallenge": c.rechallenge.hex() if c.rechallenge else None,
                 "forced": c.step in self.params.forced_challenge_steps, "verdict": c.verdict, "reason": c.reason,
                 "cluster_size": c.cluster_size, "reveals": c.reveals,
-                "committee": [self._name(v) for v in c.committee],
+                "committee": [self._name(v) for v in dict.fromkeys(c.committee)],
+                "seats": {self._name(v): c.committee.count(v) for v in dict.fromkeys(c.committee)},
                 "outliers": [self._name(v) for v in c.outliers],
                 "penalties": [{"verifier": self._name(v), "amount": a, "why": why} for v, a, why in c.penalties],
                 "issued_block": c.issued_block, "resolved_block": c.resolved_block,

@@ -21,7 +21,8 @@ def render(summary: dict[str, Any]) -> str:
         out.append(f"    {(r['run_id'] or '?')[:16]}  {label:<30} {verdicts}  {trained}"
                    + (f"  slashed {r['slashed']}" if r["slashed"] else ""))
     out.append("  challenges:")
-    out.append(f"    {'id':<16}  {'run':<16}  {'step':>4}  {'verdict':<12} {'cluster':>7}  {'took':>6}  outliers")
+    out.append(f"    {'id':<16}  {'run':<16}  {'step':>4}  {'verdict':<12} {'cluster':>7}  {'took':>6}  outliers"
+               "   (cluster: seats of the winning cluster / verifiers that revealed)")
     for c in summary["challenges"]:
         took = f"{c['seconds']:.0f} s" if c["seconds"] is not None else "-"
         out.append(f"    {c['id'][:16]}  {c['run_id'][:16]}  {c['step']:>4}  {str(c['verdict']):<12} "

@@ -83,7 +83,7 @@ def test_blocks_slow_while_someone_must_act_and_fast_otherwise(tmp_path):
 def test_demo_params_seat_every_verifier():
     p = demo_params(10, 7)
     assert p.committee_size >= len(VERIFIERS) and p.challenges_per_run == 2
-    assert p.forced_challenge_steps == (7,) and DEMO_BOND >= p.verifier_stake + 4 * p.outlier_penalty
+    assert p.forced_challenge_steps == (7,) and DEMO_BOND >= p.verifier_stake + 4 * p.outlier_penalty * (DEMO_BOND // p.verifier_stake)
     assert [f for _, f in VERIFIERS] == ["none", "none", "noise", "lazy"]
 
 

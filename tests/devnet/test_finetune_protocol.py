@@ -9,6 +9,7 @@ penalised from its bond."""
 from __future__ import annotations
 
 import os
+from collections import Counter
 
 import pytest
 from typer.testing import CliRunner
@@ -38,8 +39,10 @@ transformers = pytest.importorskip("transformers")
 
 STEPS, SUBSTITUTED = 3, 3
 # Every submit seals a block (instant sealing): the windows leave room for all four challenges.
+# A seat per 100 of bond (ten each) and a penalty of 10 per seat: v3 pays 100 a challenge.
 PARAMS = ProtocolParams(commit_window=30, reveal_window=30, opening_deadline=20, challenge_delay=1,
-                        quorum_min_reveals=2, challenges_per_run=2, forced_challenge_steps=(1, SUBSTITUTED))
+                        quorum_min_reveals=2, challenges_per_run=2, forced_challenge_steps=(1, SUBSTITUTED),
+                        outlier_penalty=10, no_show_penalty=10)
 VERIFIERS = ("v1", "v2", "v3")  # v3 reveals noise
 BOND = 1000  # enough for v3 to stay eligible through four outlier penalties
 
@@ -126,11 +129,14 @@ def test_finetune_protocol_catches_a_substituted_batch(tmp_path):
     h, s = trainers["honest"].run_id, trainers["substituted"].run_id
     assert {k: e.verdict for k, e in verdicts.items()} == {
         (h, 1): HONEST, (h, SUBSTITUTED): HONEST, (s, 1): HONEST, (s, SUBSTITUTED): FRAUD}
-    assert all(e.cluster_size == 2 and e.reveals == 3 and e.outliers == ("v3",) for e in verdicts.values())
+    seats = {cid: Counter(e.committee) for cid, e in issued.items()}  # a seat per verifier_stake of bond
+    assert all(e.cluster_size == seats[e.challenge_id]["v1"] + seats[e.challenge_id]["v2"] and e.reveals == 3
+               and e.outliers == ("v3",) for e in verdicts.values())
     assert [e.run_id for e in view.of(MinerSlashed)] == [s]
     assert {e.verifier for e in view.of(VerifierOutlier)} == {"v3"}
     penalties = view.of(VerifierPenalized)
     assert {(e.verifier, e.why) for e in penalties} == {("v3", "outlier")} and len(penalties) == 4
-    assert view.state.vbonds == {"v1": BOND, "v2": BOND, "v3": BOND - 4 * PARAMS.outlier_penalty}
+    assert sum(e.amount for e in penalties) == sum(PARAMS.outlier_penalty * s["v3"] for s in seats.values())
+    assert view.state.vbonds == {"v1": BOND, "v2": BOND, "v3": BOND - sum(e.amount for e in penalties)}
     for tr in both:
         tr.close()

@@ -5,6 +5,9 @@ them lazy. Every node decides for itself what it saw; the protocol decides from 
 * stalled opening: the proxy answers every download one byte a second, so every honest node's fetch
   times out and reveals the one refused value, in both opening windows: fraud, the miner slashed;
   the lazy node, which revealed the public H(leaf t), pays as the outlier, for each seat it holds.
+* split refusals: the proxy answers each download with a different malformed opening (junk, a
+  truncated body, a wrong length, bytes that are no opening), so each honest node refuses for its
+  own reason; they all reveal the one refused value, in both windows: fraud; only the lazy node pays.
 * prover knocked offline for one window: the proxy refuses every download of the first round, then
   lets them through: the committee's refusal gives the miner a second opening window, in which the
   step verifies honest; nobody honest pays, the lazy node pays in both rounds.
@@ -16,19 +19,23 @@ import socket
 import threading
 
 import pytest
+import sqlalchemy as sa
 
 from chain import protocol as P
 from chain.dev import DevTransport
 from chain.protocol import ProtocolParams
 from chain.transport import TransportError
 from chain.view import ChainView
+from challenges.refused import refused_value_hash
 from devnet.procs import free_port
+from node.db import challenges
 from tests.e2e.cluster import TINY_GPT, Cluster
 from tests.miner.helpers import corpus
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-PARAMS = ProtocolParams(commit_window=40, reveal_window=16, opening_deadline=16, challenge_delay=2,
+# Windows leave room for a loaded machine (blocks every 0.5 s): the miner builds and opens within 20 s.
+PARAMS = ProtocolParams(commit_window=40, reveal_window=16, opening_deadline=40, challenge_delay=2,
                         challenges_per_run=1, committee_size=4, quorum_min_reveals=3, max_rounds=3,
                         forced_challenge_steps=(4,))
 HONEST = ["v1", "v2", "v3"]
@@ -37,7 +44,8 @@ FETCH = {"connect_timeout_s": 2.0, "read_timeout_s": 2.0, "total_timeout_s": 6.0
 
 class Proxy:
     """A TCP front for the miner's prover: `mode` is "pass" (relay both ways), "down" (accept and
-    close at once) or "stall" (read the request, then answer one byte a second, forever)."""
+    close at once), "stall" (read the request, then answer one byte a second, forever) or "split"
+    (answer each download with another malformed opening)."""
 
     def __init__(self, target_port: int) -> None:
         self.target = target_port
@@ -68,6 +76,22 @@ class Proxy:
                 if self.closing.wait(1.0):
                     break
                 conn.sendall(bytes([b]))
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def _split(self, conn: socket.socket) -> None:
+        n = sum(self.hits.values())
+        junk = [b"not an opening at all" * 50,
+                b"POT-OPENING" + bytes(range(256)) * 4,  # a wrong magic and garbage
+                b"\x00" * 4096]
+        body = junk[n % len(junk)]
+        length = len(body) + (1000 if n % 4 == 3 else 0)  # every fourth announces more than it sends
+        try:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+                         + f"Content-Length: {length}\r\nConnection: close\r\n\r\n".encode() + body)
         except OSError:
             pass
         finally:
@@ -174,3 +198,23 @@ def test_prover_offline_for_one_window_then_honest_and_only_the_lazy_node_pays(t
     assert slashed == 0 and rc == 0, summary
     assert set(paid) == {"v4"}, paid  # the lazy node, an outlier in both rounds
     assert hits.get("down", 0) >= 3 and hits.get("pass", 0) >= 3
+
+
+def test_split_refusals_are_one_value_fraud_after_two_windows_and_only_the_lazy_node_pays(tmp_path):
+    rc, summary, resolved, paid, slashed, hits, cluster = _play(tmp_path, lambda r: "split")
+    assert [r.verdict for r in resolved] == ["inconclusive", "fraud"], [r.reason for r in resolved]
+    assert slashed == PARAMS.slash_amount
+    assert set(paid) == {"v4"}, paid
+    assert hits.get("split", 0) >= 3
+    # Each round: the honest nodes' refusals are one cluster (the one refused value), the lazy
+    # node's public value another.
+    for r in resolved:
+        assert r.winning_value == refused_value_hash(r.challenge_id) and len(r.clusters) == 2, r.clusters
+    # ... though the nodes refused for reasons of their own (what each recorded locally).
+    reasons = set()
+    for name in HONEST:
+        eng = cluster.node_db(name)
+        with eng.connect() as c:
+            reasons |= {row.refusal_reason for row in c.execute(sa.select(challenges)) if row.refusal_reason}
+        eng.dispose()
+    assert len(reasons) >= 2, reasons

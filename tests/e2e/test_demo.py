@@ -50,7 +50,8 @@ def check_summary(summary: dict, substitute_at: int, limit: float = DEMO_TIMEOUT
         assert c["run_id"] in (honest["run_id"], substituted["run_id"])
         assert c["round"] == 1 and c["rechallenge"] is None, c
         assert c["committee"] == ["v1", "v2", "v3", "v4"], c
-        assert c["reveals"] == 4 and c["cluster_size"] == 2, c
+        # a seat per verifier_stake of bond: the cluster counts the honest verifiers' seats
+        assert c["reveals"] == 4 and c["cluster_size"] == c["seats"]["v1"] + c["seats"]["v2"], c
         assert c["outliers"] == ["v3", "v4"]
         # The noisy and the lazy verifier pay the outlier penalty; nobody pays for a no-show.
         assert sorted((p["verifier"], p["why"]) for p in c["penalties"]) == [("v3", "outlier"), ("v4", "outlier")]
@@ -63,7 +64,8 @@ def check_summary(summary: dict, substitute_at: int, limit: float = DEMO_TIMEOUT
         v = verifiers[name]
         assert v["faulty"] and v["fault"] == fault and v["outlier_count"] == len(by_id)
         assert v["bond_before"] >= summary["params"]["verifier_stake"]
-        assert v["bond_after"] == v["bond_before"] - penalty * len(by_id) and v["penalised"] == penalty * len(by_id)
+        owed = sum(penalty * c["seats"][name] for c in by_id.values())  # a penalty per seat held
+        assert v["bond_after"] == v["bond_before"] - owed and v["penalised"] == owed
     for name in ("v1", "v2"):
         v = verifiers[name]
         assert not v["faulty"] and v["outlier_count"] == 0

@@ -87,11 +87,13 @@ def test_honest_run_is_verified_and_a_noisy_verifier_is_an_outlier(cluster, mate
     (issued,) = [e for e in view.of(P.ChallengeIssued) if e.challenge_id == cid]
     assert set(issued.committee) == {cluster.account(n) for n in VERIFIERS}
     (res,) = [e for e in view.of(P.ChallengeResolved) if e.challenge_id == cid]
-    assert (res.step, res.verdict, res.cluster_size, res.reveals, res.rechallenge) == (7, "honest", 2, 3, None)
+    seats = {n: issued.committee.count(cluster.account(n)) for n in VERIFIERS}  # one per verifier_stake of bond
+    assert (res.step, res.verdict, res.cluster_size, res.reveals, res.rechallenge) == (
+        7, "honest", seats["v1"] + seats["v2"], 3, None)
     assert res.outliers == (cluster.account("v3"),)
     assert [e.verifier for e in view.of(P.VerifierOutlier)] == [cluster.account("v3")]
     assert [(e.verifier, e.why) for e in view.of(VerifierPenalized)] == [(cluster.account("v3"), "outlier")]
-    penalty = cluster.params.outlier_penalty
+    penalty = cluster.params.outlier_penalty * seats["v3"]  # a penalty per seat
     assert {n: view.state.vbonds[cluster.account(n)] for n in VERIFIERS} == {
         "v1": before["v1"], "v2": before["v2"], "v3": before["v3"] - penalty}
     assert view.of(P.MinerSlashed) == []
@@ -117,7 +119,8 @@ def test_substituted_batch_at_step_7_is_caught_and_slashed(cluster, material):
 
     view = cluster.view()
     (res,) = [e for e in view.of(P.ChallengeResolved) if e.challenge_id == cid]
-    assert (res.step, res.verdict, res.cluster_size, res.outliers) == (7, "fraud", 3, ())
+    (issued,) = [e for e in view.of(P.ChallengeIssued) if e.challenge_id == cid]
+    assert (res.step, res.verdict, res.cluster_size, res.outliers) == (7, "fraud", len(issued.committee), ())
     assert view.of(VerifierPenalized) == []  # every committee member committed, revealed and agreed
     (slash,) = view.of(P.MinerSlashed)
     miner = cluster.account("miner")
