@@ -26,6 +26,7 @@ from chain.dev import DevTransport
 from chain.protocol import ProtocolParams
 from chain.transport import TransportError
 from chain.view import ChainView
+from challenges.opening import MAGIC as MAGIC_OPENING
 from challenges.refused import refused_value_hash
 from devnet.procs import free_port
 from node.db import challenges
@@ -82,12 +83,12 @@ class Proxy:
             conn.close()
 
     def _split(self, conn: socket.socket) -> None:
-        n = sum(self.hits.values())
-        junk = [b"not an opening at all" * 50,
-                b"POT-OPENING" + bytes(range(256)) * 4,  # a wrong magic and garbage
-                b"\x00" * 4096]
-        body = junk[n % len(junk)]
-        length = len(body) + (1000 if n % 4 == 3 else 0)  # every fourth announces more than it sends
+        """Each connection gets the next of three bad answers: bytes that are no opening, an
+        opening's magic followed by garbage, a body shorter than its announced length."""
+        n = self.hits.get("split", 0)
+        kind = n % 3
+        body = [b"not an opening at all" * 50, MAGIC_OPENING + bytes(range(256)) * 8, b"\x00" * 2048][kind]
+        length = len(body) + (4096 if kind == 2 else 0)
         try:
             conn.recv(65536)
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
