@@ -261,22 +261,25 @@ def row_lazy_sybils_on_fraud() -> Row:
     return _finish(row, net, rounds, verdict="fraud", payers={"l0", "l1", "l2"}, miner_pays=True)
 
 
-def row_split_refusals() -> Row:
-    row = Row("split refusals", "the miner serves each verifier a different malformed opening, in both "
-              "opening windows", "fraud after the second opening window; no verifier pays")
+def _refused_in_both_windows(row: Row) -> Row:
+    """Every committee member reveals the one refused value in both opening windows. On chain a
+    split refusal and a stalled download look the same: that is the point of the one value."""
     net = Net(_params())
     first = setup(net, {f"v{i}": 100 for i in range(5)})
     rounds = play_challenge(net, first, lambda r: lambda n, ch, who: "refuse")
     return _finish(row, net, rounds, verdict="fraud", payers=set(), miner_pays=True)
+
+
+def row_split_refusals() -> Row:
+    return _refused_in_both_windows(Row(
+        "split refusals", "the miner serves each verifier a different malformed opening, in both opening windows",
+        "fraud after the second opening window; no verifier pays"))
 
 
 def row_stalled_opening() -> Row:
-    row = Row("stalled opening", "the miner serves the opening a byte at a time: every download times out "
-              "(the node reveals the one refused value)", "fraud after the second opening window; no verifier pays")
-    net = Net(_params())
-    first = setup(net, {f"v{i}": 100 for i in range(5)})
-    rounds = play_challenge(net, first, lambda r: lambda n, ch, who: "refuse")
-    return _finish(row, net, rounds, verdict="fraud", payers=set(), miner_pays=True)
+    return _refused_in_both_windows(Row(
+        "stalled opening", "the miner serves the opening a byte at a time: every download times out (the node "
+        "reveals the one refused value)", "fraud after the second opening window; no verifier pays"))
 
 
 def row_prover_offline() -> Row:
