@@ -98,8 +98,25 @@ class Hyper:
         )
 
 
+def _compiled(hp: Hyper, *ts: torch.Tensor) -> bool:
+    """Whether the kernels of oracle.exact.kernels may run this update: CPU float32 contiguous
+    tensors of one shape, no autograd graph to record (the eager code below is the definition and
+    runs everywhere else)."""
+    if not kernels.enabled() or hp.lr.device.type != "cpu":
+        return False
+    shape = ts[0].shape
+    if not all(t.device.type == "cpu" and t.dtype == torch.float32 and t.shape == shape
+               and t.is_contiguous() for t in ts):
+        return False
+    return not (torch.is_grad_enabled() and any(t.requires_grad for t in ts))
+
+
 def adamw(p, g, m, v, hp: Hyper, decay: bool):
     """One AdamW update of one tensor; returns (p, m, v)."""
+    if _compiled(hp, p, g, m, v):
+        out = kernels.adamw(p, g, m, v, hp, decay)
+        if out is not None:  # else a NaN: its bytes are the eager code's
+            return out
     if decay and hp.has_wd:
         p = p * hp.decay
     m = hp.b1 * m + hp.c1 * g
@@ -111,6 +128,10 @@ def adamw(p, g, m, v, hp: Hyper, decay: bool):
 
 def sgd(p, g, buf, hp: Hyper, decay: bool):
     """One SGD-with-momentum update (torch semantics, dampening 0); returns (p, buf)."""
+    if _compiled(hp, p, g, buf):
+        out = kernels.sgd(p, g, buf, hp, decay)
+        if out is not None:
+            return out
     if decay and hp.has_wd:
         g = g + hp.wd * p
     buf = hp.mu * buf + g
@@ -133,6 +154,11 @@ def clip(ops, grads: list[torch.Tensor], max_norm: float) -> tuple[list[torch.Te
     nan = torch.full((), float("nan"), dtype=torch.float32, device=dev)
     # a selection, not torch.minimum: its sign of zero depends on the layout (docs/exact-v1.md §11)
     coef = torch.where(torch.isfinite(norm), torch.where(coef < one, coef, one), nan)
+    if kernels.enabled() and dev.type == "cpu" and bool(coef == one):
+        # coef is exactly 1 only when the norm is finite, so every gradient is finite (the sum of
+        # squares is NaN or inf otherwise), and g * 1 is g bit for bit for every finite float32
+        # (no flush-to-zero: profiles.arithmetic_flags): the same values, without the pass
+        return list(grads), norm
     return [g * coef for g in grads], norm
 
 

@@ -787,3 +787,147 @@ def sqrt(x: torch.Tensor) -> torch.Tensor:
     if not enabled() or x.device.type != "cpu":
         return xsqrt.sqrt32(x) if x.dtype == F32 else xsqrt.sqrt64(x)
     return _sqrt_cpu(x)
+
+
+# --- optimizer updates and the clipping sum (oracle.optim, ops.sum_of_squares are the definitions) --
+# AdamW and SGD: one pass per tensor, every operation a float32 operation (numba keeps float32 op
+# float32 as float32; the tests read the LLVM IR), in the eager order, into new arrays. The eager
+# code does not canonicalise NaN, so the kernels count NaN in their outputs and the wrappers return
+# None when there is one: the caller then runs the eager code for that tensor (no NaN output means
+# no NaN anywhere, since every intermediate reaches an output and NaN never disappears).
+# sum_of_squares: per chunk of 2^16 values the exact integer sum of the quantised squares and its
+# exponent, combined exactly by the caller as the eager code does.
+
+if numba is not None:
+    @njit(parallel=True, **_opts)
+    def _adamw_k(p, g, m, v, decay_flag, has_wd, decay, b1, c1, b2, c2, sqrt_bc2, eps, step_size,
+                 po, mo, vo):
+        wd = decay_flag and has_wd
+        nan = 0
+        for i in prange(p.shape[0]):
+            pi = p[i]
+            if wd:
+                pi = pi * decay
+            gi = g[i]
+            mi = b1 * m[i] + c1 * gi
+            vi = b2 * v[i] + c2 * (gi * gi)
+            # kernels.sqrt of a float32: RN32 of the binary64 root of the widened value (_sqrt32_k)
+            d = np.float32(math.sqrt(np.float64(vi))) / sqrt_bc2 + eps
+            pn = pi - (mi / d) * step_size
+            po[i] = pn
+            mo[i] = mi
+            vo[i] = vi
+            if pn != pn or mi != mi or vi != vi:
+                nan += 1
+        return nan
+
+    @njit(parallel=True, **_opts)
+    def _sgd_k(p, g, buf, decay_flag, has_wd, wdc, mu, lr, po, bo):
+        wd = decay_flag and has_wd
+        nan = 0
+        for i in prange(p.shape[0]):
+            pi = p[i]
+            gi = g[i]
+            if wd:
+                gi = gi + wdc * pi
+            bi = mu * buf[i] + gi
+            pn = pi - lr * bi
+            po[i] = pn
+            bo[i] = bi
+            if pn != pn or bi != bi:
+                nan += 1
+        return nan
+
+    @intrinsic
+    def _bits_as_f32(typingctx, v):
+        """Reinterpret an int32 bit pattern as float32 (an LLVM bitcast; no rounding)."""
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], context.get_value_type(_nbt.float32))
+        return _nbt.float32(_nbt.int32), codegen
+
+    @njit(parallel=True, **_opts)
+    def _sos_chunks_k(x, xb, chunk, s, n_out, e_out):
+        """Chunk c of x (float32; xb its int32 bit view): n_out[c] = the sum of
+        round_half_even(f64(x)^2 * 2^(s - e)) with e the block exponent of the chunk's largest
+        square, e_out[c] = e - s. Returns (NaN count, infinity count); a chunk holding either is
+        not written."""
+        N = x.shape[0]
+        nnan = 0
+        ninf = 0
+        for c in prange(n_out.shape[0]):
+            lo = c * chunk
+            hi = min(N, lo + chunk)
+            # the largest magnitude by its bits (sign cleared, the order of |x|; inf and NaN above
+            # every finite value): an integer reduction
+            mb = np.int32(0)
+            for j in range(lo, hi):
+                mb = max(mb, np.int32(xb[j] & np.int32(0x7FFFFFFF)))
+            if mb >= np.int32(0x7F800000):
+                for j in range(lo, hi):
+                    b = xb[j] & np.int32(0x7FFFFFFF)
+                    if b > np.int32(0x7F800000):
+                        nnan += 1
+                    elif b == np.int32(0x7F800000):
+                        ninf += 1
+                continue
+            ma = np.float64(_bits_as_f32(mb))
+            mx = ma * ma  # the largest square (squares of float32 are exact in binary64)
+            if mx == 0.0:
+                ex = 0
+            else:
+                _, ex = math.frexp(mx)
+            if ex < E_MIN:
+                ex = E_MIN
+            up = _pow2(np.int64(s - ex))
+            # integers q <= 2^s, at most 2^(53 - s) of them: the int64 sum is exact in any order
+            total = np.int64(0)
+            for j in range(lo, hi):
+                a = np.float64(x[j])
+                total += np.int64(np.rint((a * a) * up))
+            n_out[c] = total
+            e_out[c] = ex - s
+        return nnan, ninf
+
+
+def _f32_scalar(t: torch.Tensor):
+    return np.float32(t.item())  # a float32 tensor's value: exact through the binary64 float
+
+
+def _flat_f32(t: torch.Tensor) -> np.ndarray:
+    return t.detach().numpy().reshape(-1)
+
+
+@_serial
+def adamw(p, g, m, v, hp, decay: bool):
+    """oracle.optim.adamw for contiguous CPU float32 tensors of one shape: (p, m, v) as new
+    tensors, bit for bit, or None if an output holds a NaN (the eager code then runs)."""
+    po, mo, vo = (torch.empty(p.shape, dtype=F32) for _ in range(3))
+    nan = _adamw_k(_flat_f32(p), _flat_f32(g), _flat_f32(m), _flat_f32(v), bool(decay), bool(hp.has_wd),
+                   _f32_scalar(hp.decay), _f32_scalar(hp.b1), _f32_scalar(hp.c1), _f32_scalar(hp.b2),
+                   _f32_scalar(hp.c2), _f32_scalar(hp.sqrt_bc2), _f32_scalar(hp.eps),
+                   _f32_scalar(hp.step_size), _flat_f32(po), _flat_f32(mo), _flat_f32(vo))
+    return None if nan else (po, mo, vo)
+
+
+@_serial
+def sgd(p, g, buf, hp, decay: bool):
+    """oracle.optim.sgd for contiguous CPU float32 tensors of one shape: (p, buf) as new tensors,
+    bit for bit, or None if an output holds a NaN."""
+    po, bo = (torch.empty(p.shape, dtype=F32) for _ in range(2))
+    nan = _sgd_k(_flat_f32(p), _flat_f32(g), _flat_f32(buf), bool(decay), bool(hp.has_wd),
+                 _f32_scalar(hp.wd), _f32_scalar(hp.mu), _f32_scalar(hp.lr), _flat_f32(po), _flat_f32(bo))
+    return None if nan else (po, bo)
+
+
+@_serial
+def sum_of_squares_chunks(flat: torch.Tensor, chunk: int, s: int):
+    """The per-chunk terms ops.sum_of_squares takes from one non-empty float32 CPU tensor:
+    ("nan" | "inf" | None, [(n, e), ...] with the value sum n * 2^e, zero sums left out)."""
+    x = _np(flat).reshape(-1)
+    nch = -(-x.shape[0] // chunk)
+    n = np.zeros(nch, dtype=np.int64)
+    e = np.zeros(nch, dtype=np.int64)
+    nnan, ninf = _sos_chunks_k(x, x.view(np.int32), chunk, s, n, e)
+    if nnan or ninf:
+        return ("nan" if nnan else "inf"), []
+    return None, [(int(ni), int(ei)) for ni, ei in zip(n.tolist(), e.tolist(), strict=True) if ni]

@@ -981,6 +981,13 @@ def sum_of_squares(tensors) -> torch.Tensor:
         flat = t.reshape(-1)
         if flat.numel() == 0:
             continue
+        if _use_kernels(flat):  # the same terms, in one compiled pass per chunk
+            bad, got = kernels.sum_of_squares_chunks(flat, SOS_CHUNK, sum_bits(SOS_CHUNK))
+            if bad is not None:
+                has_nan = has_nan or bad == "nan"
+                has_inf = True
+            terms += got
+            continue
         sq = flat.to(F64) * flat.to(F64)
         if not bool(torch.isfinite(sq).all()):
             has_nan = has_nan or bool(torch.isnan(sq).any())
