@@ -100,15 +100,15 @@ class Hyper:
 
 def _compiled(hp: Hyper, *ts: torch.Tensor) -> bool:
     """Whether the kernels of oracle.exact.kernels may run this update: CPU float32 contiguous
-    tensors of one shape, no autograd graph to record (the eager code below is the definition and
-    runs everywhere else)."""
+    tensors of one shape, none requiring grad (the eager code would record a graph); the eager code
+    below is the definition and runs everywhere else."""
     if not kernels.enabled() or hp.lr.device.type != "cpu":
         return False
     shape = ts[0].shape
     if not all(t.device.type == "cpu" and t.dtype == torch.float32 and t.shape == shape
                and t.is_contiguous() for t in ts):
         return False
-    return not (torch.is_grad_enabled() and any(t.requires_grad for t in ts))
+    return not any(t.requires_grad for t in ts)
 
 
 def adamw(p, g, m, v, hp: Hyper, decay: bool):

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from commitments.spec import OptimizerSpec, Spec
-from oracle import native, optim
+from oracle import models, native, optim
 from oracle.exact import kernels, ops
 from oracle.exact import quant as Q
 from tests.oracle.vectors.edge import edge_values, random_values
@@ -286,9 +286,24 @@ def _walk(spec, steps):
     {"optimizer": {"grad_clip": 1e6}},
     {"optimizer": {"kind": "sgd", "lr": 0.1, "momentum": 0.9, "grad_clip": 0.5}},
 ], ids=["adamw-clipped", "adamw-coef-1", "sgd"])
-def test_three_step_walk_same_digests_with_and_without_kernels(over):
+def test_three_step_walk_same_digests_with_and_without_kernels(over, monkeypatch):
     spec = _spec(**over)
+    ran = {"adamw": 0, "sgd": 0, "sum_of_squares_chunks": 0}
+
+    def counting(name):
+        fn = getattr(kernels, name)
+
+        def call(*a, **k):
+            out = fn(*a, **k)
+            ran[name] += out is not None and (name != "sum_of_squares_chunks" or out[0] is None)
+            return out
+        return call
+
+    for name in ran:
+        monkeypatch.setattr(kernels, name, counting(name))
     fast = _walk(spec, 3)
+    n_params = len(models.build(spec.model).param_specs())
+    assert ran[spec.optimizer.kind] == 3 * n_params and ran["sum_of_squares_chunks"] == 3 * n_params
     with kernels.disabled():
         slow = _walk(spec, 3)
     assert fast == slow
