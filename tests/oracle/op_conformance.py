@@ -316,6 +316,10 @@ def _signed_zeros(n: int) -> tuple[np.ndarray, np.ndarray]:
 CONTROLS = {
     "torch.sqrt_f32": lambda a32, a64, s: (_np(torch.sqrt(layout(a32, s))), np.sqrt(_f64(a32)).astype(np.float32)),
     "torch.sqrt_f64": lambda a32, a64, s: (_np(torch.sqrt(layout(a64, s))), np.sqrt(a64)),
+    # a square root rounded more than once (x * rsqrt(x) in float32) is wrong on every machine:
+    # the harness must see it, whatever the libraries do with stock sqrt
+    "rsqrt_mul_f32": lambda a32, a64, s: (
+        _np(layout(a32, s) * torch.rsqrt(layout(a32, s))), np.sqrt(_f64(a32)).astype(np.float32)),
     # IEEE minimum(+0, -0) is -0; torch's depends on the layout, so exact paths select with where
     "torch.minimum_zeros": lambda a32, a64, s: (
         _np(torch.minimum(layout(_signed_zeros(N)[0], s), layout(_signed_zeros(N)[1], s))), _signed_zeros(N)[1]),

@@ -1,8 +1,8 @@
 """Op-level conformance at every ATEN_CPU_CAPABILITY this CPU offers: every allowed arithmetic op
 of exact-v1 (oracle.exact.allowed_ops) equals a reference correct by construction, result for
 result, on >= 2^16 random and edge inputs, contiguous and strided (tests/oracle/op_conformance.py,
-one child process per capability). Stock torch.sqrt, the op that broke exact-v1 on x86, is the
-positive control."""
+one child process per capability). A twice-rounded square root is the positive control; stock
+torch.sqrt, the op that broke exact-v1 on x86, is measured."""
 
 from __future__ import annotations
 
@@ -84,10 +84,15 @@ def test_allowed_ops_equal_the_reference_at_every_capability(results):
         assert res["spot_checks"] == 0, f"{want}: numpy's references disagree with Python floats/fractions"
 
 
-def test_the_harness_catches_stock_sqrt(results):
-    """Positive control: where torch.sqrt goes through MKL (x86 builds), it is not correctly
-    rounded, and the harness sees it at every capability."""
-    if platform.machine() not in ("x86_64", "AMD64") or not torch.backends.mkl.is_available():
-        pytest.skip("stock sqrt is expected to be IEEE off x86/MKL; nothing to catch")
+def test_the_harness_catches_a_twice_rounded_sqrt(results):
+    """Positive control: a square root rounded twice (x * rsqrt(x)) differs from the correctly
+    rounded one on some of 2^16 inputs on every machine, and the harness sees it at every
+    capability, contiguous and strided. (Stock torch.sqrt, the op that broke exact-v1 on x86,
+    is still measured, `torch.sqrt_f32` among the controls, but not asserted: through MKL's
+    vector library it was not correctly rounded on the AMD machines it was first measured on,
+    while Intel Xeons at AVX2 round it correctly. That it depends on the CPU is why exact paths
+    never use it; oracle.exact.sqrt is the definition.)"""
     for env, res in results:
-        assert res["controls"]["torch.sqrt_f32"] > 0 and res["controls"]["torch.sqrt_f32_strided"] > 0, env
+        c = res["controls"]
+        assert c["rsqrt_mul_f32"] > 0 and c["rsqrt_mul_f32_strided"] > 0, env
+
