@@ -97,8 +97,10 @@ class Fold:
             return
         rows, self._rows = self._rows, None
         if self._hi is None:  # row-sparse
-            self._hi = self._zeros().index_copy_(0, rows, self._rhi)
-        self._lo = self._zeros().index_copy_(0, rows, self._rlo)
+            self._hi = self._zeros()
+            self._hi[rows] = self._rhi
+        self._lo = self._zeros()
+        self._lo[rows] = self._rlo
         self._rhi = self._rlo = None
 
     @property
@@ -167,15 +169,17 @@ class Fold:
             self._rhi, self._rlo, bad = _fold_step(z, z, v)
             self._bad.append(bad)
             return
-        known = self._rows
-        union = torch.unique(torch.cat([known, rows]))  # sorted
-        if union.shape[0] != known.shape[0]:  # new rows join at (+0, +0)
-            at = torch.searchsorted(union, known)
+        k = self._rows.shape[0]
+        # union: sorted; inv: where each known row, then each of `rows`, sits in it
+        union, inv = torch.unique(torch.cat([self._rows, rows]), sorted=True, return_inverse=True)
+        if union.shape[0] != k:  # new rows join at (+0, +0)
             shape = (union.shape[0], *self._shape[1:])
-            self._rhi = torch.zeros(shape, dtype=F64, device=v.device).index_copy_(0, at, self._rhi)
-            self._rlo = torch.zeros(shape, dtype=F64, device=v.device).index_copy_(0, at, self._rlo)
-            self._rows = union
-        at = torch.searchsorted(self._rows, rows)
+            rhi = torch.zeros(shape, dtype=F64, device=v.device)
+            rlo = torch.zeros(shape, dtype=F64, device=v.device)
+            rhi[inv[:k]] = self._rhi
+            rlo[inv[:k]] = self._rlo
+            self._rows, self._rhi, self._rlo = union, rhi, rlo
+        at = inv[k:]  # (when no row is new, union is the known rows)
         h, lo, bad = _fold_step(self._rhi[at], self._rlo[at], v)  # the dense path's operations
         self._rhi[at] = h
         self._rlo[at] = lo
