@@ -89,13 +89,13 @@ def exact_grads(ranks: Ranks, model, params, inputs, targets, drop_for, micro_ba
     rank gets the same bytes. `micro_batches` splits each rank's shard further (at most its size).
     `ops` is the step's op namespace (oracle.exact.ops, or its bf16-mixed form); default the former."""
     from oracle.exact.accumulate import ExactGradAccumulator
-    from oracle.exact.grads import run_micro_batches
+    from oracle.exact.grads import leaves_of, run_micro_batches
     from oracle.exact.quant import ExactError
 
     lo, hi = shards(inputs.shape[0], ranks.world)[ranks.rank]
     mine = split_rows(hi - lo, min(micro_batches, hi - lo))
     names = list(params)
-    leaves = {n: params[n].detach().clone().requires_grad_(True) for n in names}
+    leaves = leaves_of({n: params[n] for n in names})
     acc = ExactGradAccumulator([leaves[n] for n in names], deferred=ranks.rank > 0)
 
     def forward(lv, a, b):
@@ -110,7 +110,8 @@ def exact_grads(ranks: Ranks, model, params, inputs, targets, drop_for, micro_ba
     if ranks.rank < last:
         _send_state(acc.fold_state(), ranks.rank + 1, device)
     if ranks.rank == last:
-        grads, loss = acc.grads(), acc.loss()
+        loss = acc.loss()
+        grads = acc.grads(consume=True)
         flat = torch.cat([g.reshape(-1) for g in grads] + [loss.reshape(1)])
     else:
         flat = torch.empty(sum(leaves[n].numel() for n in names) + 1, dtype=torch.float32, device=device)

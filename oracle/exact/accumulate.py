@@ -50,45 +50,94 @@ def active() -> ExactGradAccumulator | None:
 
 
 class Fold:
-    """A running sum (hi, lo) of float64 tensors, added to in a fixed order."""
+    """A running sum (hi, lo) of float64 tensors, added to in a fixed order.
+
+    Storage (an implementation choice; every form stands for the same (hi, lo) per element):
+
+    * dense: `_hi`, `_lo` are full tensors, or None for +0 everywhere (the fold starts at (0, 0),
+      and after one value lo is still +0, so the words are allocated only when needed);
+    * row-sparse (a fold only ever added to by rows, the embedding's scatter): `_rows` holds the
+      rows reached so far, sorted and distinct, `_rhi`/`_rlo` their words; every other row is
+      (+0, +0). Each reached element sees exactly the fold steps the dense form performs;
+    * dense hi with row-sparse lo (a dense site after a row-sparse one was folded into it):
+      `_hi` full, `_rows`/`_rlo` the rows whose lo may be non-zero, lo +0 elsewhere.
+
+    The `hi`/`lo` properties return the dense words, converting the fold to the dense form.
+
+    Two facts about every reachable state (h, l) make the sparse forms exact (docs/exact-v1.md
+    §5): neither word is ever −0, and adding +0 leaves (h, l) unchanged and is never inexact.
+    * h ≠ −0: h is v + 0 (round to nearest: −0 + +0 = +0, x + 0 = x otherwise), or the TwoSum sum
+      s + t where s = h + v; a sum is −0 only when both terms are −0, and h is not (induction).
+      l ≠ −0: l is +0, or (s − (h2 − bb)) + (t − bb), whose first term is −0 only if s were.
+    * Adding v = +0 to (h, l), h finite: s = h, e = (h − h) + (0 − 0) = +0, t = l, f = +0 (not
+      inexact), h2 = fl(h + l) = h ((h, l) is a TwoSum pair, or l = +0), l2 = +0 + l = l; h non-
+      finite: s = h, (h, +0) again (a NaN keeps being a NaN, and results are canonical NaNs).
+    * So a row the sparse form never reached, (+0, +0), rounds to +0.0 as the dense zeros do; a
+      dense fold gaining a row-sparse site's words changes only the rows that site reached; and a
+      dense h with l = +0 rounds the same through `fold_result(h, +0)` as through
+      `f64_to_f32(h)` (TwoSum(h, +0) = (h, +0), which needs h ≠ −0).
+    """
 
     def __init__(self, shape, device) -> None:
         self._shape, self._device = tuple(shape), device
-        # None stands for +0 everywhere (the fold starts at (0, 0); after one value lo is still
-        # +0): the words are allocated only when an operation needs them
         self._hi: torch.Tensor | None = None
         self._lo: torch.Tensor | None = None
+        self._rows: torch.Tensor | None = None
+        self._rhi: torch.Tensor | None = None
+        self._rlo: torch.Tensor | None = None
         self.count = 0
         self._bad: list[torch.Tensor | int] = []
 
     def _zeros(self) -> torch.Tensor:
         return torch.zeros(self._shape, dtype=F64, device=self._device)
 
+    def _dense(self) -> None:
+        """Convert to the dense form: the same words, stored in full."""
+        if self._rows is None:
+            return
+        rows, self._rows = self._rows, None
+        if self._hi is None:  # row-sparse
+            self._hi = self._zeros()
+            self._hi[rows] = self._rhi
+        self._lo = self._zeros()
+        self._lo[rows] = self._rlo
+        self._rhi = self._rlo = None
+
+    @property
+    def sparse(self) -> bool:
+        """True while the fold keeps only the rows its row additions reached."""
+        return self._rows is not None and self._hi is None
+
     @property
     def hi(self) -> torch.Tensor:
+        self._dense()
         if self._hi is None:
             self._hi = self._zeros()
         return self._hi
 
     @hi.setter
     def hi(self, value: torch.Tensor) -> None:
+        self._dense()
         self._hi = value
 
     @property
     def lo(self) -> torch.Tensor:
+        self._dense()
         if self._lo is None:
             self._lo = torch.zeros_like(self.hi)
         return self._lo
 
     @lo.setter
     def lo(self, value: torch.Tensor | None) -> None:
+        self._dense()
         self._lo = value
 
     def copy(self) -> Fold:
         """An independent Fold with the same words, count and inexact record."""
         f = Fold(self._shape, self._device)
-        f._hi = None if self._hi is None else self._hi.clone()
-        f._lo = None if self._lo is None else self._lo.clone()
+        for name in ("_hi", "_lo", "_rows", "_rhi", "_rlo"):
+            t = getattr(self, name)
+            setattr(f, name, None if t is None else t.clone())
         f.count, f._bad = self.count, list(self._bad)
         return f
 
@@ -97,14 +146,56 @@ class Fold:
         """Element updates whose low-word addition was not exact (expected: 0)."""
         return int(builtins.sum(int(b) for b in self._bad))
 
+    def _sparse_rows_ok(self, v: torch.Tensor, rows: torch.Tensor) -> bool:
+        """Whether a row addition can stay row-sparse: a fold with nothing stored yet or already
+        row-sparse, float64 values of shape [len(rows), *row], rows int64, distinct, increasing and
+        in range (anything else takes the dense path, which defines what it does)."""
+        if not (self.sparse or (self._hi is None and self._lo is None and self._rows is None)):
+            return False
+        if len(self._shape) < 1 or rows.dtype != torch.int64 or rows.dim() != 1:
+            return False
+        if v.dtype != F64 or tuple(v.shape) != (rows.shape[0], *self._shape[1:]):
+            return False
+        if v.device != rows.device or v.device != torch.device(self._device):
+            return False
+        if rows.numel() == 0:
+            return True
+        return bool((rows[1:] > rows[:-1]).all()) and int(rows[0]) >= 0 and int(rows[-1]) < self._shape[0]
+
+    def _add_rows_sparse(self, v: torch.Tensor, rows: torch.Tensor) -> None:
+        if self._rows is None:  # nothing reached yet: every row of `rows` is at (+0, +0)
+            z = torch.zeros(v.shape, dtype=F64, device=v.device)
+            self._rows = rows.clone()
+            self._rhi, self._rlo, bad = _fold_step(z, z, v)
+            self._bad.append(bad)
+            return
+        k = self._rows.shape[0]
+        # union: sorted; inv: where each known row, then each of `rows`, sits in it
+        union, inv = torch.unique(torch.cat([self._rows, rows]), sorted=True, return_inverse=True)
+        if union.shape[0] != k:  # new rows join at (+0, +0)
+            shape = (union.shape[0], *self._shape[1:])
+            rhi = torch.zeros(shape, dtype=F64, device=v.device)
+            rlo = torch.zeros(shape, dtype=F64, device=v.device)
+            rhi[inv[:k]] = self._rhi
+            rlo[inv[:k]] = self._rlo
+            self._rows, self._rhi, self._rlo = union, rhi, rlo
+        at = inv[k:]  # (when no row is new, union is the known rows)
+        h, lo, bad = _fold_step(self._rhi[at], self._rlo[at], v)  # the dense path's operations
+        self._rhi[at] = h
+        self._rlo[at] = lo
+        self._bad.append(bad)
+
     def add(self, v: torch.Tensor, rows: torch.Tensor | None = None) -> None:
         """Add the exact float64 value v (to the given rows only, if `rows` is set)."""
         if rows is not None:
-            h, lo, bad = _fold_step(self.hi[rows], self.lo[rows], v)
-            self.hi[rows] = h
-            self.lo[rows] = lo
-            self._bad.append(bad)
-        elif self.count == 0:
+            if self._sparse_rows_ok(v, rows):
+                self._add_rows_sparse(v, rows)
+            else:
+                h, lo, bad = _fold_step(self.hi[rows], self.lo[rows], v)
+                self.hi[rows] = h
+                self.lo[rows] = lo
+                self._bad.append(bad)
+        elif self.count == 0 and self._rows is None:
             # the first step from (0, 0) is exactly (v + 0, +0): same bytes, no work
             self._hi = v + 0.0
             self._lo = None
@@ -120,6 +211,7 @@ class Fold:
         n = values.shape[0]
         if n == 0:
             return
+        self._dense()
         if self.count == 0 and owned and n == 1 and values.dtype == F64:
             self._hi = values[0].add_(0.0)  # as add(): (v + 0, +0), without a copy
             self._lo = None
@@ -141,22 +233,70 @@ class Fold:
         self.count += n
 
     def add_fold(self, other: Fold) -> None:
-        self.add(other.hi)
-        self.add(other.lo)
+        """Add other's hi, then other's lo (each a whole param-shaped value, as add() does)."""
+        if other._rows is not None and other._hi is not None:
+            other._dense()  # dense hi, row-sparse lo: rare (a third site); no shortcut
+        if other.sparse:
+            rows = other._rows
+            if self.sparse or (self._hi is None and self._lo is None and self._rows is None):
+                # row-sparse into row-sparse (or into nothing): the rows path's fold steps on the
+                # rows other reached; every other element adds +0 twice, which changes nothing
+                self.add(other._rhi, rows)
+                self.add(other._rlo, rows)
+            else:
+                self._add_sparse_into_dense(other._rhi, other._rlo, rows)
+        else:
+            self.add(other.hi)
+            if other._lo is None:  # adding +0 everywhere leaves every element as it is
+                self.count += 1
+            else:
+                self.add(other._lo)
         self._bad.extend(other._bad)
+
+    def _add_sparse_into_dense(self, vh: torch.Tensor, vl: torch.Tensor, rows: torch.Tensor) -> None:
+        """Dense self += the row-sparse words (vh, vl) of `rows`: the fold steps of add(hi) and
+        add(lo) on the elements of those rows; every other element adds +0 twice (no change)."""
+        if self._rows is not None:
+            self._dense()
+        hi = self.hi
+        h = hi[rows]
+        lo = torch.zeros_like(h) if self._lo is None else self._lo[rows]
+        h, lo, bad1 = _fold_step(h, lo, vh)
+        h, lo, bad2 = _fold_step(h, lo, vl)
+        hi[rows] = h
+        if self._lo is None:  # lo stays +0 outside these rows
+            self._rows, self._rlo = rows, lo
+        else:
+            self._lo[rows] = lo
+        self._bad += [bad1, bad2]
+        self.count += 2
 
     def result(self) -> torch.Tensor:
         """float32 of hi + lo, rounded once; canonical NaN."""
+        if self._rows is not None:
+            # row-sparse: unreached rows are (+0, +0) and round to +0.0. Dense hi with row-sparse
+            # lo (count >= 2): where lo is +0, fold_result(h, +0) = f64_to_f32(h) (class doc).
+            out = torch.zeros(self._shape, dtype=F32, device=self._device) if self._hi is None \
+                else _round(self._hi, None)
+            rhi = self._rhi if self._hi is None else self._hi[self._rows]
+            out[self._rows] = _round(rhi, self._rlo if self.count > 1 else None)
+            return out
         if self.count <= 1:  # lo is zero: one conversion rounds hi
-            if kernels.enabled() and self.hi.device.type == "cpu":
-                return kernels.f64_to_f32(self.hi)
-            return canon_nan(self.hi.to(F32))
-        if kernels.enabled() and self.hi.device.type == "cpu":
-            return kernels.fold_result(self.hi, self.lo)
-        s, err = two_sum(self.hi, self.lo)
-        s = torch.where(torch.isfinite(s), s, self.hi)
-        err = torch.where(torch.isfinite(err), err, torch.zeros_like(err))
-        return canon_nan(round_odd(s, err).to(F32))
+            return _round(self.hi, None)
+        return _round(self.hi, self.lo)
+
+
+def _round(hi: torch.Tensor, lo: torch.Tensor | None) -> torch.Tensor:
+    """float32 of hi + lo rounded once (§1.4), canonical NaN; lo None: hi alone (lo = +0)."""
+    cpu = kernels.enabled() and hi.device.type == "cpu"
+    if lo is None:
+        return kernels.f64_to_f32(hi) if cpu else canon_nan(hi.to(F32))
+    if cpu:
+        return kernels.fold_result(hi, lo)
+    s, err = two_sum(hi, lo)
+    s = torch.where(torch.isfinite(s), s, hi)
+    err = torch.where(torch.isfinite(err), err, torch.zeros_like(err))
+    return canon_nan(round_odd(s, err).to(F32))
 
 
 def _fold_step(hi: torch.Tensor, lo: torch.Tensor, v: torch.Tensor):
@@ -216,6 +356,8 @@ class ExactGradAccumulator:
         # fold state of the sequences before ours (exact data parallelism, oracle.parallel)
         self._deferred = deferred
         self._pending: list[tuple[tuple[int, int] | None, object]] = []
+        self._consumed = False  # grads(consume=True) released the folds
+        self._released_inexact = 0  # their inexact counts
 
     # --- micro-batches -----------------------------------------------------------------------
     @contextlib.contextmanager
@@ -278,6 +420,8 @@ class ExactGradAccumulator:
         """Every fold as it stands: what the next rank continues from."""
         if self._deferred:
             raise ExactError("a deferred accumulator has no fold state before continue_from()")
+        if self._consumed:
+            raise ExactError("grads(consume=True) released the folds already")
         sites = {k: (f.hi, f.lo, f.count, f.inexact) for k, f in sorted(self._sites.items())}
         loss = None if self._loss is None else (self._loss.hi, self._loss.lo, self._loss.count, self._loss.inexact)
         return FoldState(sites, loss, self._loss_total)
@@ -314,28 +458,47 @@ class ExactGradAccumulator:
     # --- results -----------------------------------------------------------------------------
     @property
     def inexact_count(self) -> int:
-        return sum(f.inexact for f in self._sites.values()) + (self._loss.inexact if self._loss else 0)
+        return (sum(f.inexact for f in self._sites.values()) + self._released_inexact
+                + (self._loss.inexact if self._loss else 0))
 
-    def grads(self) -> list[torch.Tensor]:
-        """float32 gradient of every param (zeros where none was deposited), each rounded once."""
+    def grads(self, consume: bool = False) -> list[torch.Tensor]:
+        """float32 gradient of every param (zeros where none was deposited), each rounded once.
+        `consume`: release each param's folds as soon as its gradient is rounded (the peak
+        memory of the step drops by the folds' words); the accumulator then has no folds left
+        (loss() and inexact_count still work, grads() and fold_state() refuse)."""
         if self._deferred:
             raise ExactError("a deferred accumulator has no gradients before continue_from()")
-        out = []
+        if self._consumed:
+            raise ExactError("grads(consume=True) released the folds already")
         for i, p in enumerate(self.params):
             if p.grad is not None:
                 raise ExactError(f"param {i} (shape {tuple(p.shape)}) received a gradient outside the "
                                  f"exact ops; every use of a parameter must go through oracle.exact.ops")
-            sites = sorted(k for k in self._sites if k[0] == i)
-            if not sites:
+        by_param: dict[int, list[tuple[int, int]]] = {}
+        for k in sorted(self._sites):
+            by_param.setdefault(k[0], []).append(k)
+        out = []
+        for i, p in enumerate(self.params):
+            keys = by_param.get(i)
+            if not keys:
                 out.append(torch.zeros_like(p))
                 continue
-            if len(sites) == 1:  # one use site: its fold is the gradient
-                out.append(self._sites[sites[0]].result())
+            if consume:
+                folds = [self._sites.pop(k) for k in keys]
+                self._released_inexact += builtins.sum(f.inexact for f in folds)
+            else:
+                folds = [self._sites[k] for k in keys]
+            if len(folds) == 1:  # one use site: its fold is the gradient
+                out.append(folds[0].result())
                 continue
-            total = self._sites[sites[0]].copy()
-            for k in sites[1:]:
-                total.add_fold(self._sites[k])
+            # the sites in site order: site 0's words, then each later site's hi and lo
+            total = folds[0] if consume else folds[0].copy()
+            for f in folds[1:]:
+                total.add_fold(f)
             out.append(total.result())
+            del folds, total
+        if consume:
+            self._consumed = True
         return out
 
     def loss(self) -> torch.Tensor:

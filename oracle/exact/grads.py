@@ -20,12 +20,25 @@ def micro_batch_grads(forward, params, targets: torch.Tensor, slices, *, total_c
     with oracle.exact.ops from `leaves` (a dict like `params`, of fresh leaf tensors);
     `targets` is [B, T] int64; `slices` are the micro-batches' (lo, hi) in order, covering the
     batch. Returns (float32 loss, float32 gradients in the order of `params`), the same bytes
-    for every split."""
-    leaves = {n: params[n].detach().clone().requires_grad_(True) for n in params}
+    for every split. `params` are not modified (nothing writes into the leaves)."""
+    leaves = leaves_of(params)
     acc = ExactGradAccumulator([leaves[n] for n in params])
     run_micro_batches(acc, forward, leaves, targets, slices, rows=(0, targets.shape[0]),
                       total_count=targets.numel() if total_count is None else total_count)
-    return acc.loss(), acc.grads()
+    loss = acc.loss()
+    return loss, acc.grads(consume=True)  # nothing reads the folds after: release them as we go
+
+
+def leaves_of(params) -> dict[str, torch.Tensor]:
+    """Fresh autograd leaves for `params` (a name -> tensor dict) that share their storage.
+
+    No copy is needed: nothing writes into a leaf in place. The exact ops read their parameter
+    operands (quantisation, products, gathers and the bf16 rounding all write new tensors, the
+    in-place steps of oracle.exact act on those), their gradients go to the accumulator, never
+    into `.grad`, and the optimizer reads the step's own parameter tensors, not the leaves, and
+    returns new ones (tests/oracle/test_accumulate_sparse.py checks the bytes of `params` after a
+    step)."""
+    return {n: params[n].detach().requires_grad_(True) for n in params}
 
 
 def run_micro_batches(acc, forward, leaves, targets: torch.Tensor, slices, *, rows: tuple[int, int],
