@@ -138,8 +138,12 @@ def sgd(p, g, buf, hp: Hyper, decay: bool):
     return p - hp.lr * buf, buf
 
 
-def clip(ops, grads: list[torch.Tensor], max_norm: float) -> tuple[list[torch.Tensor], torch.Tensor]:
+def clip(ops, grads: list[torch.Tensor], max_norm: float, *,
+         owned: bool = False) -> tuple[list[torch.Tensor], torch.Tensor]:
     """Global-norm clipping over `grads` in canonical order; returns (grads, norm).
+
+    `owned`: the caller hands the gradients over (it uses only the returned list), so they are
+    scaled in place: the same IEEE products, without a second copy of every gradient.
 
     norm = sqrt(sum_of_squares(grads)) with the sum exact; coef = min(max_norm / (norm + 1e-6), 1);
     every gradient is multiplied by coef (a no-op when coef is 1). A non-finite norm sets coef to NaN,
@@ -159,6 +163,8 @@ def clip(ops, grads: list[torch.Tensor], max_norm: float) -> tuple[list[torch.Te
         # squares is NaN or inf otherwise), and g * 1 is g bit for bit for every finite float32
         # (no flush-to-zero: profiles.arithmetic_flags): the same values, without the pass
         return list(grads), norm
+    if owned:
+        return [g.mul_(coef) if g.is_contiguous() else g * coef for g in grads], norm
     return [g * coef for g in grads], norm
 
 

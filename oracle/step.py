@@ -136,7 +136,8 @@ def step(state: TrainState, batch, spec: Spec, step_index: int, *,
         loss, grads = prof.grads(model, params, inputs, targets, drop_for, micro_batches)
     names = list(params)
     with torch.no_grad():
-        grads, _ = optim.clip(prof.ops, grads, spec.optimizer.grad_clip)
+        # the gradients are this step's own: clipping scales them in place
+        grads, _ = optim.clip(prof.ops, grads, spec.optimizer.grad_clip, owned=True)
         moments = state.moments(spec)
         new_p, new_m = optim.update(spec.optimizer, step_index, names, [params[n] for n in names], grads,
                                     {k: [v[n] for n in names] for k, v in moments.items()},

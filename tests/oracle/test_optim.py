@@ -101,6 +101,23 @@ def test_clip_matches_torch_clip_grad_norm():
     assert all(a is b for a, b in zip(untouched, grads, strict=True))
 
 
+@pytest.mark.parametrize("which", ["exact", "native"])
+def test_owned_clip_scales_in_place_to_the_same_bytes(which):
+    from oracle.exact import ops as exact_ops
+    ops = exact_ops if which == "exact" else native
+    g = torch.Generator().manual_seed(5)
+    grads = [torch.randn(64, 33, generator=g) * 7, torch.randn(5, generator=g),
+             torch.randn(3, 4, generator=g).t()]  # the last one is not contiguous
+    want, want_norm = optim.clip(ops, [x.clone() for x in grads], 1.0)
+    mine = [x.clone() for x in grads]
+    got, norm = optim.clip(ops, mine, 1.0, owned=True)
+    assert torch.equal(norm, want_norm) and bool(norm > 1.0)
+    for a, b in zip(got, want, strict=True):
+        assert torch.equal(a.view(torch.int32), b.view(torch.int32))
+    assert got[0] is mine[0] and got[1] is mine[1]  # scaled in place
+    assert got[2] is not mine[2] and torch.equal(mine[2], grads[2])  # a strided one is copied
+
+
 def test_nonfinite_gradient_poisons_the_update():
     grads = [torch.tensor([1.0, float("inf")])]
     clipped, norm = optim.clip(native, grads, 1.0)
