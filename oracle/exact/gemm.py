@@ -76,17 +76,19 @@ def _chunk(q: torch.Tensor, c: int, kc: int, rows: bool) -> torch.Tensor:
     return q[..., lo_k:hi_k] if rows else q[..., lo_k:hi_k, :]
 
 
-def _chunked_integer_matmul(qa: torch.Tensor, qb: torch.Tensor, nc: int, kc: int):
+def _chunked_integer_matmul(qa: torch.Tensor, qb: torch.Tensor, nc: int, kc: int, out=None, tmp=None):
     """Exact integer qa @ qb as float64 (hi, lo) when the sum may pass 2^53.
 
     Fast path: add the chunk products P_c (each exact, |P_c| <= 2^53) in chunk order while every
     running total stays below 2^53 in magnitude, when every add is exact (the usual case).
     Otherwise: P_c = H_c 2^26 + L_c with H_c = floor(P_c 2^-26), 0 <= L_c < 2^26; sum H_c and
     sum L_c are exact in any order, and (sum H_c) 2^26 + sum L_c is one exact TwoSum. Both paths
-    yield the exact integer, so which one runs never changes a result."""
-    total = torch.matmul(_chunk(qa, 0, kc, True), _chunk(qb, 0, kc, False))
+    yield the exact integer, so which one runs never changes a result. `out`, `tmp`: buffers of
+    the output's shape for the fast path's total and chunk products (hi is then `out`; the split
+    path's words are fresh either way)."""
+    total = torch.matmul(_chunk(qa, 0, kc, True), _chunk(qb, 0, kc, False), out=out)
     for c in range(1, nc):
-        total.add_(torch.matmul(_chunk(qa, c, kc, True), _chunk(qb, c, kc, False)))
+        total.add_(torch.matmul(_chunk(qa, c, kc, True), _chunk(qb, c, kc, False), out=tmp))
         mn, mx = torch.aminmax(total)
         if not bool((mx < 2.0**53) & (mn > -(2.0**53))):
             break
@@ -302,6 +304,7 @@ WORKSPACE_DEFAULT_MIB = 1024
 class _Workspaces(threading.local):
     def __init__(self):
         self.bufs: dict[str, torch.Tensor] = {}
+        self.views: dict[str, tuple] = {}  # name -> (shape, the last view handed out)
         self.busy = False  # a call on this thread is using them (re-entrant calls get fresh tensors)
 
 
@@ -322,26 +325,35 @@ def _workspace_cap() -> int:
 def _take(ws: _Workspaces | None, name: str, shape) -> torch.Tensor:
     """A contiguous float64 tensor of `shape`: a view of this thread's workspace `name` (grown to
     fit, within the cap), or a fresh tensor when ws is None or the cap would be passed."""
+    shape = tuple(shape)
+    if ws is None:
+        return torch.empty(shape, dtype=F64)
+    last = ws.views.get(name)
+    if last is not None and last[0] == shape:  # the same shape as last time: the same view
+        return last[1]
     n = math.prod(shape)
-    if ws is None or n == 0:
-        return torch.empty(shape, dtype=F64)
     buf = ws.bufs.get(name)
-    if buf is not None and buf.numel() >= n:
-        return buf[:n].view(shape)
-    held = sum(b.numel() for k, b in ws.bufs.items() if k != name) * 8
-    if held + n * 8 > _workspace_cap():
+    if n == 0:
         return torch.empty(shape, dtype=F64)
-    ws.bufs.pop(name, None)  # drop the smaller buffer before allocating the larger
-    # numpy's allocator asks for transparent huge pages on large blocks (fewer faults on the
-    # first fill, fewer TLB misses in the GEMM); the memory goes when the buffer is replaced,
-    # released, or its thread ends
-    buf = ws.bufs[name] = torch.from_numpy(np.empty(n, dtype=np.float64))
-    return buf.view(shape)
+    if buf is None or buf.numel() < n:
+        held = sum(b.numel() for k, b in ws.bufs.items() if k != name) * 8
+        if held + n * 8 > _workspace_cap():
+            return torch.empty(shape, dtype=F64)
+        ws.bufs.pop(name, None)  # drop the smaller buffer (and its view) before allocating
+        ws.views.pop(name, None)
+        # numpy's allocator asks for transparent huge pages on large blocks (fewer faults on the
+        # first fill, fewer TLB misses in the GEMM); the memory goes when the buffer is replaced,
+        # released, or its thread ends
+        buf = ws.bufs[name] = torch.from_numpy(np.empty(n, dtype=np.float64))
+    view = buf[:n].view(shape)
+    ws.views[name] = (shape, view)
+    return view
 
 
 def release_workspaces() -> None:
     """Free this thread's GEMM workspaces (they are allocated again when next needed)."""
     _ws.bufs.clear()
+    _ws.views.clear()
 
 
 def _kernel_quant(x: torch.Tensor, dim: int, s: int, ws: _Workspaces | None = None, name: str = "",
@@ -404,11 +416,17 @@ def _fast_single(a: torch.Tensor, b: torch.Tensor, k: int, rounded: bool = False
         (qa, ea, ssa), (qb, eb, ssb) = qa, qb
         # the Cauchy-Schwarz test (ONE_GEMM_BOUND); ss is the same number whichever kernel ran
         one_gemm = nc == 1 or math.sqrt(ssa) * math.sqrt(ssb) <= ONE_GEMM_BOUND
-        if rounded and one_gemm and qa.dim() == 2 and qb.dim() == 2 and gemm_route(qa.device) == "dgemm":
-            # N = qa @ qb (one exact GEMM, as _single_product computes it) into a workspace, then
-            # RN32((N 2^(ea - s)) 2^(eb - s)) into a fresh float32 tensor
-            hi = torch.matmul(qa, qb, out=_take(ws, "out", (qa.shape[0], qb.shape[1])))
-            return kernels.scale_round_f32(hi, ea.reshape(-1), eb.reshape(-1), s), None
+        if rounded and qa.dim() == 2 and qb.dim() == 2 and gemm_route(qa.device) == "dgemm":
+            # N = qa @ qb as _single_product computes it, into workspaces when it is one word,
+            # then RN32((N 2^(ea - s)) 2^(eb - s)) into a fresh float32 tensor
+            shape = (qa.shape[0], qb.shape[1])
+            if one_gemm:
+                hi, lo = torch.matmul(qa, qb, out=_take(ws, "out", shape)), None
+            else:
+                hi, lo = _chunked_integer_matmul(qa, qb, nc, kc, _take(ws, "out", shape), _take(ws, "chunk", shape))
+            if lo is None:
+                return kernels.scale_round_f32(hi, ea.reshape(-1), eb.reshape(-1), s), None
+            return _scale(hi, lo, pow2(ea - s), pow2(eb - s))  # the split path's fresh words
         hi, lo = _single_product(qa, qb, s, nc, kc, lambda: one_gemm)
         del qa, qb  # hi and lo are fresh tensors, never views of the workspaces
         if rounded and lo is None and hi.dim() == 2:

@@ -753,15 +753,31 @@ def fold_into(hi: torch.Tensor, lo: torch.Tensor, values: torch.Tensor) -> int:
     return int(_fold_k(hi.numpy(), lo.numpy(), _np(values)))
 
 
-def _one_thread() -> bool:
-    """Whether the kernel about to run (inside _serial) gets one thread: then the serial body is
-    called directly, which saves the parallel launch (tens of microseconds, the whole cost of a
-    small call)."""
-    return numba.get_num_threads() == 1
+def _threads(args) -> int:
+    """The thread count _serial gives a call with these arguments."""
+    n = builtins_max((a.numel() for a in args if isinstance(a, torch.Tensor)), default=0)
+    return 1 if n < PARALLEL_MIN_ELEMS else builtins_max(
+        1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
 
 
-@_serial
-def quant_rows(x: torch.Tensor, s: int, out: torch.Tensor | None = None, need_ss: bool = True):
+def _serial_or_direct(fn):
+    """_serial for a wrapper whose kernel has a serial body, called as fn(..., direct=True) when
+    the call gets one thread: that body runs on the calling thread, without numba's pool (a
+    parallel launch costs tens of microseconds, most of a small call) and so without the lock."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        threads = _threads(args)
+        if threads == 1:
+            return fn(*args, direct=True, **kwargs)
+        with _lock:
+            numba.set_num_threads(threads)
+            return fn(*args, direct=False, **kwargs)
+    return wrapper
+
+
+@_serial_or_direct
+def quant_rows(x: torch.Tensor, s: int, out: torch.Tensor | None = None, need_ss: bool = True, *,
+               direct: bool = False):
     """quant.quantise(x, -1, s) of a contiguous float32 [R, K] tensor, bit for bit: (q float64,
     e int64 [R, 1], the largest row sum of q^2 as a float, 0.0 when not need_ss), or None if a row
     holds inf or NaN (the general path then runs). `out`: a contiguous float64 [R, K] tensor to
@@ -772,17 +788,19 @@ def quant_rows(x: torch.Tensor, s: int, out: torch.Tensor | None = None, need_ss
     ss = np.zeros(max(R, 1))
     if R:
         args = (_np(x), s, q.numpy(), e.numpy().reshape(-1), ss, bool(need_ss))
-        if _quant_rows_part_k(*args, 0, R) if _one_thread() else _quant_rows_k(*args):
+        if _quant_rows_part_k(*args, 0, R) if direct else _quant_rows_k(*args):
             return None
-    return q, e, float(ss.max())
+    return q, e, float(ss.max()) if need_ss else 0.0
 
 
-@_serial
-def quant_cols(x: torch.Tensor, s: int, out: torch.Tensor | None = None, need_ss: bool = True):
-    """quant.quantise(x, -2, s) of a contiguous float32 [K, N] or [B, K, N] tensor (one block per
-    column), written row-major, bit for bit, without transposing x: (q float64 of x's shape, e
-    int64 [.., 1, N], the largest column sum of q^2 as a float, the same number quant_rows gives
-    on the transpose), or None if a column holds inf or NaN. `out`, need_ss as in quant_rows."""
+@_serial_or_direct
+def quant_cols(x: torch.Tensor, s: int, out: torch.Tensor | None = None, need_ss: bool = True, *,
+               direct: bool = False):
+    """quant.quantise(x, -2, s) of a contiguous float32 [.., K, N] tensor (one block per column),
+    written row-major, bit for bit, without transposing x: (q float64 of x's shape, e int64
+    [.., 1, N], the largest column sum of q^2 as a float, the same number quant_rows gives on the
+    transpose; 0.0 when not need_ss), or None if a column holds inf or NaN. `out` as in
+    quant_rows."""
     K, N = x.shape[-2:]
     x3 = x.reshape(-1, K, N)
     B = x3.shape[0]
@@ -791,11 +809,11 @@ def quant_cols(x: torch.Tensor, s: int, out: torch.Tensor | None = None, need_ss
     ss = np.zeros(max(B * N, 1))
     if B * N and K:
         args = (_np(x3).reshape(-1), s, q.numpy().reshape(-1), e.numpy().reshape(-1), ss[:B * N], bool(need_ss), K, N)
-        if _quant_cols_part_k(*args, 0, B * -(-N // _COL_TILE)) if _one_thread() else _quant_cols_k(*args):
+        if _quant_cols_part_k(*args, 0, B * -(-N // _COL_TILE)) if direct else _quant_cols_k(*args):
             return None
     elif B * N:
         e.zero_()
-    return q, e.reshape(*x.shape[:-2], 1, N), float(ss.max())
+    return q, e.reshape(*x.shape[:-2], 1, N), float(ss.max()) if need_ss else 0.0
 
 
 @_serial
@@ -936,12 +954,12 @@ def fold_result(hi: torch.Tensor, lo: torch.Tensor) -> torch.Tensor:
     return out
 
 
-@_serial
-def scale_round_f32(hi: torch.Tensor, ea: torch.Tensor, eb: torch.Tensor, s: int) -> torch.Tensor:
+@_serial_or_direct
+def scale_round_f32(hi: torch.Tensor, ea: torch.Tensor, eb: torch.Tensor, s: int, *, direct: bool = False) -> torch.Tensor:
     """float32 of (hi * 2^(ea - s)) * 2^(eb - s) for hi [M, N] float64, ea [M], eb [N] int64."""
     out = torch.empty(hi.shape, dtype=F32)
     args = (_np(hi), _np(ea), _np(eb), int(s), out.numpy())
-    if _one_thread():
+    if direct:
         _scale_round_part_k(*args, 0, hi.shape[0])
     else:
         _scale_round_k(*args)
