@@ -469,7 +469,7 @@ if numba is not None:
         bad = np.zeros(ng, np.int64)
         for g in prange(ng):
             bad[g] = _quant_rows_part_k(x, s, q, e, ss, need_ss, g * 8, min(R, g * 8 + 8))
-        return bad.sum()
+        return np.sum(bad)
 
     @njit(**_opts)
     def _quant_cols_part_k(x, s, q, e, ss, need_ss, K, N, t0, t1):
@@ -525,7 +525,7 @@ if numba is not None:
         bad = np.zeros(nt, np.int64)
         for t in prange(nt):
             bad[t] = _quant_cols_part_k(x, s, q, e, ss, need_ss, K, N, t, t + 1)
-        return bad.sum()
+        return np.sum(bad)
 
 
     @njit(**_opts)
@@ -805,14 +805,12 @@ def quant_cols(x: torch.Tensor, s: int, out: torch.Tensor | None = None, need_ss
     x3 = x.reshape(-1, K, N)
     B = x3.shape[0]
     q = torch.empty(x.shape, dtype=F64) if out is None else out
-    e = torch.empty(B, N, dtype=torch.int64)
+    e = torch.empty(B, N, dtype=torch.int64) if K else torch.zeros(B, N, dtype=torch.int64)  # no rows: e = 0
     ss = np.zeros(max(B * N, 1))
     if B * N and K:
         args = (_np(x3).reshape(-1), s, q.numpy().reshape(-1), e.numpy().reshape(-1), ss[:B * N], bool(need_ss), K, N)
         if _quant_cols_part_k(*args, 0, B * -(-N // _COL_TILE)) if direct else _quant_cols_k(*args):
             return None
-    elif B * N:
-        e.zero_()
     return q, e.reshape(*x.shape[:-2], 1, N), float(ss.max()) if need_ss else 0.0
 
 
