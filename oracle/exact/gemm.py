@@ -9,7 +9,9 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import threading
 
+import numpy as np
 import torch
 
 from oracle.exact import kernels
@@ -74,17 +76,19 @@ def _chunk(q: torch.Tensor, c: int, kc: int, rows: bool) -> torch.Tensor:
     return q[..., lo_k:hi_k] if rows else q[..., lo_k:hi_k, :]
 
 
-def _chunked_integer_matmul(qa: torch.Tensor, qb: torch.Tensor, nc: int, kc: int):
+def _chunked_integer_matmul(qa: torch.Tensor, qb: torch.Tensor, nc: int, kc: int, out=None, tmp=None):
     """Exact integer qa @ qb as float64 (hi, lo) when the sum may pass 2^53.
 
     Fast path: add the chunk products P_c (each exact, |P_c| <= 2^53) in chunk order while every
     running total stays below 2^53 in magnitude, when every add is exact (the usual case).
     Otherwise: P_c = H_c 2^26 + L_c with H_c = floor(P_c 2^-26), 0 <= L_c < 2^26; sum H_c and
     sum L_c are exact in any order, and (sum H_c) 2^26 + sum L_c is one exact TwoSum. Both paths
-    yield the exact integer, so which one runs never changes a result."""
-    total = torch.matmul(_chunk(qa, 0, kc, True), _chunk(qb, 0, kc, False))
+    yield the exact integer, so which one runs never changes a result. `out`, `tmp`: buffers of
+    the output's shape for the fast path's total and chunk products (hi is then `out`; the split
+    path's words are fresh either way)."""
+    total = torch.matmul(_chunk(qa, 0, kc, True), _chunk(qb, 0, kc, False), out=out)
     for c in range(1, nc):
-        total.add_(torch.matmul(_chunk(qa, c, kc, True), _chunk(qb, c, kc, False)))
+        total.add_(torch.matmul(_chunk(qa, c, kc, True), _chunk(qb, c, kc, False), out=tmp))
         mn, mx = torch.aminmax(total)
         if not bool((mx < 2.0**53) & (mn > -(2.0**53))):
             break
@@ -282,40 +286,155 @@ def _int64_to_parts(n: torch.Tensor):
     return hi, lo
 
 
-def _kernel_quant(x: torch.Tensor, dim: int, s: int):
-    """(q, e) from the CPU row kernel (blocks made contiguous first), or None off CPU, for other
-    dtypes, or when a block holds inf or NaN."""
-    if not kernels.enabled() or x.device.type != "cpu" or x.dtype != F32:
-        return None
-    t = (x if dim == -1 else x.transpose(-2, -1)).contiguous()  # blocks become rows
-    res = kernels.quant_rows(t.reshape(-1, t.shape[-1]), s)
-    if res is None:
-        return None
-    q, e, ss = res
-    q, e = q.reshape(t.shape), e.reshape(*t.shape[:-1], 1)
-    return (q, e, ss) if dim == -1 else (q.transpose(-2, -1), e.transpose(-2, -1), ss)
+# --- per-thread float64 workspaces ----------------------------------------------------------
+#
+# The CPU fast path writes the quantised operands (and, when it rounds the product itself, the
+# integer GEMM's output) into float64 buffers kept per thread and reused by the next call: a
+# fresh array of that size costs a page fault per 4 KiB page on first write (for the LM head's
+# 309 MB weight, 15x the cost of the fill itself). A buffer grows to the largest size asked of it
+# and is held until the thread ends; POT_EXACT_GEMM_WORKSPACE_MIB caps what one thread holds
+# (all its buffers together, default 1024; 0 turns them off), and a request beyond the cap gets
+# a fresh tensor as before. A workspace never leaves the call that filled it: what the fast path
+# returns, and so what autograd saves, is always a fresh tensor.
+
+WORKSPACE_ENV = "POT_EXACT_GEMM_WORKSPACE_MIB"
+WORKSPACE_DEFAULT_MIB = 1024
+
+
+class _Workspaces(threading.local):
+    def __init__(self):
+        self.bufs: dict[str, torch.Tensor] = {}
+        self.views: dict[str, tuple] = {}  # name -> (shape, the last view handed out)
+        self.busy = False  # a call on this thread is using them (re-entrant calls get fresh tensors)
+
+
+_ws = _Workspaces()
+
+
+def _workspace_cap() -> int:
+    """Bytes one thread's workspaces may hold (POT_EXACT_GEMM_WORKSPACE_MIB)."""
+    raw = os.environ.get(WORKSPACE_ENV)
+    if raw is None:
+        return WORKSPACE_DEFAULT_MIB << 20
+    try:
+        return max(0, int(float(raw) * (1 << 20)))
+    except ValueError:
+        raise ExactError(f"{WORKSPACE_ENV} must be a number of MiB, got {raw!r}") from None
+
+
+def _take(ws: _Workspaces | None, name: str, shape) -> torch.Tensor:
+    """A contiguous float64 tensor of `shape`: a view of this thread's workspace `name` (grown to
+    fit, within the cap), or a fresh tensor when ws is None or the cap would be passed."""
+    shape = tuple(shape)
+    if ws is None:
+        return torch.empty(shape, dtype=F64)
+    last = ws.views.get(name)
+    if last is not None and last[0] == shape:  # the same shape as last time: the same view
+        return last[1]
+    n = math.prod(shape)
+    buf = ws.bufs.get(name)
+    if n == 0:
+        return torch.empty(shape, dtype=F64)
+    if buf is None or buf.numel() < n:
+        held = sum(b.numel() for k, b in ws.bufs.items() if k != name) * 8
+        if held + n * 8 > _workspace_cap():
+            return torch.empty(shape, dtype=F64)
+        ws.bufs.pop(name, None)  # drop the smaller buffer (and its view) before allocating
+        ws.views.pop(name, None)
+        # numpy's allocator asks for transparent huge pages on large blocks (fewer faults on the
+        # first fill, fewer TLB misses in the GEMM); the memory goes when the buffer is replaced,
+        # released, or its thread ends
+        buf = ws.bufs[name] = torch.from_numpy(np.empty(n, dtype=np.float64))
+    view = buf[:n].view(shape)
+    ws.views[name] = (shape, view)
+    return view
+
+
+def release_workspaces() -> None:
+    """Free this thread's GEMM workspaces (they are allocated again when next needed)."""
+    _ws.bufs.clear()
+    _ws.views.clear()
+
+
+def _kernel_quant(x: torch.Tensor, dim: int, s: int, ws: _Workspaces | None = None, name: str = "",
+                  need_ss: bool = True):
+    """(q, e, ss) of quant.quantise(x, dim, s) from the CPU kernels, or None when a block holds inf
+    or NaN (the general path then runs). The caller has checked: a CPU float32 tensor of at least
+    2 dims, kernels enabled, dim -1 (blocks are rows) or -2 (blocks are columns). Whichever way x
+    is laid out, its blocks are read in place: rows of a row-major matrix by the row kernel,
+    columns by the column kernel (a transposed operand is never copied), and q has x's layout
+    (a view of workspace `name` of ws when given). ss: the largest sum of squares of a block's
+    integers (0.0 when not need_ss)."""
+    xt = x.transpose(-2, -1)
+    if dim == -1:
+        if x.is_contiguous() or not xt.is_contiguous():
+            rows, t = True, x.contiguous()      # rows of a row-major matrix (or of a copy)
+        else:
+            rows, t = False, xt                 # rows of a column-major one: columns of xt
+    elif xt.is_contiguous():
+        rows, t = True, xt                      # columns of a column-major matrix: rows of xt
+    else:
+        rows, t = False, x.contiguous()         # columns of a row-major one (or of a copy)
+    q = _take(ws, name, t.shape)
+    if rows:
+        res = kernels.quant_rows(t.reshape(-1, t.shape[-1]), s, out=q.view(-1, t.shape[-1]), need_ss=need_ss)
+        if res is None:
+            return None
+        e = res[1].view(*t.shape[:-1], 1)
+    else:
+        res = kernels.quant_cols(t, s, out=q, need_ss=need_ss)
+        if res is None:
+            return None
+        e = res[1]
+    if t is xt:  # blocks were read through x's transpose: give q and e back in x's orientation
+        return q.transpose(-2, -1), e.transpose(-2, -1), res[2]
+    return q, e, res[2]
 
 
 def _fast_single(a: torch.Tensor, b: torch.Tensor, k: int, rounded: bool = False):
-    """The single-slice product with both operands quantised by the CPU kernel (finite inputs),
+    """The single-slice product with both operands quantised by the CPU kernels (finite inputs),
     or None. Same arithmetic as the general path. With `rounded`, a 2-D product whose exact value
-    is one word comes back as its float32 result (hi, None) from one fused scale-and-round pass."""
+    is one word comes back as its float32 result (hi, None) from one fused scale-and-round pass
+    (the integer GEMM's output then lives in a workspace)."""
+    if not kernels.enabled() or a.dtype != F32 or b.dtype != F32 or a.device.type != "cpu" \
+            or b.device.type != "cpu" or a.dim() < 2:
+        return None
     nc, kc = k_chunks(k)
     s = dot_bits(kc)
-    qa = _kernel_quant(a, -1, s)
-    if qa is None:
-        return None
-    qb = _kernel_quant(b, -2, s)
-    if qb is None:
-        return None
-    (qa, ea, ssa), (qb, eb, ssb) = qa, qb
-    hi, lo = _single_product(qa, qb, s, nc, kc,
-                             lambda: math.sqrt(ssa) * math.sqrt(ssb) <= ONE_GEMM_BOUND)
-    del qa, qb
-    if rounded and lo is None and hi.dim() == 2:
-        # RN32((hi * 2^(ea - s)) * 2^(eb - s)), the two products and the rounding as below
-        return kernels.scale_round_f32(hi, ea.reshape(-1), eb.reshape(-1), s), None
-    return _scale(hi, lo, pow2(ea - s), pow2(eb - s))
+    ws = _ws
+    if ws.busy:  # re-entered on this thread: the outer call holds the buffers
+        ws = None
+    else:
+        ws.busy = True
+    try:
+        qa = _kernel_quant(a, -1, s, ws, "qa", nc > 1)  # one chunk: no Cauchy-Schwarz test
+        if qa is None:
+            return None
+        qb = _kernel_quant(b, -2, s, ws, "qb", nc > 1)
+        if qb is None:
+            return None
+        (qa, ea, ssa), (qb, eb, ssb) = qa, qb
+        # the Cauchy-Schwarz test (ONE_GEMM_BOUND); ss is the same number whichever kernel ran
+        one_gemm = nc == 1 or math.sqrt(ssa) * math.sqrt(ssb) <= ONE_GEMM_BOUND
+        if rounded and qa.dim() == 2 and qb.dim() == 2 and gemm_route(qa.device) == "dgemm":
+            # N = qa @ qb as _single_product computes it, into workspaces when it is one word,
+            # then RN32((N 2^(ea - s)) 2^(eb - s)) into a fresh float32 tensor
+            shape = (qa.shape[0], qb.shape[1])
+            if one_gemm:
+                hi, lo = torch.matmul(qa, qb, out=_take(ws, "out", shape)), None
+            else:
+                hi, lo = _chunked_integer_matmul(qa, qb, nc, kc, _take(ws, "out", shape), _take(ws, "chunk", shape))
+            if lo is None:
+                return kernels.scale_round_f32(hi, ea.reshape(-1), eb.reshape(-1), s), None
+            return _scale(hi, lo, pow2(ea - s), pow2(eb - s))  # the split path's fresh words
+        hi, lo = _single_product(qa, qb, s, nc, kc, lambda: one_gemm)
+        del qa, qb  # hi and lo are fresh tensors, never views of the workspaces
+        if rounded and lo is None and hi.dim() == 2:
+            return kernels.scale_round_f32(hi, ea.reshape(-1), eb.reshape(-1), s), None
+        return _scale(hi, lo, pow2(ea - s), pow2(eb - s))
+    finally:
+        if ws is not None:
+            ws.busy = False
 
 
 def _kernel_quant_hilo(x: torch.Tensor, dim: int, s: int):

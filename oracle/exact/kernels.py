@@ -360,37 +360,182 @@ if numba is not None:
         return bad
 
 
-    @njit(parallel=True, **_opts)
-    def _quant_rows_k(x, s, q, e, ss):
-        R, K = x.shape
-        ok = 0
-        for r in prange(R):
-            m = 0.0
-            bad = False
-            for j in range(K):
-                a = abs(np.float64(x[r, j]))
-                if not (a <= 1.7976931348623157e308):
-                    bad = True
-                elif a > m:
-                    m = a
-            if bad:
-                ok += 1
+    # --- the GEMM operands' quantisers (mirror quant.quantise) --------------------------------
+    # The block maximum is taken on the float32 bit patterns: for finite values |x| orders as
+    # its bits & 0x7FFFFFFF do (an integer max, in any order, is the same value), and every inf or
+    # NaN has bits >= 0x7F800000, above all finite ones. The sum of squares ss of each block (the
+    # Cauchy-Schwarz test of gemm._fast_single) is added in the block's own order, index 0 first,
+    # in both kernels, so it is the same float64 number whichever kernel quantised the block.
+
+    @intrinsic
+    def _bits_as_f32(typingctx, v):
+        """Reinterpret an int32 bit pattern as float32 (an LLVM bitcast; no rounding)."""
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], context.get_value_type(_nbt.float32))
+        return _nbt.float32(_nbt.int32), codegen
+
+    _ABS32 = np.int32(0x7FFFFFFF)
+    _INF32_BITS = np.int32(0x7F800000)
+    _COL_TILE = 1024  # columns per task of the column quantiser
+
+    @njit(**_opts)
+    def _block_exp(mb):
+        """quant.block_exponent of the finite float32 block maximum whose bits are mb."""
+        m = np.float64(_bits_as_f32(mb))  # exact widening
+        if m == 0.0:
+            ex = 0
+        else:
+            _, ex = math.frexp(m)
+        if ex < E_MIN:
+            ex = E_MIN
+        return ex
+
+    @njit(**_opts)
+    def _ss8(q, r0, K, ss):
+        """ss[r] = sum_j q[r, j]^2 in j order for the 8 rows r0..r0+7 (8 independent chains)."""
+        a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
+        for j in range(K):
+            v0 = q[r0, j]
+            v1 = q[r0 + 1, j]
+            v2 = q[r0 + 2, j]
+            v3 = q[r0 + 3, j]
+            v4 = q[r0 + 4, j]
+            v5 = q[r0 + 5, j]
+            v6 = q[r0 + 6, j]
+            v7 = q[r0 + 7, j]
+            a0 += v0 * v0
+            a1 += v1 * v1
+            a2 += v2 * v2
+            a3 += v3 * v3
+            a4 += v4 * v4
+            a5 += v5 * v5
+            a6 += v6 * v6
+            a7 += v7 * v7
+        ss[r0] = a0
+        ss[r0 + 1] = a1
+        ss[r0 + 2] = a2
+        ss[r0 + 3] = a3
+        ss[r0 + 4] = a4
+        ss[r0 + 5] = a5
+        ss[r0 + 6] = a6
+        ss[r0 + 7] = a7
+
+    @njit(**_opts)
+    def _quant_rows_part_k(x, s, q, e, ss, need_ss, r0, r1):
+        """Rows r0..r1-1 of _quant_rows_k, in groups of 8 rows; returns the number of rows holding
+        inf or NaN (a group with one is left unwritten)."""
+        K = x.shape[1]
+        xi = x.view(np.int32)
+        bad = 0
+        for g0 in range(r0, r1, 8):
+            g1 = min(r1, g0 + 8)
+            nb = 0
+            for r in range(g0, g1):
+                mb = np.int32(0)
+                for j in range(K):
+                    b = xi[r, j] & _ABS32
+                    mb = b if b > mb else mb
+                if mb >= _INF32_BITS:
+                    nb += 1
+                    continue
+                ex = _block_exp(mb)
+                e[r] = ex
+                up = _pow2(np.int64(s - ex))
+                for j in range(K):
+                    q[r, j] = np.rint(np.float64(x[r, j]) * up)
+            if nb:
+                bad += nb
                 continue
-            if m == 0.0:
-                ex = 0
+            if not need_ss:
+                continue
+            if g1 - g0 == 8:
+                _ss8(q, g0, K, ss)
             else:
-                _, ex = math.frexp(m)
-            if ex < E_MIN:
-                ex = E_MIN
-            e[r] = ex
-            up = _pow2(np.int64(s - ex))
-            acc = 0.0
-            for j in range(K):
-                v = np.rint(np.float64(x[r, j]) * up)
-                q[r, j] = v
-                acc += v * v
-            ss[r] = acc
-        return ok
+                for r in range(g0, g1):
+                    acc = 0.0
+                    for j in range(K):
+                        v = q[r, j]
+                        acc += v * v
+                    ss[r] = acc
+        return bad
+
+    @njit(parallel=True, **_opts)
+    def _quant_rows_k(x, s, q, e, ss, need_ss):
+        """quant.quantise(x, -1, s) of float32 x [R, K]: q[r, j] = rint(x[r, j] 2^(s - e_r)),
+        e_r the block exponent of row r, and if need_ss ss[r] = sum_j q[r, j]^2 (j order).
+        Returns the number of rows holding inf or NaN (the caller then takes the general path)."""
+        R = x.shape[0]
+        ng = (R + 7) // 8
+        bad = np.zeros(ng, np.int64)
+        for g in prange(ng):
+            bad[g] = _quant_rows_part_k(x, s, q, e, ss, need_ss, g * 8, min(R, g * 8 + 8))
+        return np.sum(bad)
+
+    @njit(**_opts)
+    def _quant_cols_part_k(x, s, q, e, ss, need_ss, K, N, t0, t1):
+        """Tasks t0..t1-1 of _quant_cols_k (task t: matrix t // nt, the columns of tile t % nt),
+        on the flat arrays x, q [B K N], e, ss [B N]; returns the number of columns holding inf
+        or NaN (a tile with one is left unwritten)."""
+        nt = (N + _COL_TILE - 1) // _COL_TILE
+        xi = x.view(np.int32)
+        bad = 0
+        for t in range(t0, t1):
+            b = t // nt
+            c0 = (t % nt) * _COL_TILE
+            w = min(_COL_TILE, N - c0)
+            base = b * K * N + c0
+            mb = np.zeros(w, np.int32)
+            for k in range(K):
+                row = xi[base + k * N:base + k * N + w]
+                for j in range(w):
+                    mb[j] = max(mb[j], row[j] & _ABS32)
+            nb = 0
+            up = np.empty(w)
+            for j in range(w):
+                if mb[j] >= _INF32_BITS:
+                    nb += 1
+                    continue
+                ex = _block_exp(mb[j])
+                e[b * N + c0 + j] = ex
+                up[j] = _pow2(np.int64(s - ex))
+            if nb:
+                bad += nb
+                continue
+            acc = np.zeros(w)
+            for k in range(K):
+                xr = x[base + k * N:base + k * N + w]
+                qr = q[base + k * N:base + k * N + w]
+                for j in range(w):
+                    qr[j] = np.rint(np.float64(xr[j]) * up[j])
+                if need_ss:
+                    for j in range(w):  # read back: both loops vectorise
+                        v = qr[j]
+                        acc[j] += v * v
+            if need_ss:
+                ss[b * N + c0:b * N + c0 + w] = acc
+        return bad
+
+    @njit(parallel=True, **_opts)
+    def _quant_cols_k(x, s, q, e, ss, need_ss, K, N):
+        """quant.quantise(x, -2, s) of float32 x [B, K, N] (blocks: the columns), written row-major
+        into q [B, K, N], all as flat arrays: equal to _quant_rows_k on each matrix's transpose, ss
+        included (each column's squares added in k order). e, ss: [B N]. Returns the number of
+        columns holding inf or NaN."""
+        nt = (x.shape[0] // (K * N)) * ((N + _COL_TILE - 1) // _COL_TILE)
+        bad = np.zeros(nt, np.int64)
+        for t in prange(nt):
+            bad[t] = _quant_cols_part_k(x, s, q, e, ss, need_ss, K, N, t, t + 1)
+        return np.sum(bad)
+
+
+    @njit(**_opts)
+    def _scale_round_part_k(hi, ea, eb, s, out, i0, i1):
+        """Rows i0..i1-1 of _scale_round_k (gemm's epilogue)."""
+        N = hi.shape[1]
+        for i in range(i0, i1):
+            pa = _pow2(np.int64(ea[i] - s))
+            for j in range(N):
+                out[i, j] = _f32((hi[i, j] * pa) * _pow2(np.int64(eb[j] - s)))
 
 
     # --- layer norm rows and per-sequence column sums (mirror ops._LayerNorm, exact_sum64) -----
@@ -608,18 +753,65 @@ def fold_into(hi: torch.Tensor, lo: torch.Tensor, values: torch.Tensor) -> int:
     return int(_fold_k(hi.numpy(), lo.numpy(), _np(values)))
 
 
-@_serial
-def quant_rows(x: torch.Tensor, s: int):
+def _threads(args) -> int:
+    """The thread count _serial gives a call with these arguments."""
+    n = builtins_max((a.numel() for a in args if isinstance(a, torch.Tensor)), default=0)
+    return 1 if n < PARALLEL_MIN_ELEMS else builtins_max(
+        1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+
+
+def _serial_or_direct(fn):
+    """_serial for a wrapper whose kernel has a serial body, called as fn(..., direct=True) when
+    the call gets one thread: that body runs on the calling thread, without numba's pool (a
+    parallel launch costs tens of microseconds, most of a small call) and so without the lock."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        threads = _threads(args)
+        if threads == 1:
+            return fn(*args, direct=True, **kwargs)
+        with _lock:
+            numba.set_num_threads(threads)
+            return fn(*args, direct=False, **kwargs)
+    return wrapper
+
+
+@_serial_or_direct
+def quant_rows(x: torch.Tensor, s: int, out: torch.Tensor | None = None, need_ss: bool = True, *,
+               direct: bool = False):
     """quant.quantise(x, -1, s) of a contiguous float32 [R, K] tensor, bit for bit: (q float64,
-    e int64 [R, 1], the largest row sum of q^2 as a float), or None if a row holds inf or NaN (the
-    general path then runs)."""
+    e int64 [R, 1], the largest row sum of q^2 as a float, 0.0 when not need_ss), or None if a row
+    holds inf or NaN (the general path then runs). `out`: a contiguous float64 [R, K] tensor to
+    write q into (returned as q); else q is a new tensor."""
     R, K = x.shape
-    q = torch.empty(R, K, dtype=F64)
+    q = torch.empty(R, K, dtype=F64) if out is None else out
     e = torch.empty(R, 1, dtype=torch.int64)
     ss = np.zeros(max(R, 1))
-    if R and _quant_rows_k(_np(x), s, q.numpy(), e.numpy().reshape(-1), ss):
-        return None
-    return q, e, float(ss.max())
+    if R:
+        args = (_np(x), s, q.numpy(), e.numpy().reshape(-1), ss, bool(need_ss))
+        if _quant_rows_part_k(*args, 0, R) if direct else _quant_rows_k(*args):
+            return None
+    return q, e, float(ss.max()) if need_ss else 0.0
+
+
+@_serial_or_direct
+def quant_cols(x: torch.Tensor, s: int, out: torch.Tensor | None = None, need_ss: bool = True, *,
+               direct: bool = False):
+    """quant.quantise(x, -2, s) of a contiguous float32 [.., K, N] tensor (one block per column),
+    written row-major, bit for bit, without transposing x: (q float64 of x's shape, e int64
+    [.., 1, N], the largest column sum of q^2 as a float, the same number quant_rows gives on the
+    transpose; 0.0 when not need_ss), or None if a column holds inf or NaN. `out` as in
+    quant_rows."""
+    K, N = x.shape[-2:]
+    x3 = x.reshape(-1, K, N)
+    B = x3.shape[0]
+    q = torch.empty(x.shape, dtype=F64) if out is None else out
+    e = torch.empty(B, N, dtype=torch.int64) if K else torch.zeros(B, N, dtype=torch.int64)  # no rows: e = 0
+    ss = np.zeros(max(B * N, 1))
+    if B * N and K:
+        args = (_np(x3).reshape(-1), s, q.numpy().reshape(-1), e.numpy().reshape(-1), ss[:B * N], bool(need_ss), K, N)
+        if _quant_cols_part_k(*args, 0, B * -(-N // _COL_TILE)) if direct else _quant_cols_k(*args):
+            return None
+    return q, e.reshape(*x.shape[:-2], 1, N), float(ss.max()) if need_ss else 0.0
 
 
 @_serial
@@ -728,11 +920,8 @@ if numba is not None:
     def _scale_round_k(hi, ea, eb, s, out):
         """gemm's epilogue: out = RN32((hi * 2^(ea_i - s)) * 2^(eb_j - s)), two exact scalings
         (float64 products, in that order) and one rounding."""
-        M, N = hi.shape
-        for i in prange(M):
-            pa = _pow2(np.int64(ea[i] - s))
-            for j in range(N):
-                out[i, j] = _f32((hi[i, j] * pa) * _pow2(np.int64(eb[j] - s)))
+        for i in prange(hi.shape[0]):
+            _scale_round_part_k(hi, ea, eb, s, out, i, i + 1)
 
     @njit(parallel=True, **_opts)
     def _to_f32_k(x, out):
@@ -763,11 +952,15 @@ def fold_result(hi: torch.Tensor, lo: torch.Tensor) -> torch.Tensor:
     return out
 
 
-@_serial
-def scale_round_f32(hi: torch.Tensor, ea: torch.Tensor, eb: torch.Tensor, s: int) -> torch.Tensor:
+@_serial_or_direct
+def scale_round_f32(hi: torch.Tensor, ea: torch.Tensor, eb: torch.Tensor, s: int, *, direct: bool = False) -> torch.Tensor:
     """float32 of (hi * 2^(ea - s)) * 2^(eb - s) for hi [M, N] float64, ea [M], eb [N] int64."""
     out = torch.empty(hi.shape, dtype=F32)
-    _scale_round_k(_np(hi), _np(ea), _np(eb), int(s), out.numpy())
+    args = (_np(hi), _np(ea), _np(eb), int(s), out.numpy())
+    if direct:
+        _scale_round_part_k(*args, 0, hi.shape[0])
+    else:
+        _scale_round_k(*args)
     return out
 
 

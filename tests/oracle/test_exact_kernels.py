@@ -128,7 +128,9 @@ def test_no_fused_multiply_add_in_machine_code():
     from tests.oracle.test_optim_kernels import _compile_all
 
     _compile_all()  # the optimizer updates and the clipping sum
+    _compile_gemm_kernels()
     scanned = 0
+    names = set()
     for name, k in kernels.all_kernels():
         # ... and recompile it uncached and serial with the same options (cached code cannot be
         # inspected), then scan its assembly, callees included
@@ -144,7 +146,28 @@ def test_no_fused_multiply_add_in_machine_code():
                 f"{name}: no float64 arithmetic or conversion found; the scan is blind"
             for mnemonic in fma:
                 assert mnemonic not in asm, f"{name}: {mnemonic} in the machine code"
+            names.add(name)
     assert scanned >= 9
+    gemm = {"_quant_rows_k", "_quant_rows_part_k", "_quant_cols_k", "_quant_cols_part_k", "_scale_round_k",
+            "_scale_round_part_k"}
+    assert gemm <= names, gemm - names
+
+
+def _compile_gemm_kernels():
+    """Call the GEMM operand quantisers and the epilogue, serial and parallel bodies alike."""
+    x = torch.randn(16, 40)
+    q = np.empty((16, 40))
+    e = np.empty(16, np.int64)
+    ss = np.zeros(16)
+    kernels._quant_rows_k(x.numpy(), 22, q, e, ss, True)
+    kernels._quant_rows_part_k(x.numpy(), 22, q, e, ss, True, 0, 16)
+    flat = x.numpy().reshape(-1)
+    kernels._quant_cols_k(flat, 22, q.reshape(-1), np.empty(40, np.int64), np.zeros(40), True, 16, 40)
+    kernels._quant_cols_part_k(flat, 22, q.reshape(-1), np.empty(40, np.int64), np.zeros(40), True, 16, 40, 0, 1)
+    out = np.empty((16, 40), np.float32)
+    ea, eb = np.zeros(16, np.int64), np.zeros(40, np.int64)
+    kernels._scale_round_k(q, ea, eb, 22, out)
+    kernels._scale_round_part_k(q, ea, eb, 22, out, 0, 16)
 
 
 def test_fold_kernel_equals_eager_fold():
