@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from oracle.exact import ops
+from oracle.exact import gemm, ops
 from oracle.exact.accumulate import ExactGradAccumulator
 from oracle.exact.quant import ExactError
 
@@ -57,3 +57,6 @@ def run_micro_batches(acc, forward, leaves, targets: torch.Tensor, slices, *, ro
     if expected != rows[1]:
         raise ExactError(f"micro-batches cover sequences {rows[0]}..{expected - 1}, not "
                          f"{rows[0]}..{rows[1] - 1}")
+    # the step's products are done: the GEMM workspaces (the largest operands' size, 0.5 GB for
+    # GPT-2 small) are not held through the rounding, the optimizer and between steps
+    gemm.release_workspaces()
