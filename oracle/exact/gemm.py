@@ -64,6 +64,14 @@ SPLIT_T = 26  # chunk products (< 2^53) split as H 2^26 + L: both sums stay exac
 # the whole contraction is exact whatever the BLAS does, and equals the chunked sum.
 ONE_GEMM_BOUND = 2.0**52
 
+# The CPU kernels' own sums of squares are plain binary64 sums of exact squares in index order, so
+# their error is known (not so torch.linalg.vector_norm's, §11): for k <= 2^20 terms the computed
+# sum is at least (1 - k 2^-53) times the true one, and the two square roots and their product lose
+# at most three more roundings. A computed bound of 2^53 (1 - 2^-20) then proves every partial sum
+# below 2^53 (all of them integers), so the margin of a factor 2 is not needed there.
+KERNEL_ONE_GEMM_BOUND = 2.0**53 * (1.0 - 2.0**-20)
+KERNEL_BOUND_MAX_K = 1 << 20
+
 
 def _one_gemm_is_exact(qa: torch.Tensor, qb: torch.Tensor) -> bool:
     na = torch.amax(torch.linalg.vector_norm(qa, dim=-1))
@@ -415,7 +423,8 @@ def _fast_single(a: torch.Tensor, b: torch.Tensor, k: int, rounded: bool = False
             return None
         (qa, ea, ssa), (qb, eb, ssb) = qa, qb
         # the Cauchy-Schwarz test (ONE_GEMM_BOUND); ss is the same number whichever kernel ran
-        one_gemm = nc == 1 or math.sqrt(ssa) * math.sqrt(ssb) <= ONE_GEMM_BOUND
+        bound = KERNEL_ONE_GEMM_BOUND if k <= KERNEL_BOUND_MAX_K else ONE_GEMM_BOUND
+        one_gemm = nc == 1 or math.sqrt(ssa) * math.sqrt(ssb) <= bound
         if rounded and qa.dim() == 2 and qb.dim() == 2 and gemm_route(qa.device) == "dgemm":
             # N = qa @ qb as _single_product computes it, into workspaces when it is one word,
             # then RN32((N 2^(ea - s)) 2^(eb - s)) into a fresh float32 tensor

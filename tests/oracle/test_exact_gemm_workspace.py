@@ -417,3 +417,35 @@ def test_gpt_walk_identical_with_and_without_kernels_and_workspaces(matmul, monk
         assert _walk(spec) == want
     monkeypatch.setenv(G.WORKSPACE_ENV, "0")
     assert _walk(spec) == want
+
+
+def test_kernel_cauchy_schwarz_bound_takes_one_gemm_between_2_52_and_2_53(monkeypatch):
+    """Operands whose kernel-computed norm product lies between 2^52 and 2^53: the CPU kernels'
+    sums of squares have a known error, so one GEMM is proven exact there (KERNEL_ONE_GEMM_BOUND)
+    where the eager path, with vector_norm's looser accuracy, still chunks; both give the same
+    bytes."""
+    g = torch.Generator().manual_seed(11)
+    k, n_big = 3072, 1536
+    sign = lambda *s: torch.randint(0, 2, s, generator=g).to(torch.float32) * 2 - 1  # noqa: E731
+    a = torch.randn(8, k, generator=g) * 1e-3
+    b = torch.randn(k, 24, generator=g) * 1e-3
+    a[:, :n_big] = sign(8, n_big)
+    b[:n_big, :] = sign(n_big, 24)
+    nc, kc = G.k_chunks(k)
+    s = dot_bits(kc)
+    ssa = G._kernel_quant(a, -1, s, None, "qa", True)[2]
+    ssb = G._kernel_quant(b, -2, s, None, "qb", True)[2]
+    assert 2.0**52 < math.sqrt(ssa) * math.sqrt(ssb) <= G.KERNEL_ONE_GEMM_BOUND
+    with kernels.disabled():
+        want = G.exact_matmul(a, b)
+        want_hi, want_lo = G.matmul_parts(a, b)
+
+    def no_chunks(*args, **kw):
+        raise AssertionError("the kernel path chunked a product its bound proves exact")
+
+    monkeypatch.setattr(G, "_chunked_integer_matmul", no_chunks)
+    got = G.exact_matmul(a, b)
+    got_hi, got_lo = G.matmul_parts(a, b)
+    assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+    assert torch.equal(got_hi.view(torch.int64), want_hi.view(torch.int64))
+    assert got_lo is None and (want_lo is None or not bool(torch.any(want_lo != 0)))
