@@ -1,8 +1,10 @@
 """Whole network, every participant its own process: a chain, one miner (`pot miner train`) and
 three verifier nodes, bonded before the miner trains and all on the committee. An honest run is
 verified while a node revealing noise ends an outlier, penalised from its bond; a run whose step 7
-trained on another batch is caught, and its miner slashed. The chain is the dev chain, then a real
-Substrate runtime (chopsticks) carrying the calls as remarks.
+trained on another batch is caught, and its miner slashed. The chain is a real Substrate runtime
+(chopsticks) carrying the calls as remarks, and the nodes' own rows are checked. (The same network
+on the dev chain is `pot demo`'s, which tests/e2e/test_demo.py runs with a noisy and a lazy
+verifier and a substituted batch, and tests/e2e/test_adversary_e2e.py with hostile miners.)
 """
 
 from __future__ import annotations
@@ -17,34 +19,28 @@ from node.db import challenges
 from tests.e2e.cluster import TINY_GPT, Cluster
 from tests.miner.helpers import corpus
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.chopsticks]
 
-# Same parameters for everyone: `pot chain dev --params` records them, the miner reads them from the
-# chain, each node's [protocol] must equal them. Windows leave room for a loaded CI machine. One
-# challenge per run (step 7); the committee seats every verifier.
-PARAMS = ProtocolParams(commit_window=120, reveal_window=40, opening_deadline=60, challenge_delay=2,
-                        challenges_per_run=1, committee_size=3, quorum_min_reveals=3, forced_challenge_steps=(7,))
-# chopsticks builds each block with the real runtime (seconds apiece on a loaded machine): the same
-# protocol in fewer, slower blocks.
+# Same parameters for everyone: the chain records them, the miner reads them from the chain, each
+# node's [protocol] must equal them. chopsticks builds each block with the real runtime (seconds
+# apiece on a loaded machine): windows leave room for that. One challenge per run (step 7); the
+# committee seats every verifier.
 CHOPSTICKS_PARAMS = ProtocolParams(commit_window=30, reveal_window=12, opening_deadline=20, challenge_delay=2,
                                    challenges_per_run=1, committee_size=3, quorum_min_reveals=3,
                                    forced_challenge_steps=(7,))
 VERIFIERS = ["v1", "v2", "v3"]
-TRAIN_TIMEOUT = {"dev": 420, "chopsticks": 900}
+TRAIN_TIMEOUT = 900
 
 
-@pytest.fixture(params=["dev", pytest.param("chopsticks", marks=pytest.mark.chopsticks)])
-def cluster(request, tmp_path):
-    if request.param == "dev":
-        c = Cluster(tmp_path, PARAMS)
-    else:
-        from tests.chain.chopsticks_env import ChopsticksError, chopsticks_node
+@pytest.fixture
+def cluster(tmp_path):
+    from tests.chain.chopsticks_env import ChopsticksError, chopsticks_node
 
-        try:
-            node = chopsticks_node()
-        except ChopsticksError as exc:
-            pytest.fail(f"chopsticks could not start: {exc}", pytrace=False)
-        c = Cluster(tmp_path, CHOPSTICKS_PARAMS, interval=1.0, chopsticks=node)
+    try:
+        node = chopsticks_node()
+    except ChopsticksError as exc:
+        pytest.fail(f"chopsticks could not start: {exc}", pytrace=False)
+    c = Cluster(tmp_path, CHOPSTICKS_PARAMS, interval=1.0, chopsticks=node)
     try:
         yield c
     finally:
@@ -77,7 +73,7 @@ def test_honest_run_is_verified_and_a_noisy_verifier_is_an_outlier(cluster, mate
     cluster.start_verifier("v2")
     cluster.start_verifier("v3", fault="noise")
     before = cluster.wait_bonded(VERIFIERS)
-    rc, summary = cluster.train(spec, data, steps_timeout=TRAIN_TIMEOUT[cluster.kind])
+    rc, summary = cluster.train(spec, data, steps_timeout=TRAIN_TIMEOUT)
     _alive(cluster)
     assert rc == 0, cluster.err("miner")[-3000:]
     assert list(summary["verdicts"].values()) == ["honest"], summary
@@ -111,7 +107,7 @@ def test_substituted_batch_at_step_7_is_caught_and_slashed(cluster, material):
     for name in VERIFIERS:
         cluster.start_verifier(name)
     cluster.wait_bonded(VERIFIERS)
-    rc, summary = cluster.train(spec, data, steps_timeout=TRAIN_TIMEOUT[cluster.kind], substitute_at=7)
+    rc, summary = cluster.train(spec, data, steps_timeout=TRAIN_TIMEOUT, substitute_at=7)
     _alive(cluster)
     assert rc == 1, cluster.err("miner")[-3000:]  # the miner exits 1 on a fraud verdict
     assert list(summary["verdicts"].values()) == ["fraud"], summary
