@@ -78,12 +78,17 @@ if numba is not None:
     from numba.core import types as _nbt
     from numba.extending import intrinsic
 
-    @intrinsic
-    def _bits_as_f64(typingctx, v):
-        """Reinterpret an int64 bit pattern as float64 (an LLVM bitcast; no rounding)."""
-        def codegen(context, builder, signature, args):
-            return builder.bitcast(args[0], context.get_value_type(_nbt.float64))
-        return _nbt.float64(_nbt.int64), codegen
+    def _bitcast(src, dst):
+        """An intrinsic reinterpreting a `src` value's bits as `dst` (an LLVM bitcast; no rounding)."""
+        def cast(typingctx, v):
+            def codegen(context, builder, signature, args):
+                return builder.bitcast(args[0], context.get_value_type(dst))
+            return dst(src), codegen
+        return intrinsic(cast)
+
+    _bits_as_f64 = _bitcast(_nbt.int64, _nbt.float64)  # an int64 bit pattern as float64
+    _bits_as_f32 = _bitcast(_nbt.int32, _nbt.float32)  # an int32 bit pattern as float32
+    _f64_bits = _bitcast(_nbt.float64, _nbt.int64)     # the bit pattern of a float64 as an int64
 
     @njit(**_opts)
     def _pow2(k):
@@ -366,13 +371,6 @@ if numba is not None:
     # NaN has bits >= 0x7F800000, above all finite ones. The sum of squares ss of each block (the
     # Cauchy-Schwarz test of gemm._fast_single) is added in the block's own order, index 0 first,
     # in both kernels, so it is the same float64 number whichever kernel quantised the block.
-
-    @intrinsic
-    def _bits_as_f32(typingctx, v):
-        """Reinterpret an int32 bit pattern as float32 (an LLVM bitcast; no rounding)."""
-        def codegen(context, builder, signature, args):
-            return builder.bitcast(args[0], context.get_value_type(_nbt.float32))
-        return _nbt.float32(_nbt.int32), codegen
 
     _ABS32 = np.int32(0x7FFFFFFF)
     _INF32_BITS = np.int32(0x7F800000)
@@ -878,13 +876,6 @@ def all_kernels():
 # on ARM): correctly rounded, so it equals the eager definition bit for bit (conformance vectors).
 
 if numba is not None:
-    @intrinsic
-    def _f64_bits(typingctx, v):
-        """The bit pattern of a float64 as an int64 (an LLVM bitcast)."""
-        def codegen(context, builder, signature, args):
-            return builder.bitcast(args[0], context.get_value_type(_nbt.int64))
-        return _nbt.int64(_nbt.float64), codegen
-
     NAN64_BITS = 0x7FF8000000000000
 
     @njit(parallel=True, **_opts)
@@ -1030,13 +1021,6 @@ if numba is not None:
             if pn != pn or bi != bi:
                 nan += 1
         return nan
-
-    @intrinsic
-    def _bits_as_f32(typingctx, v):
-        """Reinterpret an int32 bit pattern as float32 (an LLVM bitcast; no rounding)."""
-        def codegen(context, builder, signature, args):
-            return builder.bitcast(args[0], context.get_value_type(_nbt.float32))
-        return _nbt.float32(_nbt.int32), codegen
 
     @njit(parallel=True, **_opts)
     def _sos_chunks_k(x, xb, chunk, s, n_out, e_out):
