@@ -151,6 +151,9 @@ def test_no_fused_multiply_add_in_machine_code():
     gemm = {"_quant_rows_k", "_quant_rows_part_k", "_quant_cols_k", "_quant_cols_part_k", "_scale_round_k",
             "_scale_round_part_k"}
     assert gemm <= names, gemm - names
+    from tests.oracle.test_optim_kernels import OPT_KERNELS
+
+    assert set(OPT_KERNELS) <= names, set(OPT_KERNELS) - names
 
 
 def _compile_gemm_kernels():

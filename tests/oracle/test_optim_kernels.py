@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import math
-import platform
 import re
 
 import numpy as np
 import pytest
 import torch
 
-from commitments.spec import OptimizerSpec, Spec
+from commitments.spec import OptimizerSpec
 from oracle import models, native, optim
 from oracle.exact import kernels, ops
 from oracle.exact import quant as Q
+from tests.oracle.test_exact_gemm_routes import _walk
+from tests.oracle.test_step import _spec
 from tests.oracle.vectors.edge import edge_values, random_values
 
 pytestmark = pytest.mark.skipif(not kernels.enabled(), reason="numba kernels not available")
@@ -254,32 +255,6 @@ def test_clip_equals_eager(namespace):
 # --- whole steps -----------------------------------------------------------------------------------
 
 
-def _spec(**over):
-    base = {
-        "model": {"kind": "gpt", "vocab_size": 64, "block_size": 8, "n_layer": 2, "n_head": 2, "n_embd": 16,
-                  "dropout": 0.1},
-        "optimizer": {"kind": "adamw", "lr": 1e-2, "weight_decay": 0.1, "grad_clip": 1.0},
-        "batch": {"batch_size": 4, "seq_len": 8},
-        "rng": {"seed": 5},
-    }
-    for k, v in over.items():
-        base[k] = base.get(k, {}) | v if isinstance(v, dict) else v
-    return Spec.from_dict(base)
-
-
-def _walk(spec, steps):
-    from oracle.step import init_state, step
-
-    st = init_state(spec)
-    out = []
-    for t in range(1, steps + 1):
-        gen = torch.Generator().manual_seed(t)  # test data only
-        batch = torch.randint(0, spec.model.vocab_size, (spec.batch.batch_size, spec.sample_len), generator=gen)
-        st, loss = step(st, batch, spec, t)
-        out.append((st.digest(), loss.view(I32).item()))
-    return out
-
-
 @pytest.mark.usefixtures("single_thread")
 @pytest.mark.parametrize("over", [
     {},
@@ -340,27 +315,3 @@ def test_update_kernels_do_float32_operations_in_float32():
             assert len(f32_ops) >= (6 if name == "_adamw_k" else 4), name
             assert not f64_ops, f"{name}: {f64_ops[:3]}"
             assert "fmuladd" not in ir and "llvm.fma" not in ir, name
-
-
-@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 mnemonic scan")
-def test_no_fused_multiply_add_in_the_optimizer_kernels():
-    import numba
-
-    fma = ("vfmadd", "vfmsub", "vfnmadd", "vfnmsub")
-    ctl = numba.njit(fastmath=True)(lambda a, b, c: a * b + c)
-    ctl(1.0, 2.0, 3.0)
-    if not any(m in ctl.inspect_asm(ctl.signatures[0]) for m in fma):
-        pytest.skip("this CPU has no FMA instructions to look for")
-    _compile_all()
-    names = {n for n, _ in kernels.all_kernels()}
-    assert set(OPT_KERNELS) <= names  # under the scan of test_exact_kernels too
-    for name in OPT_KERNELS:
-        k = getattr(kernels, name)
-        assert k.signatures
-        for sig in k.signatures:
-            fresh = numba.njit(nogil=True, error_model="numpy")(k.py_func)
-            fresh.compile(sig)
-            asm = fresh.inspect_asm(sig).lower()
-            assert re.search(r"\b(v?)(mul|add|sub|div|sqrt)(ss|ps|sd|pd)\b", asm), f"{name}: scan is blind"
-            for mnemonic in fma:
-                assert mnemonic not in asm, f"{name}: {mnemonic} in the machine code"
