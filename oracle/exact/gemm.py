@@ -119,18 +119,21 @@ def _chunked_integer_matmul(qa: torch.Tensor, qb: torch.Tensor, nc: int, kc: int
     return two_sum(hsum, lsum)
 
 
-def _single_product(qa: torch.Tensor, qb: torch.Tensor, s: int, nc: int, kc: int, one_gemm):
+def _single_product(qa: torch.Tensor, qb: torch.Tensor, s: int, nc: int, kc: int, one_gemm,
+                    out=None, tmp=None):
     """The exact integer qa @ qb (|q| <= 2^s) as float64 (hi, lo), on this device's route.
 
-    `one_gemm()` says whether one float64 GEMM over the whole k is exact (Cauchy-Schwarz)."""
+    `one_gemm()` says whether one float64 GEMM over the whole k is exact (Cauchy-Schwarz).
+    `out`, `tmp`: buffers of the output's shape for the float64 route (hi is then `out` whenever
+    lo is None; see _chunked_integer_matmul)."""
     route = gemm_route(qa.device)
     if route != "dgemm":
         n = _sliced_product(qa, qb, s, s, SLICE_BITS[route])
         if n is not None:
             return _int64_to_parts(n)
     if nc == 1 or one_gemm():
-        return torch.matmul(qa, qb), None
-    return _chunked_integer_matmul(qa, qb, nc, kc)
+        return torch.matmul(qa, qb, out=out), None
+    return _chunked_integer_matmul(qa, qb, nc, kc, out, tmp)
 
 
 def _exact_gemm(qa: torch.Tensor, qb: torch.Tensor, bits_a: int, bits_b: int, route: str) -> torch.Tensor:
@@ -425,21 +428,19 @@ def _fast_single(a: torch.Tensor, b: torch.Tensor, k: int, rounded: bool = False
         # the Cauchy-Schwarz test (ONE_GEMM_BOUND); ss is the same number whichever kernel ran
         bound = KERNEL_ONE_GEMM_BOUND if k <= KERNEL_BOUND_MAX_K else ONE_GEMM_BOUND
         one_gemm = nc == 1 or math.sqrt(ssa) * math.sqrt(ssb) <= bound
+        out = tmp = None
         if rounded and qa.dim() == 2 and qb.dim() == 2 and gemm_route(qa.device) == "dgemm":
-            # N = qa @ qb as _single_product computes it, into workspaces when it is one word,
-            # then RN32((N 2^(ea - s)) 2^(eb - s)) into a fresh float32 tensor
+            # this call rounds N itself: a one-word N may live in a workspace, since what leaves
+            # is RN32((N 2^(ea - s)) 2^(eb - s)), a fresh float32 tensor
             shape = (qa.shape[0], qb.shape[1])
-            if one_gemm:
-                hi, lo = torch.matmul(qa, qb, out=_take(ws, "out", shape)), None
-            else:
-                hi, lo = _chunked_integer_matmul(qa, qb, nc, kc, _take(ws, "out", shape), _take(ws, "chunk", shape))
-            if lo is None:
-                return kernels.scale_round_f32(hi, ea.reshape(-1), eb.reshape(-1), s), None
-            return _scale(hi, lo, pow2(ea - s), pow2(eb - s))  # the split path's fresh words
-        hi, lo = _single_product(qa, qb, s, nc, kc, lambda: one_gemm)
-        del qa, qb  # hi and lo are fresh tensors, never views of the workspaces
+            out = _take(ws, "out", shape)
+            tmp = None if one_gemm else _take(ws, "chunk", shape)
+        hi, lo = _single_product(qa, qb, s, nc, kc, lambda: one_gemm, out, tmp)
+        del qa, qb
         if rounded and lo is None and hi.dim() == 2:
             return kernels.scale_round_f32(hi, ea.reshape(-1), eb.reshape(-1), s), None
+        # hi and lo are fresh here, never views of the workspaces: a workspace hi comes only with
+        # lo None and a rounding call (above); two words come from fresh split or sliced parts
         return _scale(hi, lo, pow2(ea - s), pow2(eb - s))
     finally:
         if ws is not None:
