@@ -104,6 +104,11 @@ class Fold:
         self._rhi = self._rlo = None
 
     @property
+    def _empty(self) -> bool:
+        """Nothing stored yet: (+0, +0) everywhere, in no form."""
+        return self._hi is None and self._lo is None and self._rows is None
+
+    @property
     def sparse(self) -> bool:
         """True while the fold keeps only the rows its row additions reached."""
         return self._rows is not None and self._hi is None
@@ -150,7 +155,7 @@ class Fold:
         """Whether a row addition can stay row-sparse: a fold with nothing stored yet or already
         row-sparse, float64 values of shape [len(rows), *row], rows int64, distinct, increasing and
         in range (anything else takes the dense path, which defines what it does)."""
-        if not (self.sparse or (self._hi is None and self._lo is None and self._rows is None)):
+        if not (self.sparse or self._empty):
             return False
         if len(self._shape) < 1 or rows.dtype != torch.int64 or rows.dim() != 1:
             return False
@@ -238,7 +243,7 @@ class Fold:
             other._dense()  # dense hi, row-sparse lo: rare (a third site); no shortcut
         if other.sparse:
             rows = other._rows
-            if self.sparse or (self._hi is None and self._lo is None and self._rows is None):
+            if self.sparse or self._empty:
                 # row-sparse into row-sparse (or into nothing): the rows path's fold steps on the
                 # rows other reached; every other element adds +0 twice, which changes nothing
                 self.add(other._rhi, rows)
