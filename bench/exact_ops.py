@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from oracle.exact import kernels, ops  # noqa: E402
+from oracle.exact import gemm, kernels, ops  # noqa: E402
 from oracle.exact import sqrt as xsqrt  # noqa: E402
 from oracle.exact import transcendental as tx  # noqa: E402
 from oracle.exact.gemm import exact_matmul  # noqa: E402
@@ -63,9 +63,15 @@ def _interleaved(fns: dict, reps: int) -> dict:
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
+def _on_float64_route(fn, *args):
+    with gemm.route("dgemm"):
+        return fn(*args)
+
+
 def measure(json: bool = False, reps: int = 5, quick: bool = False) -> dict:  # noqa: A002 - CLI mirror
     torch.manual_seed(0)
     res: dict = {"threads": torch.get_num_threads(), "gemm": {}, "transcendental_ns_per_elem": {},
+                 "gemm_route": gemm.gemm_route(torch.device("cpu")),
                  "clock": "cpu" if _clock() is time.process_time else "wall"}
     shapes = dict(list(GEMM_SHAPES.items())[:1]) if quick else GEMM_SHAPES
     ratios = []
@@ -78,11 +84,13 @@ def measure(json: bool = False, reps: int = 5, quick: bool = False) -> dict:  # 
             "torch": lambda x=x, w=w: F.linear(x, w),
             "dgemm": lambda x=x64, w=w64: F.linear(x, w),  # the limit: float64 GEMM, same layout
             "single": lambda x=x, w=w: exact_matmul(x, w.t(), "single"),
+            "single_f64": lambda x=x, w=w: _on_float64_route(exact_matmul, x, w.t(), "single"),
             "hilo": lambda x=x, w=w: exact_matmul(x, w.t(), "hilo"),
         }, reps)
         r = {"torch_s": t["torch"], "dgemm_s": t["dgemm"], "single_s": t["single"], "hilo_s": t["hilo"],
+             "single_f64_s": t["single_f64"],
              "single_ratio": t["torch"] / t["single"], "hilo_ratio": t["torch"] / t["hilo"],
-             "dgemm_ratio": t["torch"] / t["dgemm"]}
+             "single_f64_ratio": t["torch"] / t["single_f64"], "dgemm_ratio": t["torch"] / t["dgemm"]}
         r["single_of_limit"] = r["single_ratio"] / r["dgemm_ratio"]  # = dgemm_s / single_s
         res["gemm"][name] = r
         ratios.append(r["single_ratio"])
@@ -124,10 +132,11 @@ def measure(json: bool = False, reps: int = 5, quick: bool = False) -> dict:  # 
 
 
 def _print(res: dict) -> None:
-    print(f"threads: {res['threads']}")
+    print(f"threads: {res['threads']}; CPU integer-GEMM route: {res['gemm_route']}")
     print("exact GEMM throughput / torch fp32 matmul throughput (higher is better; target >= 0.4)")
     for name, r in res["gemm"].items():
-        print(f"  {name:16s} single {r['single_ratio']:.3f}  hilo {r['hilo_ratio']:.3f}  limit (DGEMM/SGEMM) "
+        print(f"  {name:16s} single {r['single_ratio']:.3f} (float64 route {r['single_f64_ratio']:.3f})  "
+              f"hilo {r['hilo_ratio']:.3f}  limit (DGEMM/SGEMM) "
               f"{r['dgemm_ratio']:.3f}  single/limit {r['single_of_limit']:.2f}  (torch {r['torch_s'] * 1e3:.1f} ms, "
               f"dgemm {r['dgemm_s'] * 1e3:.1f} ms, single {r['single_s'] * 1e3:.1f} ms, hilo {r['hilo_s'] * 1e3:.1f} ms)")
     print(f"  gemm_ratio (geometric mean, single): {res['gemm_ratio']:.3f}; limit {res['dgemm_ratio']:.3f}; "

@@ -2,8 +2,11 @@
 
 - gemm_ratio and the transcendental kernels' ns/element: bench/exact_ops.py's measure(). Beside
   each shape's exact ratio it prints the limit: a float64 GEMM (DGEMM) of the same shape over the
-  float32 one (SGEMM), since the exact product is a float64 GEMM of integers plus quantisation,
-  and how much of that limit the exact GEMM reaches;
+  float32 one (SGEMM), since the exact product on the float64 route is a float64 GEMM of
+  integers plus quantisation, and how much of that limit the exact GEMM reaches. Where the CPU's
+  default integer-GEMM route is the int8 slice route (AMX, docs/exact-v1.md §13), the exact
+  product on the float64 route is printed beside it, and so is a third step child: the exact-v1
+  step with POT_EXACT_GEMM=dgemm;
 - step_ratio: exact-v1 step time / torch-native step time for each model of STEP_MODELS (GPT-2
   small: 12 layers, 12 heads, 768 wide, vocab 50304, batch 1 x 256 tokens; a Llama of the same
   width and depth with grouped-query attention and a SwiGLU MLP), at each thread count
@@ -155,11 +158,17 @@ def _run(cmd: list[str], env: dict, what: str) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def _run_child(model: str, profile: str, a, threads: int | None, state_path: str) -> dict:
+def _run_child(model: str, profile: str, a, threads: int | None, state_path: str, route: str | None = None) -> dict:
     cmd = [sys.executable, __file__, "--child", profile, "--model", model, "--steps", str(a.steps),
            "--warmup", str(a.warmup), "--state", state_path]
     cmd += ["--quick"] if a.quick else []
-    return _run(cmd, _child_env(threads, a.thp), profile)
+    env = _child_env(threads, a.thp)
+    if route:
+        env["POT_EXACT_GEMM"] = route
+    return _run(cmd, env, profile)
+
+
+F64_ROUTE = "exact-v1 (float64 route)"  # the same exact-v1 step with POT_EXACT_GEMM=dgemm
 
 
 def _exact_ops_measure():
@@ -171,11 +180,18 @@ def _exact_ops_measure():
 
 def step_ratio(model: str, threads: int, a, state_path: str) -> dict:
     """exact-v1 against torch-native steps of one model at one thread count (alternating children)."""
+    import torch
+
+    from oracle.exact import gemm
+
     runs: dict[str, list[dict]] = {"exact-v1": [], "torch-native": []}
+    if gemm.gemm_route(torch.device("cpu")) != "dgemm":  # also measure the float64 route beside it
+        runs[F64_ROUTE] = []
     for _ in range(a.rounds):
-        for profile in ("exact-v1", "torch-native"):
-            print(f"step: {model} {profile} child, {threads} thread(s) ...", file=sys.stderr, flush=True)
-            runs[profile].append(_run_child(model, profile, a, threads, state_path))
+        for name in runs:
+            print(f"step: {model} {name} child, {threads} thread(s) ...", file=sys.stderr, flush=True)
+            profile, route = ("exact-v1", "dgemm") if name == F64_ROUTE else (name, None)
+            runs[name].append(_run_child(model, profile, a, threads, state_path, route))
 
     def med(profile, key):
         return statistics.median(r[key] for r in runs[profile])
@@ -189,6 +205,12 @@ def step_ratio(model: str, threads: int, a, state_path: str) -> dict:
         "peak_rss_of_steps_only": all(r["peak_is_steps_only"] for rs in runs.values() for r in rs),
         "thp": a.thp,
     }
+    step["gemm_route"] = gemm.gemm_route(torch.device("cpu"))
+    if F64_ROUTE in runs:
+        step["exact_f64_step_s"] = med(F64_ROUTE, "step_s")
+        step["exact_f64_step_cpu_s"] = med(F64_ROUTE, "step_cpu_s")
+        key = "exact_f64_step_cpu_s" if threads == 1 else "exact_f64_step_s"
+        step["step_ratio_f64_route"] = step[key] / step[key.replace("exact_f64", "native")]
     step["step_ratio_wall"] = step["exact_step_s"] / step["native_step_s"]
     step["step_ratio_cpu"] = step["exact_step_cpu_s"] / step["native_step_cpu_s"]
     step["rss_ratio"] = step["exact_peak_rss_mib"] / step["native_peak_rss_mib"]
@@ -233,11 +255,13 @@ def main() -> None:
     if a.threads:  # set after loading bench/exact_ops.py: set before it, the count did not hold
         torch.set_num_threads(a.threads)
     res = measure(quick=a.quick)
-    print(f"threads: {torch.get_num_threads()} ({res['clock']} time: CPU time at 1 thread, else wall time)")
+    print(f"threads: {torch.get_num_threads()} ({res['clock']} time: CPU time at 1 thread, else wall time); "
+          f"CPU integer-GEMM route: {res['gemm_route']}")
     print("exact GEMM throughput / torch fp32 matmul throughput, [256, K] @ [K, N]; limit = DGEMM/SGEMM "
           "throughput on the same shape:")
     for name, r in res["gemm"].items():
-        print(f"  {name:16s} single {r['single_ratio']:.3f}  hilo {r['hilo_ratio']:.3f}  "
+        print(f"  {name:16s} single {r['single_ratio']:.3f} (float64 route {r['single_f64_ratio']:.3f})  "
+              f"hilo {r['hilo_ratio']:.3f}  "
               f"limit {r['dgemm_ratio']:.3f}  single/limit {r['single_of_limit']:.2f}")
     print(f"  gemm_ratio (geometric mean, single): {res['gemm_ratio']:.3f}  limit {res['dgemm_ratio']:.3f}  "
           f"single/limit {res['gemm_of_limit']:.2f}")
@@ -262,7 +286,9 @@ def main() -> None:
                       f"{st['exact_step_cpu_s']:.2f} s, native {st['native_step_cpu_s']:.2f} s (ratio "
                       f"{st['step_ratio_cpu']:.2f}); step_ratio {st['step_ratio']:.2f}; peak RSS exact "
                       f"{st['exact_peak_rss_mib']:.0f} MiB, native {st['native_peak_rss_mib']:.0f} MiB "
-                      f"({st['rss_ratio']:.2f}x, steps only: {st['peak_rss_of_steps_only']})", flush=True)
+                      f"({st['rss_ratio']:.2f}x, steps only: {st['peak_rss_of_steps_only']}); integer-GEMM route "
+                      f"{st['gemm_route']}" + (f", on the float64 route: step_ratio {st['step_ratio_f64_route']:.2f}"
+                                               if "step_ratio_f64_route" in st else ""), flush=True)
     if a.json:
         first = steps[0] if steps else {}
         print(json.dumps({"gemm_ratio": res["gemm_ratio"], "dgemm_ratio": res["dgemm_ratio"],

@@ -14,6 +14,7 @@ import threading
 import numpy as np
 import torch
 
+from oracle import cpu_int8
 from oracle.exact import kernels
 from oracle.exact.quant import (
     F32,
@@ -161,16 +162,40 @@ MAX_SLICED_BATCH = 16        # more (small) matrices than this: the float64 GEMM
 _route_override: str | None = None
 
 
-def gemm_route(device) -> str:
-    """The integer-GEMM route for tensors on `device`: POT_EXACT_GEMM (dgemm, int7, int8) or, by
-    default ("auto"), dgemm on CPUs (fast float64 BLAS) and int7 on CUDA (int8 tensor cores).
-    Every route gives the same bytes."""
+def _route_name() -> str:
     name = _route_override or os.environ.get("POT_EXACT_GEMM", "auto")
-    if name == "auto":
-        return "int7" if device.type == "cuda" else "dgemm"
-    if name not in ROUTES:
+    if name != "auto" and name not in ROUTES:
         raise ExactError(f"POT_EXACT_GEMM must be auto, dgemm, int7 or int8, got {name!r}")
     return name
+
+
+def gemm_route(device) -> str:
+    """The integer-GEMM route for tensors on `device`: POT_EXACT_GEMM (dgemm, int7, int8) or, by
+    default ("auto"), int7 on CUDA (int8 tensor cores), int8 on CPUs whose int8 GEMM is fast and
+    exact (AMX: cpu_int8_exact), dgemm on other CPUs (fast float64 BLAS). Every route gives the
+    same bytes."""
+    name = _route_name()
+    if name == "auto":
+        if device.type == "cuda":
+            return "int7"
+        return "int8" if device.type == "cpu" and cpu_int8_exact() else "dgemm"
+    return name
+
+
+_cpu_int8: bool | None = None
+
+
+def cpu_int8_exact() -> bool:
+    """Whether CPU products take the int8 slice route by default: the compiled kernels are on
+    and oracle.cpu_int8 finds this CPU's torch._int_mm fast (AMX tiles through oneDNN; with
+    AVX-512 VNNI alone nine int8 products cost about one DGEMM) and exact on its probe (checked
+    once per process)."""
+    global _cpu_int8
+    if not kernels.enabled():
+        return False
+    if _cpu_int8 is None:
+        _cpu_int8 = cpu_int8.fast_and_exact()
+    return _cpu_int8
 
 
 @contextlib.contextmanager
@@ -271,6 +296,8 @@ def _sliced_product(qa: torch.Tensor, qb: torch.Tensor, bits_a: int, bits_b: int
     k = qa.shape[-1]
     if sliced_bound(k, bits_a, bits_b, w) >= INT64_BOUND:
         return None
+    if qa.device.type == "cpu" and _route_name() == "auto":
+        return None  # by default CPUs slice only 2-D single products, compiled (_fast_sliced)
     da, db = _digits(qa, bits_a, w), _digits(qb, bits_b, w)
     if qa.dim() == 2 and qb.dim() == 2:
         return _int_mm_2d(da, db, w)
@@ -314,8 +341,8 @@ WORKSPACE_DEFAULT_MIB = 1024
 
 class _Workspaces(threading.local):
     def __init__(self):
-        self.bufs: dict[str, torch.Tensor] = {}
-        self.views: dict[str, tuple] = {}  # name -> (shape, the last view handed out)
+        self.bufs: dict[str, torch.Tensor] = {}  # name -> uint8 bytes
+        self.views: dict[str, tuple] = {}  # name -> ((shape, dtype), the last view handed out)
         self.busy = False  # a call on this thread is using them (re-entrant calls get fresh tensors)
 
 
@@ -333,31 +360,33 @@ def _workspace_cap() -> int:
         raise ExactError(f"{WORKSPACE_ENV} must be a number of MiB, got {raw!r}") from None
 
 
-def _take(ws: _Workspaces | None, name: str, shape) -> torch.Tensor:
-    """A contiguous float64 tensor of `shape`: a view of this thread's workspace `name` (grown to
-    fit, within the cap), or a fresh tensor when ws is None or the cap would be passed."""
+def _take(ws: _Workspaces | None, name: str, shape, dtype=F64) -> torch.Tensor:
+    """A contiguous tensor of `shape` and `dtype` (float64 by default): a view of this thread's
+    workspace `name` (grown to fit, within the cap), or a fresh tensor when ws is None or the cap
+    would be passed."""
     shape = tuple(shape)
     if ws is None:
-        return torch.empty(shape, dtype=F64)
+        return torch.empty(shape, dtype=dtype)
     last = ws.views.get(name)
-    if last is not None and last[0] == shape:  # the same shape as last time: the same view
+    if last is not None and last[0] == (shape, dtype):  # as last time: the same view
         return last[1]
-    n = math.prod(shape)
+    size = dtype.itemsize
+    n = math.prod(shape) * size  # bytes
     buf = ws.bufs.get(name)
     if n == 0:
-        return torch.empty(shape, dtype=F64)
+        return torch.empty(shape, dtype=dtype)
     if buf is None or buf.numel() < n:
-        held = sum(b.numel() for k, b in ws.bufs.items() if k != name) * 8
-        if held + n * 8 > _workspace_cap():
-            return torch.empty(shape, dtype=F64)
+        held = sum(b.numel() for k, b in ws.bufs.items() if k != name)
+        if held + n > _workspace_cap():
+            return torch.empty(shape, dtype=dtype)
         ws.bufs.pop(name, None)  # drop the smaller buffer (and its view) before allocating
         ws.views.pop(name, None)
         # numpy's allocator asks for transparent huge pages on large blocks (fewer faults on the
-        # first fill, fewer TLB misses in the GEMM); the memory goes when the buffer is replaced,
-        # released, or its thread ends
-        buf = ws.bufs[name] = torch.from_numpy(np.empty(n, dtype=np.float64))
-    view = buf[:n].view(shape)
-    ws.views[name] = (shape, view)
+        # first fill, fewer TLB misses in the GEMM) and aligns them for every dtype; the memory
+        # goes when the buffer is replaced, released, or its thread ends
+        buf = ws.bufs[name] = torch.from_numpy(np.empty(n, dtype=np.uint8))
+    view = buf[:n].view(dtype).view(shape)
+    ws.views[name] = ((shape, dtype), view)
     return view
 
 
@@ -412,6 +441,10 @@ def _fast_single(a: torch.Tensor, b: torch.Tensor, k: int, rounded: bool = False
         return None
     nc, kc = k_chunks(k)
     s = dot_bits(kc)
+    if gemm_route(a.device) == "int8" and (k >= SLICE_MIN_K or _route_name() != "auto"):
+        fast = _fast_sliced(a, b, k, s, rounded)
+        if fast is not None:
+            return fast
     ws = _ws
     if ws.busy:  # re-entered on this thread: the outer call holds the buffers
         ws = None
@@ -442,6 +475,114 @@ def _fast_single(a: torch.Tensor, b: torch.Tensor, k: int, rounded: bool = False
         # hi and lo are fresh here, never views of the workspaces: a workspace hi comes only with
         # lo None and a rounding call (above); two words come from fresh split or sliced parts
         return _scale(hi, lo, pow2(ea - s), pow2(eb - s))
+    finally:
+        if ws is not None:
+            ws.busy = False
+
+
+def _kernel_digits(x: torch.Tensor, dim: int, s: int, rev: bool, out: torch.Tensor):
+    """Block exponents (int64 [blocks]) of quant.quantise(x, dim, s) for a float32 matrix x, its
+    integers written as 3 int8 digits into out [blocks, 3k] (kernels.quant_digits), or None
+    for a block holding inf or NaN. Blocks are read in place whichever way x is laid out."""
+    xt = x.t()
+    if dim == -1:  # blocks: the rows of x
+        if x.is_contiguous() or not xt.is_contiguous():
+            return kernels.quant_digits(x.contiguous(), s, True, rev, out)
+        return kernels.quant_digits(xt, s, False, rev, out)
+    if xt.is_contiguous():  # blocks: the columns of x
+        return kernels.quant_digits(xt, s, True, rev, out)
+    return kernels.quant_digits(x.contiguous(), s, False, rev, out)
+
+
+def shift_bound(bits: int, w: int) -> int:
+    """Largest sum over one contraction index of |d_i| |e_j| for the digit pairs i + j = t of one
+    shift t, over every t (Python int): one int8 GEMM of the concatenated pairs of a shift sums
+    k of these, so it stays exact in int32 while k * shift_bound < 2^31."""
+    n = slice_count(bits, w)
+    scale = 1 << (w * (n - 1))
+    low = (1 << (w - 1)) * ((scale - 1) // (((1 << w) - 1) or 1))
+    top = ((1 << bits) + low) // scale  # the top digit's largest magnitude (_digit_weight)
+    mag = [1 << (w - 1)] * (n - 1) + [top]
+    return max(sum(mag[i] * mag[t - i] for i in range(max(0, t - n + 1), min(t, n - 1) + 1))
+               for t in range(2 * n - 1))
+
+
+SLICE_TILE_M, SLICE_TILE_N = 512, 256  # output tiles of the CPU slice route (int32 sums in L2)
+# By default ("auto") the CPU slice route takes contractions of at least this length: shorter
+# ones (a weight gradient over one 256-token sequence) run as fast on the float64 route, whose
+# BLAS needs no digit passes (bench/oracle.py measures both).
+SLICE_MIN_K = 512
+
+
+def _sliced_tiles(da: torch.Tensor, db: torch.Tensor, k: int, p: torch.Tensor, epilogue) -> int:
+    """Tile by tile of the output (SLICE_TILE_M x SLICE_TILE_N, so the five int32 shift products
+    stay in cache for their epilogue): the shift products of 3-digit operands (da [m, 3k] in digit
+    order, db [n, 3k] reversed), each one torch._int_mm over the concatenated pairs, into the
+    workspace p, then epilogue(tile [5, h, w], r0, c0). Returns the sum of what the epilogues
+    return."""
+    m, n = da.shape[0], db.shape[0]
+    total = 0
+    for r0 in range(0, m, SLICE_TILE_M):
+        r1 = min(m, r0 + SLICE_TILE_M)
+        for c0 in range(0, n, SLICE_TILE_N):
+            c1 = min(n, c0 + SLICE_TILE_N)
+            tile = p[:5 * (r1 - r0) * (c1 - c0)].view(5, r1 - r0, c1 - c0)
+            for t in range(5):
+                i0, i1 = max(0, t - 2), min(t, 2)
+                torch._int_mm(da[r0:r1, i0 * k:(i1 + 1) * k], db[c0:c1, (2 - t + i0) * k:(3 - t + i1) * k].t(),
+                              out=tile[t])
+            total += epilogue(tile, r0, c0)
+    return total
+
+
+def _fast_sliced(a: torch.Tensor, b: torch.Tensor, k: int, s: int, rounded: bool):
+    """The single-slice product on the CPU's int8 slice route, compiled: the quantiser writes
+    int8 digits (kernels.quant_digits), each shift t's digit products sum_{i+j=t} A_i B_j are one
+    torch._int_mm over the pairs' concatenated contraction (int32, exact: k * shift_bound <
+    2^31), and the epilogue adds the shifts in int64 and scales and rounds (kernels.
+    digits_round_f32 / digits_parts). One 2-D product (leading dims of size 1) of finite float32
+    operands; None otherwise (the float64 route or the general path serves)."""
+    w = SLICE_BITS["int8"]
+    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    m, n = a.shape[-2], b.shape[-1]
+    nd = slice_count(s, w)
+    if math.prod(batch) != 1 or m == 0 or n == 0 or a.dtype != F32 or b.dtype != F32 or nd != 3 \
+            or k * shift_bound(s, w) >= 2**31 or sliced_bound(k, s, s, w) >= INT64_BOUND:
+        return None
+    a2, b2 = a.reshape(m, k), b.reshape(k, n)
+    ws = _ws
+    if ws.busy:
+        ws = None
+    else:
+        ws.busy = True
+    try:
+        da = _take(ws, "da", (m, nd * k), torch.int8)
+        ea = _kernel_digits(a2, -1, s, False, da)
+        if ea is None:
+            return None
+        db = _take(ws, "db", (n, nd * k), torch.int8)
+        eb = _kernel_digits(b2, -2, s, True, db)  # digits in reverse order (see kernels)
+        if eb is None:
+            return None
+        p = _take(ws, "p", ((2 * nd - 1) * min(m, SLICE_TILE_M) * min(n, SLICE_TILE_N),), torch.int32)
+        shape = batch + (m, n)
+        if rounded:
+            out = torch.empty(m, n, dtype=F32)
+            if not _sliced_tiles(da, db, k, p, lambda t, r0, c0: kernels.digits_round_tile(t, ea, eb, s, out, r0, c0)):
+                return out.view(shape), None
+        hi, lo = torch.empty(m, n, dtype=F64), None
+
+        def parts(t, r0, c0):
+            nonlocal lo
+            if kernels.digits_parts_tile(t, ea, eb, s, hi, lo, r0, c0) and lo is None:
+                # the first tile whose integers pass 2^53: from now on lo is written too (the
+                # tiles before had lo = 0)
+                lo = torch.zeros(m, n, dtype=F64)
+                kernels.digits_parts_tile(t, ea, eb, s, hi, lo, r0, c0)
+            return 0
+
+        _sliced_tiles(da, db, k, p, parts)
+        return hi.view(shape), (None if lo is None else lo.view(shape))
     finally:
         if ws is not None:
             ws.busy = False

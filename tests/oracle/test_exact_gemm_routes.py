@@ -146,7 +146,9 @@ def test_k_beyond_one_int32_chunk(name, k, sliced_calls):
 
 def test_route_selection(monkeypatch):
     monkeypatch.delenv("POT_EXACT_GEMM", raising=False)
-    assert G.gemm_route(torch.device("cpu")) == "dgemm"
+    assert G.gemm_route(torch.device("cpu")) == ("int8" if G.cpu_int8_exact() else "dgemm")
+    with kernels.disabled():  # the CPU slice route is the compiled one: without kernels, float64
+        assert G.gemm_route(torch.device("cpu")) == "dgemm"
     assert G.gemm_route(torch.device("cuda")) == "int7"
     monkeypatch.setenv("POT_EXACT_GEMM", "int8")
     assert G.gemm_route(torch.device("cpu")) == "int8"

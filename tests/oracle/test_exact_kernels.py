@@ -129,6 +129,9 @@ def test_no_fused_multiply_add_in_machine_code():
 
     _compile_all()  # the optimizer updates and the clipping sum
     _compile_gemm_kernels()
+    from tests.oracle.test_exact_gemm_cpu_slices import SLICE_KERNELS, compile_slice_kernels
+
+    compile_slice_kernels()
     scanned = 0
     names = set()
     for name, k in kernels.all_kernels():
@@ -154,6 +157,7 @@ def test_no_fused_multiply_add_in_machine_code():
     from tests.oracle.test_optim_kernels import OPT_KERNELS
 
     assert set(OPT_KERNELS) <= names, set(OPT_KERNELS) - names
+    assert set(SLICE_KERNELS) <= names, set(SLICE_KERNELS) - names
 
 
 def _compile_gemm_kernels():
