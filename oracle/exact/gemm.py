@@ -474,6 +474,15 @@ def _fast_single(a: torch.Tensor, b: torch.Tensor, k: int, rounded: bool = False
             return kernels.scale_round_f32(hi, ea.reshape(-1), eb.reshape(-1), s), None
         # hi and lo are fresh here, never views of the workspaces: a workspace hi comes only with
         # lo None and a rounding call (above); two words come from fresh split or sliced parts
+        m, n = hi.shape[-2], hi.shape[-1]
+        if hi.numel() == m * n and hi.is_contiguous() and ea.numel() == m and eb.numel() == n:
+            # one matrix (the weight gradient of one sequence): both scalings in one pass
+            ea, eb = ea.reshape(m), eb.reshape(n)
+            kernels.scale_parts(hi.view(m, n), ea, eb, s)
+            if lo is not None:
+                lo = lo.contiguous()
+                kernels.scale_parts(lo.view(m, n), ea, eb, s)
+            return hi, lo
         return _scale(hi, lo, pow2(ea - s), pow2(eb - s))
     finally:
         if ws is not None:

@@ -1326,3 +1326,39 @@ def digits_parts_tile(P: torch.Tensor, ea: torch.Tensor, eb: torch.Tensor, s: in
     lo_np = hi.numpy() if lo is None else lo.numpy()
     return int(_digits_parts_tile_k(P.numpy(), _np(ea), _np(eb), int(s), hi.numpy(), lo_np, lo is not None,
                                     int(r0), int(c0)))
+
+
+if numba is not None:
+    @njit(**_opts)
+    def _scale2_part_k(x, ea, eb, s, i0, i1):
+        """Rows i0..i1-1 of _scale2_k."""
+        N = x.shape[1]
+        pb = np.empty(N)
+        for j in range(N):
+            pb[j] = _pow2(np.int64(eb[j] - s))
+        for i in range(i0, i1):
+            pa = _pow2(np.int64(ea[i] - s))
+            r = x[i]
+            for j in range(N):
+                r[j] = (r[j] * pa) * pb[j]
+
+    @njit(parallel=True, **_opts)
+    def _scale2_k(x, ea, eb, s):
+        """x[i, j] = (x[i, j] 2^(ea_i - s)) 2^(eb_j - s) in place: gemm._scale's two float64
+        multiplies, in its order, in one pass."""
+        M = x.shape[0]
+        ng = (M + 7) // 8
+        for g in prange(ng):
+            _scale2_part_k(x, ea, eb, s, g * 8, min(M, g * 8 + 8))
+
+
+@_serial_or_direct
+def scale_parts(x: torch.Tensor, ea: torch.Tensor, eb: torch.Tensor, s: int, *, direct: bool = False) -> torch.Tensor:
+    """(x 2^(ea - s)) 2^(eb - s) in place for a contiguous float64 [M, N] x, ea [M], eb [N] int64
+    (gemm._scale on one matrix, one pass); returns x."""
+    args = (x.numpy(), _np(ea), _np(eb), int(s))
+    if direct:
+        _scale2_part_k(*args, 0, x.shape[0])
+    else:
+        _scale2_k(*args)
+    return x

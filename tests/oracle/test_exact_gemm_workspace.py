@@ -457,3 +457,19 @@ def test_kernel_cauchy_schwarz_bound_takes_one_gemm_between_2_52_and_2_53(monkey
     assert torch.equal(got.view(torch.int32), want.view(torch.int32))
     assert torch.equal(got_hi.view(torch.int64), want_hi.view(torch.int64))
     assert got_lo is None and (want_lo is None or not bool(torch.any(want_lo != 0)))
+
+
+def test_scale_parts_is_the_two_eager_scalings():
+    """kernels.scale_parts (the one-pass scaling of a single matrix's parts) equals _scale's two
+    in-place multiplies bit for bit, at the extremes of the block exponents too."""
+    g = torch.Generator().manual_seed(31)
+    x = torch.randn(37, 300, generator=g, dtype=torch.float64) * 2.0**40
+    x = x.round()  # integers, as the parts are
+    x[0, :4] = torch.tensor([0.0, -0.0, 2.0**62, -(2.0**62)], dtype=torch.float64)
+    ea = torch.randint(-149, 128, (37,), generator=g)
+    eb = torch.randint(-149, 128, (300,), generator=g)
+    ea[:2] = torch.tensor([-149, 127])
+    eb[:2] = torch.tensor([-149, 127])
+    want = G._scale(x.clone(), None, pow2(ea - 22).view(-1, 1), pow2(eb - 22).view(1, -1))[0]
+    got = kernels.scale_parts(x.clone(), ea, eb, 22)
+    _same(got, want)

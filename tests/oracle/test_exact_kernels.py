@@ -152,7 +152,7 @@ def test_no_fused_multiply_add_in_machine_code():
             names.add(name)
     assert scanned >= 9
     gemm = {"_quant_rows_k", "_quant_rows_part_k", "_quant_cols_k", "_quant_cols_part_k", "_scale_round_k",
-            "_scale_round_part_k"}
+            "_scale_round_part_k", "_scale2_k", "_scale2_part_k"}
     assert gemm <= names, gemm - names
     from tests.oracle.test_optim_kernels import OPT_KERNELS
 
@@ -175,6 +175,8 @@ def _compile_gemm_kernels():
     ea, eb = np.zeros(16, np.int64), np.zeros(40, np.int64)
     kernels._scale_round_k(q, ea, eb, 22, out)
     kernels._scale_round_part_k(q, ea, eb, 22, out, 0, 16)
+    kernels._scale2_k(q, ea, eb, 22)
+    kernels._scale2_part_k(q, ea, eb, 22, 0, 16)
 
 
 def test_fold_kernel_equals_eager_fold():
