@@ -523,6 +523,12 @@ SLICE_TILE_M, SLICE_TILE_N = 512, 256  # output tiles of the CPU slice route (in
 SLICE_MIN_K = 512
 
 
+def _slice_tile() -> tuple[int, int]:
+    """The output tile of the CPU slice route: SLICE_TILE_M x SLICE_TILE_N on one thread, the
+    columns times the thread count on more (the int8 GEMMs and the epilogue then split a tile)."""
+    return SLICE_TILE_M, SLICE_TILE_N * max(1, torch.get_num_threads())
+
+
 def _sliced_tiles(da: torch.Tensor, db: torch.Tensor, k: int, p: torch.Tensor, epilogue) -> int:
     """Tile by tile of the output (SLICE_TILE_M x SLICE_TILE_N, so the five int32 shift products
     stay in cache for their epilogue): the shift products of 3-digit operands (da [m, 3k] in digit
@@ -530,11 +536,12 @@ def _sliced_tiles(da: torch.Tensor, db: torch.Tensor, k: int, p: torch.Tensor, e
     workspace p, then epilogue(tile [5, h, w], r0, c0). Returns the sum of what the epilogues
     return."""
     m, n = da.shape[0], db.shape[0]
+    tm, tn = _slice_tile()
     total = 0
-    for r0 in range(0, m, SLICE_TILE_M):
-        r1 = min(m, r0 + SLICE_TILE_M)
-        for c0 in range(0, n, SLICE_TILE_N):
-            c1 = min(n, c0 + SLICE_TILE_N)
+    for r0 in range(0, m, tm):
+        r1 = min(m, r0 + tm)
+        for c0 in range(0, n, tn):
+            c1 = min(n, c0 + tn)
             tile = p[:5 * (r1 - r0) * (c1 - c0)].view(5, r1 - r0, c1 - c0)
             for t in range(5):
                 i0, i1 = max(0, t - 2), min(t, 2)
@@ -573,7 +580,8 @@ def _fast_sliced(a: torch.Tensor, b: torch.Tensor, k: int, s: int, rounded: bool
         eb = _kernel_digits(b2, -2, s, True, db)  # digits in reverse order (see kernels)
         if eb is None:
             return None
-        p = _take(ws, "p", ((2 * nd - 1) * min(m, SLICE_TILE_M) * min(n, SLICE_TILE_N),), torch.int32)
+        tm, tn = _slice_tile()
+        p = _take(ws, "p", ((2 * nd - 1) * min(m, tm) * min(n, tn),), torch.int32)
         shape = batch + (m, n)
         if rounded:
             out = torch.empty(m, n, dtype=F32)

@@ -1238,18 +1238,19 @@ if numba is not None:
                     + (np.int64(p3[j]) << 24) + (np.int64(p4[j]) << 32))
 
     @njit(**_opts)
-    def _digits_round_tile_k(P, ea, eb, s, out, r0, c0):
+    def _digits_round_tile_k(P, ea, eb, s, out, r0, c0, i0, i1):
         """The slice route's epilogue on one output tile: P int32 [5, h, w] the shift products of
         rows r0.., columns c0.. of the output, N = sum_t P[t] 2^(8 t), out[r0 + i, c0 + j] =
-        RN32((N_ij 2^(ea - s)) 2^(eb - s)) as _scale_round_part_k computes it. Returns the count
-        of |N| > 2^53 (their results are not valid: the caller rounds two words)."""
-        h, w = P.shape[1], P.shape[2]
+        RN32((N_ij 2^(ea - s)) 2^(eb - s)) as _scale_round_part_k computes it, for the tile's rows
+        i0..i1-1. Returns the count of |N| > 2^53 (their results are not valid: the caller
+        rounds two words)."""
+        w = P.shape[2]
         big = 0
         n = np.empty(w, np.int64)
         pb = np.empty(w)
         for j in range(w):
             pb[j] = _pow2(np.int64(eb[c0 + j] - s))
-        for i in range(h):
+        for i in range(i0, i1):
             _shift_sum(P, i, n)
             pa = _pow2(np.int64(ea[r0 + i] - s))
             o = out[r0 + i, c0:c0 + w]
@@ -1260,17 +1261,18 @@ if numba is not None:
         return big
 
     @njit(**_opts)
-    def _digits_parts_tile_k(P, ea, eb, s, hi, lo, want_lo, r0, c0):
+    def _digits_parts_tile_k(P, ea, eb, s, hi, lo, want_lo, r0, c0, i0, i1):
         """One output tile of the exact N = sum_t P[t] 2^(8 t) as the canonical float64 pair
         h = RN64(N), l = N - h, scaled as gemm._scale does: hi = (h 2^(ea - s)) 2^(eb - s), and
-        lo likewise when want_lo (else lo is not touched). Returns the count of nonzero l."""
-        h, w = P.shape[1], P.shape[2]
+        lo likewise when want_lo (else lo is not touched), for the tile's rows i0..i1-1. Returns
+        the count of nonzero l."""
+        w = P.shape[2]
         nz = 0
         n = np.empty(w, np.int64)
         pb = np.empty(w)
         for j in range(w):
             pb[j] = _pow2(np.int64(eb[c0 + j] - s))
-        for i in range(h):
+        for i in range(i0, i1):
             _shift_sum(P, i, n)
             pa = _pow2(np.int64(ea[r0 + i] - s))
             h_row = hi[r0 + i, c0:c0 + w]
@@ -1284,6 +1286,27 @@ if numba is not None:
                     r = np.float64(n[j] - np.int64(np.float64(n[j])))
                     l_row[j] = (r * pa) * pb[j]
         return nz
+
+
+    @njit(parallel=True, **_opts)
+    def _digits_round_par_k(P, ea, eb, s, out, r0, c0):
+        """_digits_round_tile_k over the whole tile, rows in groups of 8 on the pool."""
+        h = P.shape[1]
+        ng = (h + 7) // 8
+        big = np.zeros(ng, np.int64)
+        for g in prange(ng):
+            big[g] = _digits_round_tile_k(P, ea, eb, s, out, r0, c0, g * 8, min(h, g * 8 + 8))
+        return np.sum(big)
+
+    @njit(parallel=True, **_opts)
+    def _digits_parts_par_k(P, ea, eb, s, hi, lo, want_lo, r0, c0):
+        """_digits_parts_tile_k over the whole tile, rows in groups of 8 on the pool."""
+        h = P.shape[1]
+        ng = (h + 7) // 8
+        nz = np.zeros(ng, np.int64)
+        for g in prange(ng):
+            nz[g] = _digits_parts_tile_k(P, ea, eb, s, hi, lo, want_lo, r0, c0, g * 8, min(h, g * 8 + 8))
+        return np.sum(nz)
 
 
 @_serial_or_direct
@@ -1311,21 +1334,24 @@ def quant_digits(x: torch.Tensor, s: int, rows: bool, rev: bool, out: torch.Tens
     return e
 
 
+@_serial_or_direct
 def digits_round_tile(P: torch.Tensor, ea: torch.Tensor, eb: torch.Tensor, s: int, out: torch.Tensor,
-                      r0: int, c0: int) -> int:
+                      r0: int, c0: int, *, direct: bool = False) -> int:
     """Round one output tile of the slice route into float32 `out` (see _digits_round_tile_k):
     P int32 [5, h, w] (contiguous), ea, eb int64 block exponents of all rows / columns. Returns the
     count of entries whose integer passes 2^53 (then the two-word rounding must serve)."""
-    return int(_digits_round_tile_k(P.numpy(), _np(ea), _np(eb), int(s), out.numpy(), int(r0), int(c0)))
+    args = (P.numpy(), _np(ea), _np(eb), int(s), out.numpy(), int(r0), int(c0))
+    return int(_digits_round_tile_k(*args, 0, P.shape[1]) if direct else _digits_round_par_k(*args))
 
 
+@_serial_or_direct
 def digits_parts_tile(P: torch.Tensor, ea: torch.Tensor, eb: torch.Tensor, s: int, hi: torch.Tensor,
-                      lo: torch.Tensor | None, r0: int, c0: int) -> int:
+                      lo: torch.Tensor | None, r0: int, c0: int, *, direct: bool = False) -> int:
     """One output tile of the exact integer as scaled float64 parts (_digits_parts_tile_k): hi
     always, lo when given. Returns the count of nonzero lo in the tile."""
     lo_np = hi.numpy() if lo is None else lo.numpy()
-    return int(_digits_parts_tile_k(P.numpy(), _np(ea), _np(eb), int(s), hi.numpy(), lo_np, lo is not None,
-                                    int(r0), int(c0)))
+    args = (P.numpy(), _np(ea), _np(eb), int(s), hi.numpy(), lo_np, lo is not None, int(r0), int(c0))
+    return int(_digits_parts_tile_k(*args, 0, P.shape[1]) if direct else _digits_parts_par_k(*args))
 
 
 if numba is not None:

@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.skipif(not kernels.enabled(), reason="numba kernels no
               pytest.mark.usefixtures("single_thread")]
 
 SLICE_KERNELS = ("_digits_rows_k", "_digits_rows_part_k", "_digits_cols_k", "_digits_cols_part_k",
-                 "_digits_round_tile_k", "_digits_parts_tile_k")
+                 "_digits_round_tile_k", "_digits_parts_tile_k", "_digits_round_par_k", "_digits_parts_par_k")
 
 
 def _edges(n: int) -> torch.Tensor:
@@ -91,8 +91,10 @@ def compile_slice_kernels():
     p = np.zeros((5, 16, 40), np.int32)
     out = np.empty((16, 40), np.float32)
     hi = np.empty((16, 40))
-    kernels._digits_round_tile_k(p, e, ec, 22, out, 0, 0)
-    kernels._digits_parts_tile_k(p, e, ec, 22, hi, hi, True, 0, 0)
+    kernels._digits_round_tile_k(p, e, ec, 22, out, 0, 0, 0, 16)
+    kernels._digits_parts_tile_k(p, e, ec, 22, hi, hi, True, 0, 0, 0, 16)
+    kernels._digits_round_par_k(p, e, ec, 22, out, 0, 0)
+    kernels._digits_parts_par_k(p, e, ec, 22, hi, hi, True, 0, 0)
 
 
 def test_probe_and_route_selection(monkeypatch):
