@@ -1123,8 +1123,8 @@ def sum_of_squares_chunks(flat: torch.Tensor, chunk: int, s: int):
 # scales and rounds exactly as _scale_round_part_k does.
 
 if numba is not None:
-    _DIGIT_TILE = 32  # columns per task of the column digit quantiser
-    _DIGIT_KB = 256   # rows of the tile transposed at a time (a 32 KiB float32 block, in L1)
+    _DIGIT_TILE = 512  # columns per task of the column digit quantiser (its maxima: 2 KiB a row)
+    _DIGIT_KB = 64     # rows of the tile transposed at a time (a 130 KiB float32 block, in L2)
 
     @njit(**_opts)
     def _digit_offsets(rev, K):
@@ -1186,7 +1186,9 @@ if numba is not None:
         bad = 0
         up = np.empty(_DIGIT_TILE)
         mb = np.empty(_DIGIT_TILE, np.int32)
-        buf = np.empty((_DIGIT_TILE, _DIGIT_KB), np.float32)  # a block of the tile, transposed
+        # a block of the tile, transposed; rows padded by 16 floats so that they do not all map
+        # to the same cache sets
+        buf = np.empty((_DIGIT_TILE, _DIGIT_KB + 16), np.float32)
         for t in range(t0, t1):
             c0 = t * _DIGIT_TILE
             w = min(_DIGIT_TILE, C - c0)
