@@ -41,6 +41,11 @@ def has_amx() -> bool:
 
 
 def fast_and_exact() -> bool:
-    """torch reaches oneDNN, the CPU has AMX tiles, and torch._int_mm passes the probe."""
-    return bool(torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled and has_amx()
-                and int_mm_probe())
+    """torch reaches oneDNN, the CPU has AMX tiles, and torch._int_mm passes the probe (a build
+    whose torch._int_mm refuses CPU tensors counts as no)."""
+    if not (torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled and has_amx()):
+        return False
+    try:
+        return int_mm_probe()
+    except (RuntimeError, NotImplementedError):
+        return False

@@ -248,3 +248,12 @@ def test_gpt_steps_identical_on_the_compiled_route(sliced):
     assert sliced
     with kernels.disabled(), G.route("int8"):  # the eager slice route agrees too
         assert _walk(spec, 1) == want[:1]
+
+
+def test_a_torch_without_cpu_int_mm_keeps_the_float64_route(monkeypatch):
+    def refuse(*a, **k):
+        raise RuntimeError("_int_mm: not implemented for CPU")
+
+    monkeypatch.setattr(cpu_int8, "has_amx", lambda: True)
+    monkeypatch.setattr(torch, "_int_mm", refuse)
+    assert cpu_int8.fast_and_exact() is False
