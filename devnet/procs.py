@@ -24,6 +24,24 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def free_ports(n: int, host: str = "127.0.0.1", avoid: set[int] | frozenset[int] = frozenset()) -> list[int]:
+    """n distinct ports, none in `avoid`, each free a moment ago. Every socket stays bound until all n
+    are chosen, so the kernel cannot hand one port out twice (n calls of free_port can)."""
+    chosen: list[socket.socket] = []
+    skipped: list[socket.socket] = []  # bound too, so that they are not offered again
+    try:
+        while len(chosen) < n:
+            if len(skipped) > 1000:
+                raise OSError(f"no {n} free ports outside the {len(avoid)} to avoid")
+            s = socket.socket()
+            s.bind((host, 0))
+            (skipped if s.getsockname()[1] in avoid else chosen).append(s)
+        return [s.getsockname()[1] for s in chosen]
+    finally:
+        for s in chosen + skipped:
+            s.close()
+
+
 @dataclass
 class Child:
     name: str

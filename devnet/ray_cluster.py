@@ -6,6 +6,7 @@ stopped by killing exactly those groups (never `ray stop`, which stops every Ray
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -14,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from devnet.procs import free_port
+from devnet.procs import free_ports
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -26,13 +27,30 @@ def _ray_bin() -> str:
     return str(here) if here.exists() else "ray"
 
 
-def _ports() -> list[str]:
-    # Every port a Ray node listens on, free a moment ago; worker ports are a list of free ones.
-    workers = ",".join(str(free_port()) for _ in range(6))
-    return ["--node-manager-port", str(free_port()), "--object-manager-port", str(free_port()),
-            "--dashboard-agent-grpc-port", str(free_port()), "--dashboard-agent-listen-port", str(free_port()),
-            "--metrics-export-port", str(free_port()), "--runtime-env-agent-port", str(free_port()),
-            "--worker-port-list", workers]
+# A node that dies on a port another process took between our choice and its bind is started
+# again with fresh ports, at most this many times in all, after a short jittered pause.
+PORT_CLASH = "is trying to use a port number"
+LAUNCH_TRIES = 3
+
+
+class _Ports:
+    """Ports for one cluster's nodes: distinct from each other and from every port handed out before."""
+
+    def __init__(self) -> None:
+        self.given: set[int] = set()
+
+    def take(self, n: int) -> list[int]:
+        out = free_ports(n, avoid=self.given)
+        self.given.update(out)
+        return out
+
+    def node_args(self) -> list[str]:
+        # Every port a Ray node listens on; worker ports are a list of six.
+        p = self.take(12)
+        return ["--node-manager-port", str(p[0]), "--object-manager-port", str(p[1]),
+                "--dashboard-agent-grpc-port", str(p[2]), "--dashboard-agent-listen-port", str(p[3]),
+                "--metrics-export-port", str(p[4]), "--runtime-env-agent-port", str(p[5]),
+                "--worker-port-list", ",".join(str(x) for x in p[6:12])]
 
 
 @dataclass
@@ -80,24 +98,40 @@ class RayCluster:
 def start_cluster(log_dir: Path, *, nodes: int = 2, timeout: float = 150.0) -> RayCluster:
     """`nodes` Ray nodes of 1 CPU each on 127.0.0.1 (the head and nodes - 1 more); returns once all are up."""
     temp = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))  # short: Ray's socket paths must fit
-    port = free_port()
+    ports = _Ports()
     env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM_THREADS": "1"}
     common = ["--block", "--num-cpus", "1", "--node-ip-address", "127.0.0.1", "--disable-usage-stats"]
-    cluster = RayCluster(f"127.0.0.1:{port}", temp)
+    cluster = RayCluster("", temp)
     ray = _ray_bin()
 
     def launch(name: str, args: list[str]) -> None:
         log = open(log_dir / f"ray-{name}.log", "ab")  # noqa: SIM115 - the process owns it
-        cluster.procs[name] = subprocess.Popen([ray, "start", *args, *common, *_ports()], cwd=REPO, env=env,
-                                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        cluster.procs[name] = subprocess.Popen([ray, "start", *args, *common, *ports.node_args()], cwd=REPO,
+                                               env=env, stdout=log, stderr=subprocess.STDOUT,
+                                               start_new_session=True)
+
+    def head() -> None:
+        gcs, client = ports.take(2)
+        cluster.address = f"127.0.0.1:{gcs}"
+        launch("head", ["--head", "--port", str(gcs), "--temp-dir", str(temp), "--include-dashboard", "false",
+                        "--ray-client-server-port", str(client)])
+
+    def up(name: str, start, n: int) -> None:
+        for attempt in range(1, LAUNCH_TRIES + 1):
+            start()
+            try:
+                _wait_nodes(cluster, n, timeout, log_dir)
+                return
+            except RuntimeError as e:
+                if PORT_CLASH not in str(e) or attempt == LAUNCH_TRIES:
+                    raise
+                cluster.procs.pop(name).wait(10)
+                time.sleep(0.5 * attempt + random.uniform(0, 0.5))
 
     try:
-        launch("head", ["--head", "--port", str(port), "--temp-dir", str(temp), "--include-dashboard", "false",
-                        "--ray-client-server-port", str(free_port())])
-        _wait_nodes(cluster, 1, timeout, log_dir)
+        up("head", head, 1)
         for k in range(1, nodes):
-            launch(f"worker{k}", ["--address", cluster.address])
-            _wait_nodes(cluster, k + 1, timeout, log_dir)
+            up(f"worker{k}", lambda k=k: launch(f"worker{k}", ["--address", cluster.address]), k + 1)
     except BaseException:
         cluster.stop()
         raise
