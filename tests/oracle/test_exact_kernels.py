@@ -151,8 +151,7 @@ def test_no_fused_multiply_add_in_machine_code():
                 assert mnemonic not in asm, f"{name}: {mnemonic} in the machine code"
             names.add(name)
     assert scanned >= 9
-    gemm = {"_quant_rows_k", "_quant_rows_part_k", "_quant_cols_k", "_quant_cols_part_k", "_scale_round_k",
-            "_scale_round_part_k", "_scale2_k", "_scale2_part_k"}
+    gemm = {"_quant_rows_part_k", "_quant_cols_part_k", "_scale_round_part_k", "_scale2_part_k"}
     assert gemm <= names, gemm - names
     from tests.oracle.test_optim_kernels import OPT_KERNELS
 
@@ -161,21 +160,19 @@ def test_no_fused_multiply_add_in_machine_code():
 
 
 def _compile_gemm_kernels():
-    """Call the GEMM operand quantisers and the epilogue, serial and parallel bodies alike."""
+    """Call the GEMM operand quantisers and the epilogues (serial bodies, which kernels._split
+    runs on any number of threads)."""
     x = torch.randn(16, 40)
     q = np.empty((16, 40))
     e = np.empty(16, np.int64)
     ss = np.zeros(16)
-    kernels._quant_rows_k(x.numpy(), 22, q, e, ss, True)
     kernels._quant_rows_part_k(x.numpy(), 22, q, e, ss, True, 0, 16)
     flat = x.numpy().reshape(-1)
-    kernels._quant_cols_k(flat, 22, q.reshape(-1), np.empty(40, np.int64), np.zeros(40), True, 16, 40)
-    kernels._quant_cols_part_k(flat, 22, q.reshape(-1), np.empty(40, np.int64), np.zeros(40), True, 16, 40, 0, 1)
+    kernels._quant_cols_part_k(flat, 22, q.reshape(-1), np.empty(40, np.int64), np.zeros(40), True, 16, 40, 1024,
+                               0, 1)
     out = np.empty((16, 40), np.float32)
     ea, eb = np.zeros(16, np.int64), np.zeros(40, np.int64)
-    kernels._scale_round_k(q, ea, eb, 22, out)
     kernels._scale_round_part_k(q, ea, eb, 22, out, 0, 16)
-    kernels._scale2_k(q, ea, eb, 22)
     kernels._scale2_part_k(q, ea, eb, 22, 0, 16)
 
 
