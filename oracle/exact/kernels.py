@@ -204,6 +204,46 @@ if numba is not None:
             d = 0.5 * erfc64(-(v * INV_SQRT2)) + (v * exp64(-0.5 * (v * v))) * INV_SQRT_2PI
             out[i] = _f32(np.float64(g[i]) * _inf_slope(v, d))
 
+    # --- sigmoid and SiLU (mirror transcendental._sigmoid_parts, silu_f64, silu_grad_f64) ---
+
+    @njit(**_opts)
+    def _sigmoid_parts64(v):
+        """(sigmoid v, 1 - sigmoid v) as transcendental._sigmoid_parts: t = exp64(-|v|),
+        1/(1+t) and t/(1+t), swapped for v < 0 (NaN: both NaN)."""
+        t = exp64(-abs(v))
+        d = 1.0 + t
+        big = 1.0 / d
+        small = t / d
+        if v >= 0.0:
+            return big, small
+        return small, big
+
+    @njit(parallel=True, **_opts)
+    def _sigmoid_k(x, out):
+        for i in prange(x.shape[0]):
+            s, _ = _sigmoid_parts64(np.float64(x[i]))
+            out[i] = _f32(s)
+
+    @njit(parallel=True, **_opts)
+    def _sigmoid_grad_k(x, g, out):
+        for i in prange(x.shape[0]):
+            s, u = _sigmoid_parts64(np.float64(x[i]))
+            out[i] = _f32(np.float64(g[i]) * (s * u))
+
+    @njit(parallel=True, **_opts)
+    def _silu_k(x, out):
+        for i in prange(x.shape[0]):
+            v = np.float64(x[i])
+            s, _ = _sigmoid_parts64(v)
+            out[i] = np.float32(-0.0) if v == -np.inf else _f32(v * s)
+
+    @njit(parallel=True, **_opts)
+    def _silu_grad_k(x, g, out):
+        for i in prange(x.shape[0]):
+            v = np.float64(x[i])
+            s, u = _sigmoid_parts64(v)
+            out[i] = _f32(np.float64(g[i]) * _inf_slope(v, s * (1.0 + v * u)))
+
     # --- exact row sum (mirrors quant.exact_sum64 along one row) --------------------------
 
     @njit(**_opts)
@@ -666,6 +706,38 @@ def gelu(x: torch.Tensor, form: str) -> torch.Tensor:
 def gelu_grad(x: torch.Tensor, g: torch.Tensor, form: str) -> torch.Tensor:
     out, o = _flat_out(x)
     (_gelu_tanh_grad_k if form == "tanh" else _gelu_erf_grad_k)(_np(x).reshape(-1), _np(g).reshape(-1), o)
+    return out
+
+
+@_serial
+def sigmoid(x: torch.Tensor) -> torch.Tensor:
+    """transcendental.sigmoid32 of a float32 tensor."""
+    out, o = _flat_out(x)
+    _sigmoid_k(_np(x).reshape(-1), o)
+    return out
+
+
+@_serial
+def sigmoid_grad(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """transcendental.sigmoid_grad32: RN32(f64(g) (s u)) from x."""
+    out, o = _flat_out(x)
+    _sigmoid_grad_k(_np(x).reshape(-1), _np(g).reshape(-1), o)
+    return out
+
+
+@_serial
+def silu(x: torch.Tensor) -> torch.Tensor:
+    """transcendental.silu32 of a float32 tensor (silu(-inf) = -0)."""
+    out, o = _flat_out(x)
+    _silu_k(_np(x).reshape(-1), o)
+    return out
+
+
+@_serial
+def silu_grad(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """transcendental.silu_grad32: RN32(f64(g) silu'(x)), the limits 1 at +inf and 0 at -inf."""
+    out, o = _flat_out(x)
+    _silu_grad_k(_np(x).reshape(-1), _np(g).reshape(-1), o)
     return out
 
 

@@ -608,24 +608,28 @@ class _Sigmoid(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
         ctx.save_for_backward(x)
-        return tx.sigmoid32(x)
+        xc = x.contiguous()
+        return kernels.sigmoid(xc) if _use_kernels(xc) else tx.sigmoid32(xc)
 
     @staticmethod
     def backward(ctx, g):
         (x,) = ctx.saved_tensors
-        return tx.sigmoid_grad32(x, g)
+        xc, gc = x.contiguous(), g.contiguous()
+        return kernels.sigmoid_grad(xc, gc) if _use_kernels(xc, gc) else tx.sigmoid_grad32(xc, gc)
 
 
 class _Silu(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
         ctx.save_for_backward(x)
-        return tx.silu32(x)
+        xc = x.contiguous()
+        return kernels.silu(xc) if _use_kernels(xc) else tx.silu32(xc)
 
     @staticmethod
     def backward(ctx, g):
         (x,) = ctx.saved_tensors
-        return tx.silu_grad32(x, g)
+        xc, gc = x.contiguous(), g.contiguous()
+        return kernels.silu_grad(xc, gc) if _use_kernels(xc, gc) else tx.silu_grad32(xc, gc)
 
 
 def sigmoid(x):

@@ -40,6 +40,35 @@ def test_gelu_kernels_equal_eager(form):
     _same(kernels.gelu_grad(x, ones, form), tx.gelu_grad32(x, ones, form))
 
 
+def test_sigmoid_and_silu_kernels_equal_eager():
+    x = _inputs()
+    g = torch.cat([edge_values().flip(0), random_values(20000, 3)])
+    ones = torch.ones_like(x)
+    _same(kernels.sigmoid(x), tx.sigmoid32(x))
+    _same(kernels.silu(x), tx.silu32(x))
+    for gg in (g, ones):
+        _same(kernels.sigmoid_grad(x, gg), tx.sigmoid_grad32(x, gg))
+        _same(kernels.silu_grad(x, gg), tx.silu_grad32(x, gg))
+    inf = torch.tensor([float("-inf"), float("inf"), -0.0, 0.0])
+    assert bits(kernels.silu(inf)).tolist() == bits(torch.tensor([-0.0, float("inf"), -0.0, 0.0])).tolist()
+    assert kernels.silu_grad(inf, torch.ones(4)).tolist() == [0.0, 1.0, 0.5, 0.5]
+
+
+def test_silu_op_takes_the_kernel_and_keeps_the_eager_bytes(monkeypatch):
+    g = torch.Generator().manual_seed(8)
+    x = (torch.randn(64, 300, generator=g) * 12).requires_grad_()
+    gy = torch.randn(64, 300, generator=g)
+    for op in (ops.silu, ops.sigmoid):
+        y = op(x)
+        (dx,) = torch.autograd.grad(y, x, gy)
+        monkeypatch.setattr(ops, "_use_kernels", lambda *ts: False)
+        y0 = op(x)
+        (dx0,) = torch.autograd.grad(y0, x, gy)
+        monkeypatch.undo()
+        _same(y, y0)
+        _same(dx, dx0)
+
+
 def _row_batches():
     g = torch.Generator().manual_seed(3)
     yield from ([r.unsqueeze(0)] for r in edge_rows())
@@ -104,7 +133,8 @@ class _null:
 
 def test_canonical_nan_from_kernels():
     x = torch.tensor([np.array([0xFFC01234], dtype=np.uint32).view(np.float32)[0], float("nan")])
-    for y in (kernels.exp(x), kernels.gelu(x, "tanh"), kernels.gelu(x, "erf")):
+    for y in (kernels.exp(x), kernels.gelu(x, "tanh"), kernels.gelu(x, "erf"), kernels.sigmoid(x),
+              kernels.silu(x), kernels.silu_grad(x, torch.ones(2)), kernels.sigmoid_grad(x, torch.ones(2))):
         assert (bits(y) == 0x7FC00000).all()
 
 
@@ -125,6 +155,7 @@ def test_no_fused_multiply_add_in_machine_code():
     test_exp_kernel_equals_eager()
     test_gelu_kernels_equal_eager("tanh")
     test_gelu_kernels_equal_eager("erf")
+    test_sigmoid_and_silu_kernels_equal_eager()
     from tests.oracle.test_optim_kernels import _compile_all
 
     _compile_all()  # the optimizer updates and the clipping sum
@@ -153,6 +184,7 @@ def test_no_fused_multiply_add_in_machine_code():
     assert scanned >= 9
     gemm = {"_quant_rows_part_k", "_quant_cols_part_k", "_scale_round_part_k", "_scale2_part_k"}
     assert gemm <= names, gemm - names
+    assert {"_sigmoid_k", "_sigmoid_grad_k", "_silu_k", "_silu_grad_k"} <= names
     from tests.oracle.test_optim_kernels import OPT_KERNELS
 
     assert set(OPT_KERNELS) <= names, set(OPT_KERNELS) - names
