@@ -849,6 +849,15 @@ def _split_pool(workers: int) -> ThreadPoolExecutor:
         return _pool
 
 
+def _reset_pool_in_child() -> None:
+    # a forked child has none of the parent's pool threads: a fresh pool starts on first use
+    global _pool, _pool_workers, _pool_lock
+    _pool, _pool_workers, _pool_lock = None, 0, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_pool_in_child)
+
+
 def _split(part, args: tuple, n: int, threads: int, align: int = 1) -> int:
     """part(*args, i0, i1) over [0, n) in up to `threads` contiguous ranges whose bounds are
     multiples of `align` (every range waited for, also when one raises); the sum of what the

@@ -129,3 +129,25 @@ def test_concurrent_callers_share_the_pool():
         th.join(60)
     assert not errors and len(outs) == 20 and set(outs) == {ref}
     assert np.isfinite(x.numpy()).all()
+
+
+def _child_split(q, x):
+    q.put(_bits(kernels.quant_rows.__wrapped__(x, 22, threads=2)[0]))
+
+
+def test_a_forked_child_gets_a_pool_of_its_own():
+    import multiprocessing
+
+    x = torch.randn(1024, 512)
+    ref = _bits(kernels.quant_rows.__wrapped__(x, 22, threads=2)[0])  # the parent's pool is up
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_child_split, args=(q, x))
+    p.start()
+    try:
+        assert q.get(timeout=60) == ref  # the parent's pool threads do not exist in the child
+    finally:
+        p.join(30)
+        if p.is_alive():
+            p.kill()
+    assert p.exitcode == 0
