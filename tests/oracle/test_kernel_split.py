@@ -131,23 +131,36 @@ def test_concurrent_callers_share_the_pool():
     assert np.isfinite(x.numpy()).all()
 
 
-def _child_split(q, x):
-    q.put(_bits(kernels.quant_rows.__wrapped__(x, 22, threads=2)[0]))
+FORK_SCRIPT = """
+import hashlib, os, signal, sys, torch
+from oracle.exact import kernels
+signal.alarm(40)  # a hung child or parent ends here, not in the test's timeout
+x = torch.randn(1024, 512, generator=torch.Generator().manual_seed(1))
+def digest():  # no torch op in the child: torch's OpenMP pool does not survive a fork
+    return hashlib.sha256(kernels.quant_rows.__wrapped__(x, 22, threads=2)[0].numpy().tobytes()).hexdigest()
+ref = digest()  # the parent's pool threads are up
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    signal.alarm(30)
+    os.write(w, str(digest()).encode())  # a child with none of those threads
+    os._exit(0)
+os.close(w)
+got = os.read(r, 100).decode()
+_, status = os.waitpid(pid, 0)
+print(ref, got, status)
+sys.exit(0 if got == str(ref) and status == 0 else 1)
+"""
 
 
 def test_a_forked_child_gets_a_pool_of_its_own():
-    import multiprocessing
+    # In a fresh process, so that only this module's threads exist when it forks (a fork of the
+    # suite's process inherits the locks of every thread the earlier tests left behind).
+    import subprocess
+    import sys
+    from pathlib import Path
 
-    x = torch.randn(1024, 512)
-    ref = _bits(kernels.quant_rows.__wrapped__(x, 22, threads=2)[0])  # the parent's pool is up
-    ctx = multiprocessing.get_context("fork")
-    q = ctx.Queue()
-    p = ctx.Process(target=_child_split, args=(q, x))
-    p.start()
-    try:
-        assert q.get(timeout=60) == ref  # the parent's pool threads do not exist in the child
-    finally:
-        p.join(30)
-        if p.is_alive():
-            p.kill()
-    assert p.exitcode == 0
+    root = Path(__file__).resolve().parents[2]
+    r = subprocess.run([sys.executable, "-c", FORK_SCRIPT], cwd=root, capture_output=True, text=True,
+                       timeout=120, env={**__import__("os").environ, "PYTHONPATH": str(root)})
+    assert r.returncode == 0, r.stdout + r.stderr[-2000:]
