@@ -688,57 +688,50 @@ def _flat_out(x: torch.Tensor):
     return out, out.view(-1).numpy()
 
 
+def _elementwise(kernel, x: torch.Tensor, *more: torch.Tensor) -> torch.Tensor:
+    """A float32 result of x's shape from kernel(x flat, *more flat, out flat)."""
+    out, o = _flat_out(x)
+    kernel(_np(x).reshape(-1), *(_np(t).reshape(-1) for t in more), o)
+    return out
+
+
 @_serial
 def exp(x: torch.Tensor) -> torch.Tensor:
-    out, o = _flat_out(x)
-    _exp_k(_np(x).reshape(-1), o)
-    return out
+    return _elementwise(_exp_k, x)
 
 
 @_serial
 def gelu(x: torch.Tensor, form: str) -> torch.Tensor:
-    out, o = _flat_out(x)
-    (_gelu_tanh_k if form == "tanh" else _gelu_erf_k)(_np(x).reshape(-1), o)
-    return out
+    return _elementwise(_gelu_tanh_k if form == "tanh" else _gelu_erf_k, x)
 
 
 @_serial
 def gelu_grad(x: torch.Tensor, g: torch.Tensor, form: str) -> torch.Tensor:
-    out, o = _flat_out(x)
-    (_gelu_tanh_grad_k if form == "tanh" else _gelu_erf_grad_k)(_np(x).reshape(-1), _np(g).reshape(-1), o)
-    return out
+    return _elementwise(_gelu_tanh_grad_k if form == "tanh" else _gelu_erf_grad_k, x, g)
 
 
 @_serial
 def sigmoid(x: torch.Tensor) -> torch.Tensor:
     """transcendental.sigmoid32 of a float32 tensor."""
-    out, o = _flat_out(x)
-    _sigmoid_k(_np(x).reshape(-1), o)
-    return out
+    return _elementwise(_sigmoid_k, x)
 
 
 @_serial
 def sigmoid_grad(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     """transcendental.sigmoid_grad32: RN32(f64(g) (s u)) from x."""
-    out, o = _flat_out(x)
-    _sigmoid_grad_k(_np(x).reshape(-1), _np(g).reshape(-1), o)
-    return out
+    return _elementwise(_sigmoid_grad_k, x, g)
 
 
 @_serial
 def silu(x: torch.Tensor) -> torch.Tensor:
     """transcendental.silu32 of a float32 tensor (silu(-inf) = -0)."""
-    out, o = _flat_out(x)
-    _silu_k(_np(x).reshape(-1), o)
-    return out
+    return _elementwise(_silu_k, x)
 
 
 @_serial
 def silu_grad(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     """transcendental.silu_grad32: RN32(f64(g) silu'(x)), the limits 1 at +inf and 0 at -inf."""
-    out, o = _flat_out(x)
-    _silu_grad_k(_np(x).reshape(-1), _np(g).reshape(-1), o)
-    return out
+    return _elementwise(_silu_grad_k, x, g)
 
 
 def _rows2(t: torch.Tensor) -> np.ndarray:
