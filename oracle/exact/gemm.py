@@ -65,10 +65,12 @@ SPLIT_T = 26  # chunk products (< 2^53) split as H 2^26 + L: both sums stay exac
 # the whole contraction is exact whatever the BLAS does, and equals the chunked sum.
 ONE_GEMM_BOUND = 2.0**52
 
-# The CPU kernels' own sums of squares are plain binary64 sums of exact squares in index order, so
-# their error is known (not so torch.linalg.vector_norm's, §11): for k <= 2^20 terms the computed
-# sum is at least (1 - k 2^-53) times the true one, and the two square roots and their product lose
-# at most three more roundings. A computed bound of 2^53 (1 - 2^-20) then proves every partial sum
+# The CPU kernels' own sums of squares are plain binary64 sums of exact squares in a fixed order
+# (the row kernel: 32 lane sums, then the lanes; the column kernel: k order), so their error is
+# known (not so torch.linalg.vector_norm's, §11): each square passes through at most k + 31
+# roundings of nonnegative sums, so for k <= 2^20 terms the computed sum is at least
+# (1 - (k + 31) 2^-53) times the true one, and the two square roots and their product lose at
+# most three more roundings. A computed bound of 2^53 (1 - 2^-20) then proves every partial sum
 # below 2^53 (all of them integers), so the margin of a factor 2 is not needed there.
 KERNEL_ONE_GEMM_BOUND = 2.0**53 * (1.0 - 2.0**-20)
 KERNEL_BOUND_MAX_K = 1 << 20
@@ -121,13 +123,14 @@ def _chunked_integer_matmul(qa: torch.Tensor, qb: torch.Tensor, nc: int, kc: int
 
 
 def _single_product(qa: torch.Tensor, qb: torch.Tensor, s: int, nc: int, kc: int, one_gemm,
-                    out=None, tmp=None):
+                    out=None, tmp=None, route: str | None = None):
     """The exact integer qa @ qb (|q| <= 2^s) as float64 (hi, lo), on this device's route.
 
     `one_gemm()` says whether one float64 GEMM over the whole k is exact (Cauchy-Schwarz).
     `out`, `tmp`: buffers of the output's shape for the float64 route (hi is then `out` whenever
-    lo is None; see _chunked_integer_matmul)."""
-    route = gemm_route(qa.device)
+    lo is None; see _chunked_integer_matmul). `route`: gemm_route(qa.device), when the caller
+    has it."""
+    route = route or gemm_route(qa.device)
     if route != "dgemm":
         n = _sliced_product(qa, qb, s, s, SLICE_BITS[route])
         if n is not None:
@@ -441,7 +444,8 @@ def _fast_single(a: torch.Tensor, b: torch.Tensor, k: int, rounded: bool = False
         return None
     nc, kc = k_chunks(k)
     s = dot_bits(kc)
-    if gemm_route(a.device) == "int8" and (k >= SLICE_MIN_K or _route_name() != "auto"):
+    route = gemm_route(a.device)
+    if route == "int8" and (k >= SLICE_MIN_K or _route_name() != "auto"):
         fast = _fast_sliced(a, b, k, s, rounded)
         if fast is not None:
             return fast
@@ -458,17 +462,18 @@ def _fast_single(a: torch.Tensor, b: torch.Tensor, k: int, rounded: bool = False
         if qb is None:
             return None
         (qa, ea, ssa), (qb, eb, ssb) = qa, qb
-        # the Cauchy-Schwarz test (ONE_GEMM_BOUND); ss is the same number whichever kernel ran
+        # the Cauchy-Schwarz test (KERNEL_ONE_GEMM_BOUND): either way one GEMM or the chunked sum
+        # gives the same exact integer, so the test only picks the faster proven path
         bound = KERNEL_ONE_GEMM_BOUND if k <= KERNEL_BOUND_MAX_K else ONE_GEMM_BOUND
         one_gemm = nc == 1 or math.sqrt(ssa) * math.sqrt(ssb) <= bound
         out = tmp = None
-        if rounded and qa.dim() == 2 and qb.dim() == 2 and gemm_route(qa.device) == "dgemm":
+        if rounded and qa.dim() == 2 and qb.dim() == 2 and route == "dgemm":
             # this call rounds N itself: a one-word N may live in a workspace, since what leaves
             # is RN32((N 2^(ea - s)) 2^(eb - s)), a fresh float32 tensor
             shape = (qa.shape[0], qb.shape[1])
             out = _take(ws, "out", shape)
             tmp = None if one_gemm else _take(ws, "chunk", shape)
-        hi, lo = _single_product(qa, qb, s, nc, kc, lambda: one_gemm, out, tmp)
+        hi, lo = _single_product(qa, qb, s, nc, kc, lambda: one_gemm, out, tmp, route)
         del qa, qb
         if rounded and lo is None and hi.dim() == 2:
             return kernels.scale_round_f32(hi, ea.reshape(-1), eb.reshape(-1), s), None

@@ -429,75 +429,53 @@ if numba is not None:
             ex = E_MIN
         return ex
 
-    @njit(**_opts)
-    def _ss8(q, r0, K, ss):
-        """ss[r] = sum_j q[r, j]^2 in j order for the 8 rows r0..r0+7 (8 independent chains)."""
-        a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
-        for j in range(K):
-            v0 = q[r0, j]
-            v1 = q[r0 + 1, j]
-            v2 = q[r0 + 2, j]
-            v3 = q[r0 + 3, j]
-            v4 = q[r0 + 4, j]
-            v5 = q[r0 + 5, j]
-            v6 = q[r0 + 6, j]
-            v7 = q[r0 + 7, j]
-            a0 += v0 * v0
-            a1 += v1 * v1
-            a2 += v2 * v2
-            a3 += v3 * v3
-            a4 += v4 * v4
-            a5 += v5 * v5
-            a6 += v6 * v6
-            a7 += v7 * v7
-        ss[r0] = a0
-        ss[r0 + 1] = a1
-        ss[r0 + 2] = a2
-        ss[r0 + 3] = a3
-        ss[r0 + 4] = a4
-        ss[r0 + 5] = a5
-        ss[r0 + 6] = a6
-        ss[r0 + 7] = a7
+    _SS_LANES = 32  # a block's sum of squares: 32 partial sums (index mod 32), then added in lane order
 
     @njit(**_opts)
     def _quant_rows_part_k(x, s, q, e, ss, need_ss, r0, r1):
-        """quant.quantise(x, -1, s) of rows r0..r1-1 of float32 x [R, K], in groups of 8 rows:
-        q[r, j] = rint(x[r, j] 2^(s - e_r)), e_r the block exponent of row r, and if need_ss
-        ss[r] = sum_j q[r, j]^2 (j order). Returns the number of rows holding inf or NaN (a group
-        with one is left unwritten; the caller then takes the general path)."""
+        """quant.quantise(x, -1, s) of rows r0..r1-1 of float32 x [R, K]: q[r, j] =
+        rint(x[r, j] 2^(s - e_r)), e_r the block exponent of row r, and if need_ss ss[r] = the
+        row's sum of q^2 in lane order (_SS_LANES partial sums, lane l taking j = l mod 32 in j
+        order, then the lanes added l = 0, 1, ...), in the same pass as the rounding. Returns the
+        number of rows holding inf or NaN (such a row is left unwritten; the caller then takes
+        the general path)."""
         K = x.shape[1]
         xi = x.view(np.int32)
         bad = 0
-        for g0 in range(r0, r1, 8):
-            g1 = min(r1, g0 + 8)
-            nb = 0
-            for r in range(g0, g1):
-                mb = np.int32(0)
-                for j in range(K):
-                    b = xi[r, j] & _ABS32
-                    mb = b if b > mb else mb
-                if mb >= _INF32_BITS:
-                    nb += 1
-                    continue
-                ex = _block_exp(mb)
-                e[r] = ex
-                up = _pow2(np.int64(s - ex))
-                for j in range(K):
-                    q[r, j] = np.rint(np.float64(x[r, j]) * up)
-            if nb:
-                bad += nb
+        L = _SS_LANES
+        KL = K - K % L
+        acc = np.zeros(L)
+        for r in range(r0, r1):
+            mb = np.int32(0)
+            for j in range(K):
+                b = xi[r, j] & _ABS32
+                mb = b if b > mb else mb
+            if mb >= _INF32_BITS:
+                bad += 1
                 continue
+            ex = _block_exp(mb)
+            e[r] = ex
+            up = _pow2(np.int64(s - ex))
+            xr = x[r]
+            qr = q[r]
             if not need_ss:
+                for j in range(K):
+                    qr[j] = np.rint(np.float64(xr[j]) * up)
                 continue
-            if g1 - g0 == 8:
-                _ss8(q, g0, K, ss)
-            else:
-                for r in range(g0, g1):
-                    acc = 0.0
-                    for j in range(K):
-                        v = q[r, j]
-                        acc += v * v
-                    ss[r] = acc
+            acc[:] = 0.0
+            for j0 in range(0, KL, L):
+                for lane in range(L):
+                    v = np.rint(np.float64(xr[j0 + lane]) * up)
+                    qr[j0 + lane] = v
+                    acc[lane] += v * v
+            for j in range(KL, K):
+                v = np.rint(np.float64(xr[j]) * up)
+                qr[j] = v
+                acc[j - KL] += v * v
+            t = 0.0
+            for lane in range(L):
+                t += acc[lane]
+            ss[r] = t
         return bad
 
     @njit(**_opts)
@@ -505,7 +483,9 @@ if numba is not None:
         """quant.quantise(x, -2, s) of float32 x [B, K, N] (blocks: the columns), written row-major
         into q [B, K, N], on flat arrays, for tasks t0..t1-1 of tiles of `tile` columns (task t:
         matrix t // nt, the columns of tile t % nt): equal to _quant_rows_part_k on each matrix's
-        transpose, ss included (each column's squares added in k order). e, ss: [B N]. Returns the
+        transpose, q and e bit for bit; ss adds each column's squares in k order (one chain a
+        column, vectorised across the tile), so it may differ from the row kernel's lane-order
+        sum in its last bits (both are within gemm.KERNEL_ONE_GEMM_BOUND's error). e, ss: [B N]. Returns the
         number of columns holding inf or NaN (a tile with one is left unwritten). Every column is
         computed on its own, so the tile width changes no byte."""
         nt = (N + tile - 1) // tile
@@ -533,16 +513,18 @@ if numba is not None:
             if nb:
                 bad += nb
                 continue
-            acc = np.zeros(w)
+            acc = np.zeros(w if need_ss else 1)
             for k in range(K):
                 xr = x[base + k * N:base + k * N + w]
                 qr = q[base + k * N:base + k * N + w]
+                if not need_ss:
+                    for j in range(w):
+                        qr[j] = np.rint(np.float64(xr[j]) * up[j])
+                    continue
                 for j in range(w):
-                    qr[j] = np.rint(np.float64(xr[j]) * up[j])
-                if need_ss:
-                    for j in range(w):  # read back: both loops vectorise
-                        v = qr[j]
-                        acc[j] += v * v
+                    v = np.rint(np.float64(xr[j]) * up[j])
+                    qr[j] = v
+                    acc[j] += v * v
             if need_ss:
                 ss[b * N + c0:b * N + c0 + w] = acc
         return bad
@@ -552,10 +534,15 @@ if numba is not None:
         """Rows i0..i1-1 of gemm's epilogue: out = RN32((hi * 2^(ea_i - s)) * 2^(eb_j - s)), two
         exact scalings (float64 products, in that order) and one rounding."""
         N = hi.shape[1]
+        pb = np.empty(N)
+        for j in range(N):
+            pb[j] = _pow2(np.int64(eb[j] - s))
         for i in range(i0, i1):
             pa = _pow2(np.int64(ea[i] - s))
+            h = hi[i]
+            o = out[i]
             for j in range(N):
-                out[i, j] = _f32((hi[i, j] * pa) * _pow2(np.int64(eb[j] - s)))
+                o[j] = _f32((h[j] * pa) * pb[j])
 
 
     # --- layer norm rows and per-sequence column sums (mirror ops._LayerNorm, exact_sum64) -----

@@ -232,6 +232,50 @@ def test_fold_kernel_equals_eager_fold():
     assert i1 == i2 and i1 > 0  # the wide exponent range does exercise the inexact branch
 
 
+def _lane_sum(v: list[float]) -> float:
+    """A block's sum of squares in the row kernel's order, in Python floats (binary64): 32 lane
+    sums, lane l taking the indices l mod 32 in index order, then the lanes added in order."""
+    lanes = [0.0] * kernels._SS_LANES
+    for j, x in enumerate(v):
+        lanes[j % kernels._SS_LANES] += x * x
+    t = 0.0
+    for x in lanes:
+        t += x
+    return t
+
+
+def _chain_sum(v: list[float]) -> float:
+    t = 0.0
+    for x in v:
+        t += x * x
+    return t
+
+
+@pytest.mark.parametrize("k", [1, 31, 32, 33, 777, 1500])
+def test_quant_sums_of_squares_follow_their_order_and_bound(k):
+    """ss of the row kernel is the lane-order sum and ss of the column kernel the k-order chain,
+    bit for bit, where the sums do round (26-bit integers, squares near 2^52); both lie within
+    the relative error (k + 31) 2^-53 of the exact integer sum that gemm.KERNEL_ONE_GEMM_BOUND
+    allows for."""
+    g = torch.Generator().manual_seed(29)
+    x = torch.randn(6, k, generator=g) * torch.exp(torch.randn(6, 1, generator=g))
+    x[2] = 1.0  # all integers 2^(s-1): equal squares, an exact sum
+    s = 26
+    differ = 0
+    for r in range(x.shape[0]):  # one block at a time: ss is the largest block's sum
+        q, _, ss = kernels.quant_rows(x[r:r + 1].contiguous(), s)
+        v = [float(t) for t in q[0].tolist()]
+        assert ss == _lane_sum(v)
+        qc, _, ssc = kernels.quant_cols(x[r:r + 1].t().contiguous(), s)
+        assert torch.equal(qc.t().contiguous().view(torch.int64), q.view(torch.int64))
+        assert ssc == _chain_sum(v)
+        differ += ss != ssc
+        exact = sum(int(t) ** 2 for t in v)
+        for got in (ss, ssc):
+            assert abs(got - exact) <= (k + 31) * 2.0**-53 * exact
+    assert differ or k < 64  # the long blocks' sums do round, each order its own way
+
+
 def test_quant_rows_kernel_equals_eager_quantisation():
     from oracle.exact import quant as Q
 

@@ -39,7 +39,7 @@ def test_quant_rows_is_the_same_at_every_split(shape):
     for t in THREADS:
         q, e, ss = kernels.quant_rows.__wrapped__(x, 22, threads=t)
         assert _bits(q) == _bits(ref_q) and torch.equal(e, ref_e), t
-        assert ss == one[2], t  # the same largest row sum of squares, added in j order
+        assert ss == one[2], t  # the same largest row sum of squares, added in lane order
 
 
 @pytest.mark.parametrize("shape", [(16, 40), (768, 769), (3, 300, 2050), (2, 64, 64), (1, 5000, 17)])
