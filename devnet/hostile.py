@@ -10,7 +10,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import socket
 import struct
 import subprocess
 import sys
@@ -34,7 +33,7 @@ from commitments.hashing import digest
 from commitments.spec import Spec
 from devnet.forge import max_opening_bytes
 from devnet.lab import CHALLENGED, Lab, Prover, Serve
-from devnet.procs import REPO
+from devnet.procs import REPO, free_port
 from node.api import create_app
 from node.config import NodeConfig
 from node.db import challenges, open_database, runs, witnesses
@@ -317,15 +316,9 @@ def _control(lab: Lab) -> str | None:
     return None if out.ok else f"the honest opening was refused on the same path: [{out.refusal_class}] {out.reason}"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _internal_targets(listener: Prover) -> list[tuple[str, str]]:
     """(label, URL) of addresses a verifier must never be made to reach: one answers on 127.0.0.2."""
-    port = _free_port()
+    port = free_port()
     return [("loopback 127.0.0.2 (live)", f"{listener.endpoint}/openings/internal"),
             ("localhost", f"http://localhost:{port}/openings/x"),
             ("private 10.0.0.1", "http://10.0.0.1/openings/x"),

@@ -15,7 +15,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
@@ -26,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
+from devnet.procs import free_port
 from tests.chain.network import ACCOUNTS, Network
 
 if TYPE_CHECKING:
@@ -44,12 +44,6 @@ FUNDS = 10**18
 
 class ChopsticksError(RuntimeError):
     """chopsticks could not be prepared, started or driven; the message says which and why."""
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def export_genesis(dest: Path) -> Path:
@@ -105,7 +99,7 @@ class Chopsticks:
         if not self.genesis_path.exists():
             export_genesis(self.genesis_path)
         t0 = time.monotonic()
-        self.port = _free_port()
+        self.port = free_port()
         cmd = [
             str(CHOPSTICKS_BIN),
             "--genesis",

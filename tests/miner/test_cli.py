@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from chain.protocol import ProtocolParams
 from chain.view import ChainView
 from challenges.opening import load_opening
 from challenges.replay import verify_opening_file
+from devnet.procs import free_port
 from miner.cli import miner_app
 from tests.miner.helpers import corpus
 from tests.miner.test_recipe import spec_toml
@@ -30,12 +30,6 @@ ROOT = Path(__file__).resolve().parents[2]
 PARAMS = ProtocolParams(commit_window=3, reveal_window=3, opening_deadline=6, challenge_delay=1,
                         challenges_per_run=1, max_rounds=2, quorum_min_reveals=2, forced_challenge_steps=(2,))
 MIRROR = "http://mirror.example:8761"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_miner_train_process(tmp_path):
