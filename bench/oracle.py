@@ -13,12 +13,15 @@
   of --step-threads (default 1 and 2), each profile in its own child process (alternating), with
   each child's peak RSS. At 1 thread the ratio is of CPU times (a single-threaded process's CPU
   time is its wall time on an idle core, whatever else the machine runs); at more, of wall times
-  (CPU times are printed too). Another model is one more STEP_MODELS entry. The initial state is
+  (CPU times are printed too). Each child times --steps steps after --warmup untimed ones
+  (default 3: a process's first steps write most large arrays into fresh pages, and the native
+  step's second step took twice its fifth here, the exact one 1.4 times; a miner runs thousands).
+  Another model is one more STEP_MODELS entry. The initial state is
   made once per model in its own child and loaded by the step children; the peak RSS printed is
   that of the steps alone (the kernel's mark is reset after loading). --thp asks torch's
   allocator for transparent huge pages (THP_MEM_ALLOC_ENABLE=1) in every process, both profiles.
 
-    .venv/bin/python bench/oracle.py [--json] [--threads N] [--step-threads 1,2] [--steps K] [--quick]
+    .venv/bin/python bench/oracle.py [--json] [--threads N] [--step-threads 1,2] [--steps K] [--warmup W] [--quick]
 """
 
 from __future__ import annotations
@@ -227,7 +230,9 @@ def main() -> None:
     ap.add_argument("--step-threads", default="1,2", help="comma-separated thread counts of the step ratios")
     ap.add_argument("--models", default=",".join(STEP_MODELS), help=f"step models, of {', '.join(STEP_MODELS)}")
     ap.add_argument("--steps", type=int, default=1, help="timed steps per profile (after the warm-up)")
-    ap.add_argument("--warmup", type=int, default=1, help="untimed steps before the timed ones")
+    ap.add_argument("--warmup", type=int, default=3,
+                    help="untimed steps before the timed ones (the first steps of a process pay its allocator's "
+                         "transient: fresh pages on every large array; see docs/exact-v1.md §15.0)")
     ap.add_argument("--rounds", type=int, default=1, help="alternating exact/native child pairs")
     ap.add_argument("--quick", action="store_true", help="2-layer model, one GEMM shape (smoke run)")
     ap.add_argument("--thp", action="store_true",
