@@ -429,6 +429,19 @@ if numba is not None:
             ex = E_MIN
         return ex
 
+    @njit(**_opts)
+    def _row_block_exp(xi, r):
+        """(finite, block exponent) of row r of a float32 matrix read as its int32 bits xi: the
+        largest magnitude by its bits (sign cleared; inf and NaN lie above every finite value),
+        then quant.block_exponent of it; (False, 0) when the row holds inf or NaN."""
+        mb = np.int32(0)
+        for j in range(xi.shape[1]):
+            b = xi[r, j] & _ABS32
+            mb = b if b > mb else mb
+        if mb >= _INF32_BITS:
+            return False, 0
+        return True, _block_exp(mb)
+
     _SS_LANES = 32  # a block's sum of squares: 32 partial sums (index mod 32), then added in lane order
 
     @njit(**_opts)
@@ -446,14 +459,10 @@ if numba is not None:
         KL = K - K % L
         acc = np.zeros(L)
         for r in range(r0, r1):
-            mb = np.int32(0)
-            for j in range(K):
-                b = xi[r, j] & _ABS32
-                mb = b if b > mb else mb
-            if mb >= _INF32_BITS:
+            finite, ex = _row_block_exp(xi, r)
+            if not finite:
                 bad += 1
                 continue
-            ex = _block_exp(mb)
             e[r] = ex
             up = _pow2(np.int64(s - ex))
             xr = x[r]
@@ -1247,14 +1256,10 @@ if numba is not None:
         o0, o1, o2 = _digit_offsets(rev, K)
         bad = 0
         for r in range(r0, r1):
-            mb = np.int32(0)
-            for j in range(K):
-                b = xi[r, j] & _ABS32
-                mb = b if b > mb else mb
-            if mb >= _INF32_BITS:
+            finite, ex = _row_block_exp(xi, r)
+            if not finite:
                 bad += 1
                 continue
-            ex = _block_exp(mb)
             e[r] = ex
             _digits3(x[r], _pow2(np.int64(s - ex)), D[r, o0:o0 + K], D[r, o1:o1 + K], D[r, o2:o2 + K])
         return bad
