@@ -16,6 +16,9 @@
   (CPU times are printed too). Each child times --steps steps after --warmup untimed ones
   (default 3: a process's first steps write most large arrays into fresh pages, and the native
   step's second step took twice its fifth here, the exact one 1.4 times; a miner runs thousands).
+  Beside them runs the limit step (LIMIT_STEP, below): the torch-native step with float64 GEMMs,
+  the step an exact path on the float64 route would take if only its GEMMs cost more than
+  native ones; limit_step_ratio = limit / native and step_of_limit = exact / limit.
   Another model is one more STEP_MODELS entry. The initial state is
   made once per model in its own child and loaded by the step children; the peak RSS printed is
   that of the steps alone (the kernel's mark is reset after loading). --thp asks torch's
@@ -119,6 +122,34 @@ def init_child(model: str, quick: bool, path: str) -> None:
     print(json.dumps({"init_s": init_s, "peak_rss_mib": _peak_rss_mib()}))
 
 
+# The limit step: the torch-native step with every GEMM (linear layers, the head, attention's two
+# products; forward and backward) a float64 GEMM of its operands cast to float64, the product cast
+# back. On the float64 route an exact product is at least that: a float64 GEMM plus a pass that
+# reads each float32 operand and writes it as float64. Everything else is the native step's. So
+# limit / native is the step ratio of an exact path whose GEMMs ran at their limit and whose other
+# ops cost nothing more than native ones, and exact / limit is how much of that limit it reaches.
+LIMIT_STEP = "limit"
+
+
+def _float64_gemms() -> None:
+    """Make this process's torch-native GEMMs float64 ones (the limit-step child only)."""
+    import torch
+    import torch.nn.functional as F
+
+    from oracle import native
+
+    def f64(t):
+        return None if t is None else t.to(torch.float64)
+
+    def linear(x, w, b=None, *, variant="single", bf16=False):
+        return F.linear(f64(x), f64(w), f64(b)).to(x.dtype)
+
+    def matmul(a, b, *, variant="single", bf16=False):
+        return torch.matmul(f64(a), f64(b)).to(a.dtype)
+
+    native.linear, native.matmul = linear, matmul  # causal_attention looks matmul up at each call
+
+
 def child(model: str, profile: str, steps: int, quick: bool, warmup: int, state_path: str) -> None:
     """Load the initial state, `warmup` untimed steps, then `steps` timed steps; prints one JSON
     line. The peak RSS is that of the steps (the mark is reset after loading the state)."""
@@ -127,7 +158,9 @@ def child(model: str, profile: str, steps: int, quick: bool, warmup: int, state_
     from oracle.state import TrainState
     from oracle.step import step
 
-    spec = _spec(model, profile, quick)
+    if profile == LIMIT_STEP:
+        _float64_gemms()
+    spec = _spec(model, "torch-native" if profile == LIMIT_STEP else profile, quick)
     state = TrainState.from_safetensors(state_path, spec)
     reset = _peak_rss_reset()
     g = torch.Generator().manual_seed(0)  # benchmark data only
@@ -187,7 +220,7 @@ def step_ratio(model: str, threads: int, a, state_path: str) -> dict:
 
     from oracle.exact import gemm
 
-    runs: dict[str, list[dict]] = {"exact-v1": [], "torch-native": []}
+    runs: dict[str, list[dict]] = {"exact-v1": [], "torch-native": [], LIMIT_STEP: []}
     if gemm.gemm_route(torch.device("cpu")) != "dgemm":  # also measure the float64 route beside it
         runs[F64_ROUTE] = []
     for _ in range(a.rounds):
@@ -203,6 +236,7 @@ def step_ratio(model: str, threads: int, a, state_path: str) -> dict:
         "model": STEP_MODELS[model][0] + (" (2 layers: --quick)" if a.quick else ""), "threads": threads,
         "exact_step_s": med("exact-v1", "step_s"), "native_step_s": med("torch-native", "step_s"),
         "exact_step_cpu_s": med("exact-v1", "step_cpu_s"), "native_step_cpu_s": med("torch-native", "step_cpu_s"),
+        "limit_step_s": med(LIMIT_STEP, "step_s"), "limit_step_cpu_s": med(LIMIT_STEP, "step_cpu_s"),
         "exact_peak_rss_mib": max(r["peak_rss_mib"] for r in runs["exact-v1"]),
         "native_peak_rss_mib": max(r["peak_rss_mib"] for r in runs["torch-native"]),
         "peak_rss_of_steps_only": all(r["peak_is_steps_only"] for rs in runs.values() for r in rs),
@@ -220,6 +254,9 @@ def step_ratio(model: str, threads: int, a, state_path: str) -> dict:
     # A single-threaded child's CPU time is its wall time on an idle core; on a shared machine its
     # wall time mostly measures the scheduler, so that ratio is the one reported.
     step["step_ratio"] = step["step_ratio_cpu"] if threads == 1 else step["step_ratio_wall"]
+    key = "cpu_s" if threads == 1 else "s"
+    step["limit_step_ratio"] = step[f"limit_step_{key}"] / step[f"native_step_{key}"]
+    step["step_of_limit"] = step[f"exact_step_{key}"] / step[f"limit_step_{key}"]
     return step
 
 
@@ -237,7 +274,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="2-layer model, one GEMM shape (smoke run)")
     ap.add_argument("--thp", action="store_true",
                     help="THP_MEM_ALLOC_ENABLE=1 (transparent huge pages for large tensors) in every process")
-    ap.add_argument("--child", choices=["exact-v1", "torch-native"], help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=["exact-v1", "torch-native", LIMIT_STEP], help=argparse.SUPPRESS)
     ap.add_argument("--init-child", help=argparse.SUPPRESS)
     ap.add_argument("--model", default="gpt2-small", help=argparse.SUPPRESS)
     ap.add_argument("--state", help=argparse.SUPPRESS)
@@ -289,7 +326,9 @@ def main() -> None:
                 print(f"step {st['model']}, {threads} thread(s): wall exact-v1 {st['exact_step_s']:.2f} s, torch-native "
                       f"{st['native_step_s']:.2f} s (ratio {st['step_ratio_wall']:.2f}); CPU exact "
                       f"{st['exact_step_cpu_s']:.2f} s, native {st['native_step_cpu_s']:.2f} s (ratio "
-                      f"{st['step_ratio_cpu']:.2f}); step_ratio {st['step_ratio']:.2f}; peak RSS exact "
+                      f"{st['step_ratio_cpu']:.2f}); step_ratio {st['step_ratio']:.2f}; limit step (native, "
+                      f"float64 GEMMs) {st['limit_step_cpu_s' if threads == 1 else 'limit_step_s']:.2f} s: "
+                      f"limit_step_ratio {st['limit_step_ratio']:.2f}, exact / limit {st['step_of_limit']:.2f}; peak RSS exact "
                       f"{st['exact_peak_rss_mib']:.0f} MiB, native {st['native_peak_rss_mib']:.0f} MiB "
                       f"({st['rss_ratio']:.2f}x, steps only: {st['peak_rss_of_steps_only']}); integer-GEMM route "
                       f"{st['gemm_route']}" + (f", on the float64 route: step_ratio {st['step_ratio_f64_route']:.2f}"
