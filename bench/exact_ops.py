@@ -49,11 +49,21 @@ def _clock():
     return time.process_time if torch.get_num_threads() == 1 else time.perf_counter
 
 
+# Rounds of _interleaved take at least this long together (more rounds for short calls: a median
+# of five 6 ms calls moved by 0.1 between runs on a busy machine), at most MAX_REPS rounds.
+MIN_ROUNDS_S = 2.0
+MAX_REPS = 60
+
+
 def _interleaved(fns: dict, reps: int) -> dict:
-    """Median seconds per function, the functions alternating so load changes hit all alike."""
+    """Median seconds per function, the functions alternating so load changes hit all alike: at
+    least `reps` rounds, more while the rounds take under MIN_ROUNDS_S together."""
     clock = _clock()
+    t0 = clock()
     for f in fns.values():
         f()
+    round_s = clock() - t0  # the warm-up round
+    reps = max(reps, min(MAX_REPS, int(MIN_ROUNDS_S / max(round_s, 1e-6))))
     samples = {k: [] for k in fns}
     for _ in range(reps):
         for k, f in fns.items():
