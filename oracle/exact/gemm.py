@@ -621,9 +621,10 @@ def _kernel_quant_hilo(x: torch.Tensor, dim: int, s: int):
     return (h, lo, e) if dim == -1 else tuple(r.transpose(-2, -1) for r in (h, lo, e))
 
 
-def _fast_hilo(a: torch.Tensor, b: torch.Tensor, k: int):
+def _fast_hilo(a: torch.Tensor, b: torch.Tensor, k: int, rounded: bool = False):
     """The hi/lo product with both operands sliced by the CPU kernel (finite inputs), or None.
-    Same arithmetic as the general path."""
+    Same arithmetic as the general path. With `rounded`, a 2-D product comes back as its float32
+    result (out, None) from one fused pass over the GEMM outputs (kernels.hilo_round_f32)."""
     s = hilo_bits(k)
     qa = _kernel_quant_hilo(a, -1, s)
     if qa is None:
@@ -632,17 +633,34 @@ def _fast_hilo(a: torch.Tensor, b: torch.Tensor, k: int):
     if qb is None:
         return None
     (ha, la, ea), (hb, lb, eb) = qa, qb
-    return _hilo_combine(ha, la, hb, lb, ea, eb, s)
+    top, mid = _hilo_products(ha, la, hb, lb, s)
+    del ha, la, hb, lb
+    if rounded and top.dim() == 2:
+        out = kernels.hilo_round_f32(top, mid, ea.reshape(-1), eb.reshape(-1), s)
+        if out is not None:
+            return out, None
+    return _hilo_finish(top, mid, ea, eb, s)
+
+
+def _hilo_products(ha, la, hb, lb, s: int):
+    """(top, mid) = (ha @ hb, ha @ lb + la @ hb): exact integers, both below 2^53."""
+    route = gemm_route(ha.device)
+    top = _exact_gemm(ha, hb, s, s, route)
+    # exact: both below 2^52 (|lo| <= 2^(s-1))
+    mid = _exact_gemm(ha, lb, s, s - 1, route).add_(_exact_gemm(la, hb, s - 1, s, route))
+    return top, mid
+
+
+def _hilo_finish(top, mid, ea, eb, s: int):
+    """(hi, lo) of the hi/lo product from _hilo_products' (top, mid), top scaled in place."""
+    two_s = pow2(torch.full((), s, dtype=torch.int64, device=top.device))
+    top = top.mul_(two_s)  # exact: a power-of-two scale
+    hi, lo = two_sum(top, mid)
+    return _scale(hi, lo, pow2(ea - 2 * s), pow2(eb - s))
 
 
 def _hilo_combine(ha, la, hb, lb, ea, eb, s: int):
-    two_s = pow2(torch.full((), s, dtype=torch.int64, device=ha.device))
-    route = gemm_route(ha.device)
-    top = _exact_gemm(ha, hb, s, s, route).mul_(two_s)      # exact: a power-of-two scale
-    # exact: both below 2^52 (|lo| <= 2^(s-1))
-    mid = _exact_gemm(ha, lb, s, s - 1, route).add_(_exact_gemm(la, hb, s - 1, s, route))
-    hi, lo = two_sum(top, mid)
-    return _scale(hi, lo, pow2(ea - 2 * s), pow2(eb - s))
+    return _hilo_finish(*_hilo_products(ha, la, hb, lb, s), ea, eb, s)
 
 
 def _scale(hi, lo, scale_a, scale_b):
@@ -742,6 +760,13 @@ def exact_matmul(a: torch.Tensor, b: torch.Tensor, variant: str = "single") -> t
             if lo is not None and not bool(torch.any(lo != 0)):
                 lo = None
             return to_f32_once(hi, lo)
+    if variant == "hilo" and a.shape[-1] == b.shape[-2] and a.shape[-1] > 0:
+        fast = _fast_hilo(a, b, a.shape[-1], rounded=True)
+        if fast is not None and fast[0].dtype == F32:
+            return fast[0]
+        if fast is not None:
+            hi, lo = fast
+            return to_f32_once(hi, None if not bool(torch.any(lo != 0)) else lo)
     hi, lo, nonfinite = _matmul_parts(a, b, variant)
     if lo is not None and not bool(torch.any(lo != 0)):
         lo = None  # hi alone is exact: one conversion rounds it

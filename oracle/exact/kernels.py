@@ -553,6 +553,52 @@ if numba is not None:
             for j in range(N):
                 o[j] = _f32((h[j] * pa) * pb[j])
 
+    @njit(**_opts)
+    def _hilo_round_part_k(top, mid, ea, eb, s, out, nz, negz, i0, i1):
+        """Rows i0..i1-1 of the rounded hi/lo epilogue (gemm._hilo_finish, then exact_matmul's
+        rounding, is the definition; every step below is one of its float64 operations, in its
+        order): h, l = TwoSum(top 2^s, mid); h and l each times 2^(ea_i - 2s), then 2^(eb_j - s);
+        out = float32 of round-to-odd(TwoSum(h, l)), as quant.to_f32_once. nz[i]: how many l of
+        row i are not zero; negz[i]: how many are +0 with h = -0 (the one case where the formula
+        and float32(h), which exact_matmul takes when every l is zero, differ)."""
+        N = top.shape[1]
+        two_s = _pow2(np.int64(s))
+        pb = np.empty(N)
+        for j in range(N):
+            pb[j] = _pow2(np.int64(eb[j] - s))
+        for i in range(i0, i1):
+            pa = _pow2(np.int64(ea[i] - 2 * s))
+            t_r = top[i]
+            m_r = mid[i]
+            o = out[i]
+            cz = 0
+            cn = 0
+            for j in range(N):
+                a = t_r[j] * two_s  # exact: a power of two
+                b = m_r[j]
+                h = a + b
+                bb = h - a
+                lw = (a - (h - bb)) + (b - bb)
+                h = (h * pa) * pb[j]
+                lw = (lw * pa) * pb[j]
+                if lw != 0.0:
+                    cz += 1
+                elif h == 0.0 and math.copysign(1.0, h) < 0.0 and math.copysign(1.0, lw) > 0.0:
+                    cn += 1
+                # to_f32_once(h, lw): TwoSum, non-finite parts as there, then round to odd
+                s2 = h + lw
+                bb = s2 - h
+                err = (h - (s2 - bb)) + (lw - bb)
+                if not (abs(err) <= 1.7976931348623157e308):
+                    err = 0.0
+                if err != 0.0 and abs(s2) <= 1.7976931348623157e308:
+                    bits = _f64_bits(s2)
+                    if (bits & 1) == 0:
+                        bits += 1 if (s2 > 0.0) == (err > 0.0) else -1
+                        s2 = _bits_as_f64(bits)
+                o[j] = np.float32(s2)
+            nz[i] = cz
+            negz[i] = cn
 
     # --- layer norm rows and per-sequence column sums (mirror ops._LayerNorm, exact_sum64) -----
 
@@ -1055,6 +1101,24 @@ def scale_round_f32(hi: torch.Tensor, ea: torch.Tensor, eb: torch.Tensor, s: int
     """float32 of (hi * 2^(ea - s)) * 2^(eb - s) for hi [M, N] float64, ea [M], eb [N] int64."""
     out = torch.empty(hi.shape, dtype=F32)
     _split(_scale_round_part_k, (_np(hi), _np(ea), _np(eb), int(s), out.numpy()), hi.shape[0], threads)
+    return out
+
+
+@_split_threads
+def hilo_round_f32(top: torch.Tensor, mid: torch.Tensor, ea: torch.Tensor, eb: torch.Tensor, s: int, *,
+                   threads: int = 1) -> torch.Tensor | None:
+    """exact_matmul's float32 result of a 2-D hi/lo product from its two float64 GEMM outputs
+    [M, N] (top = ha @ hb, mid = ha @ lb + la @ hb) and block exponents ea [M], eb [N] (int64), in
+    one pass, bit for bit; None in the one case the pass does not cover (every low word zero and
+    some high word -0 with a +0 low word: the caller then runs the eager code)."""
+    M, N = top.shape
+    out = torch.empty(M, N, dtype=F32)
+    nz = np.zeros(M, dtype=np.int64)
+    negz = np.zeros(M, dtype=np.int64)
+    _split(_hilo_round_part_k, (_np(top), _np(mid), _np(ea), _np(eb), int(s), out.numpy(), nz, negz),
+           M, threads)
+    if not nz.any() and negz.any():
+        return None
     return out
 
 

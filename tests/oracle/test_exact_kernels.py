@@ -361,6 +361,79 @@ def test_hilo_fast_path_equals_general_path():
         _same(fast, slow)
 
 
+def _hilo_round_eager(top, mid, ea, eb, s):
+    """exact_matmul's float32 of a hi/lo product from its GEMM outputs, by the eager code."""
+    from oracle.exact import gemm as G
+    from oracle.exact import quant as Q
+
+    hi, lo = G._hilo_finish(top.clone(), mid.clone(), ea.view(-1, 1), eb.view(1, -1), s)
+    return Q.to_f32_once(hi, None if not bool(torch.any(lo != 0)) else lo)
+
+
+def _hilo_epilogue_cases(g, m: int, n: int):
+    """(top, mid) float64 integers as the hi/lo GEMMs give them (|top| < 2^52, |mid| < 2^53):
+    random ones, float32 ties and near-ties of the final value, signed zeros."""
+    top = torch.randint(-(2**50), 2**50, (m, n), generator=g, dtype=torch.int64).to(torch.float64)
+    mid = torch.randint(-(2**52), 2**52, (m, n), generator=g, dtype=torch.int64).to(torch.float64)
+    # top 2^s + mid on a float32 tie (mid 0) or one unit beside it (the low word then 1): for a
+    # 24-bit m32, top = m32 2^24 + 2^23 puts top 2^s exactly half a float32 unit above m32 2^(24+s)
+    m32 = torch.randint(2**23, 2**24, (m, n), generator=g, dtype=torch.int64)
+    tie_top = (m32 * 2**24 + 2**23).to(torch.float64)
+    pick = torch.randint(0, 4, (m, n), generator=g)
+    delta = torch.randint(-1, 2, (m, n), generator=g).to(torch.float64)
+    sign = torch.where(torch.rand(m, n, generator=g) < 0.5, -1.0, 1.0).to(torch.float64)
+    top = torch.where(pick == 0, tie_top * sign, top)
+    mid = torch.where(pick == 0, delta * sign, mid)
+    top[0, :4] = torch.tensor([0.0, -0.0, -0.0, 0.0], dtype=torch.float64)
+    mid[0, :4] = torch.tensor([0.0, -0.0, 0.0, -0.0], dtype=torch.float64)
+    return top, mid
+
+
+@pytest.mark.parametrize("scale", ["unit", "subnormal", "overflow"])
+def test_hilo_epilogue_kernel_equals_eager(scale):
+    g = torch.Generator().manual_seed(41)
+    m, n, s = 37, 53, 21
+    top, mid = _hilo_epilogue_cases(g, m, n)
+    # block exponents (the values are near 2^71 before the scalings by 2^(ea - 2s) and 2^(eb - s)):
+    # results near 2^-15, from zero through float32's subnormals to small normals, and around
+    # float32's largest values into overflow
+    base = {"unit": -10, "subnormal": -74, "overflow": 60}[scale]
+    ea = torch.randint(base - 12, base + 12, (m,), generator=g, dtype=torch.int64)
+    eb = torch.randint(base - 12, base + 12, (n,), generator=g, dtype=torch.int64)
+    got = kernels.hilo_round_f32(top, mid, ea, eb, s)
+    assert got is not None
+    _same(got, _hilo_round_eager(top, mid, ea, eb, s))
+
+
+def test_hilo_epilogue_kernel_leaves_the_all_zero_low_words_case_to_the_eager_code():
+    from oracle.exact import gemm as G
+
+    s = 21
+    ea, eb = torch.zeros(2, dtype=torch.int64), torch.zeros(3, dtype=torch.int64)
+    # every low word zero: exact_matmul rounds the high words alone, so -0 + -0 stays -0
+    top = torch.tensor([[-0.0, 1.0, 2.0], [3.0, 0.0, -5.0]], dtype=torch.float64)
+    mid = torch.tensor([[-0.0, 7.0, 0.0], [1.0, 0.0, 4.0]], dtype=torch.float64)
+    assert kernels.hilo_round_f32(top, mid, ea, eb, s) is None
+    assert bits(_hilo_round_eager(top, mid, ea, eb, s))[0, 0] == bits(torch.tensor(-0.0))
+    # no such -0: the pass covers it
+    top[0, 0] = 0.0
+    _same(kernels.hilo_round_f32(top, mid, ea, eb, s), _hilo_round_eager(top, mid, ea, eb, s))
+    # and when the pass declines, exact_matmul takes the eager rounding for the same bytes
+    g = torch.Generator().manual_seed(43)
+    x = (torch.randn(6, 200, generator=g) * torch.exp(torch.randn(6, 200, generator=g) * 3)).float()
+    w = (torch.randn(5, 200, generator=g) * torch.exp(torch.randn(5, 200, generator=g) * 3)).float()
+    want = G.exact_matmul(x, w.t(), "hilo")
+    real = kernels.hilo_round_f32
+    try:
+        kernels.hilo_round_f32 = lambda *a, **k: None
+        declined = G.exact_matmul(x, w.t(), "hilo")
+    finally:
+        kernels.hilo_round_f32 = real
+    with kernels.disabled():
+        _same(G.exact_matmul(x, w.t(), "hilo"), want)
+    _same(declined, want)
+
+
 def _fold_result_cases():
     """(hi, lo) float64 pairs: float32 ties and near-ties, subnormal and overflowing results,
     signed zeros, non-finite words and NaN payloads."""

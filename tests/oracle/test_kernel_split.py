@@ -86,6 +86,21 @@ def test_epilogues_are_the_same_at_every_split():
         assert _bits(x) == _bits(ref), t
 
 
+def test_hilo_epilogue_is_the_same_at_every_split():
+    from oracle.exact import gemm
+
+    g = torch.Generator().manual_seed(6)
+    m, n, s = 301, 419, 21
+    top = torch.randint(-2**50, 2**50, (m, n), generator=g).double()
+    mid = torch.randint(-2**52, 2**52, (m, n), generator=g).double()
+    ea = torch.randint(-60, 60, (m,), generator=g)
+    eb = torch.randint(-60, 60, (n,), generator=g)
+    hi, lo = gemm._hilo_finish(top.clone(), mid, ea[:, None], eb[None, :], s)
+    ref = quant.to_f32_once(hi, lo)
+    for t in THREADS:
+        assert _bits(kernels.hilo_round_f32.__wrapped__(top, mid, ea, eb, s, threads=t)) == _bits(ref), t
+
+
 def test_a_part_that_raises_is_waited_for_and_reported():
     finished = []
     gate = threading.Event()
