@@ -25,6 +25,18 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> None:
     assert diff.numel() == 0, f"{diff.numel()} elements differ, first at {diff[:5].tolist()}"
 
 
+@pytest.mark.parametrize("n", [1, 7, 511, 512, 513, 1537])
+def test_erf_gelu_blocks_equal_eager_at_every_length(n):
+    # the erf kernels work in blocks of _ERF_BLOCK elements, each series a pass over the block;
+    # lengths around the block size, with every branch of erfc64 (series, continued fraction,
+    # zero tail, NaN, infinities) spread through the blocks
+    pool = torch.cat([edge_values(), random_values(2000, 7) * 8])
+    x = pool[torch.randperm(pool.numel(), generator=torch.Generator().manual_seed(n))][:n]
+    g = random_values(n, 8)[:n]
+    _same(kernels.gelu(x, "erf"), tx.gelu32(x, "erf"))
+    _same(kernels.gelu_grad(x, g, "erf"), tx.gelu_grad32(x, g, "erf"))
+
+
 def test_exp_kernel_equals_eager():
     x = _inputs()
     _same(kernels.exp(x), tx.exp32(x))
