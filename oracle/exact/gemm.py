@@ -751,8 +751,9 @@ def _matmul_parts(a: torch.Tensor, b: torch.Tensor, variant: str):
 
 def exact_matmul(a: torch.Tensor, b: torch.Tensor, variant: str = "single") -> torch.Tensor:
     """float32 result of the exact product of quantised a and b, rounded once."""
-    if variant == "single" and a.shape[-1] == b.shape[-2] and a.shape[-1] > 0:
-        fast = _fast_single(a, b, a.shape[-1], rounded=True)
+    fast_path = {"single": _fast_single, "hilo": _fast_hilo}.get(variant)
+    if fast_path is not None and a.shape[-1] == b.shape[-2] and a.shape[-1] > 0:
+        fast = fast_path(a, b, a.shape[-1], rounded=True)
         if fast is not None and fast[0].dtype == F32:
             return fast[0]
         if fast is not None:  # two words: round them once below
@@ -760,13 +761,6 @@ def exact_matmul(a: torch.Tensor, b: torch.Tensor, variant: str = "single") -> t
             if lo is not None and not bool(torch.any(lo != 0)):
                 lo = None
             return to_f32_once(hi, lo)
-    if variant == "hilo" and a.shape[-1] == b.shape[-2] and a.shape[-1] > 0:
-        fast = _fast_hilo(a, b, a.shape[-1], rounded=True)
-        if fast is not None and fast[0].dtype == F32:
-            return fast[0]
-        if fast is not None:
-            hi, lo = fast
-            return to_f32_once(hi, None if not bool(torch.any(lo != 0)) else lo)
     hi, lo, nonfinite = _matmul_parts(a, b, variant)
     if lo is not None and not bool(torch.any(lo != 0)):
         lo = None  # hi alone is exact: one conversion rounds it

@@ -241,33 +241,29 @@ if numba is not None:
             out[j] = 2.0 - cl if u[j] < 0 else cl
 
     @njit(**_opts)
-    def _gelu_erfc_block(x, lo, hi, e, u, w, idx):
-        """e[:hi - lo] = erfc64(-(f64(x[i]) INV_SQRT2)) for i in lo..hi-1 (u: scratch)."""
-        m = hi - lo
-        for j in range(m):
+    def _gelu_erfc_block(x, b):
+        """Block b of an erf GELU kernel: (lo, hi, e) with e[j] = erfc64(-(f64(x[lo + j])
+        INV_SQRT2)) for j < hi - lo."""
+        lo = b * _ERF_BLOCK
+        hi = min(x.shape[0], lo + _ERF_BLOCK)
+        u, e = np.empty(hi - lo), np.empty(_ERF_BLOCK)
+        for j in range(hi - lo):
             u[j] = -(np.float64(x[lo + j]) * INV_SQRT2)
-        _erfc64_block(u[:m], e, w, idx)
+        _erfc64_block(u, e, np.empty((5, _ERF_BLOCK)), np.empty(_ERF_BLOCK, np.int64))
+        return lo, hi, e
 
     @njit(parallel=True, **_opts)
     def _gelu_erf_k(x, out):
-        N = x.shape[0]
-        for b in prange((N + _ERF_BLOCK - 1) // _ERF_BLOCK):
-            lo = b * _ERF_BLOCK
-            hi = min(N, lo + _ERF_BLOCK)
-            e, u = np.empty(_ERF_BLOCK), np.empty(_ERF_BLOCK)
-            _gelu_erfc_block(x, lo, hi, e, u, np.empty((5, _ERF_BLOCK)), np.empty(_ERF_BLOCK, np.int64))
+        for b in prange((x.shape[0] + _ERF_BLOCK - 1) // _ERF_BLOCK):
+            lo, hi, e = _gelu_erfc_block(x, b)
             for j in range(hi - lo):
                 v = np.float64(x[lo + j])
                 out[lo + j] = np.float32(-0.0) if v == -np.inf else _f32((0.5 * v) * e[j])
 
     @njit(parallel=True, **_opts)
     def _gelu_erf_grad_k(x, g, out):
-        N = x.shape[0]
-        for b in prange((N + _ERF_BLOCK - 1) // _ERF_BLOCK):
-            lo = b * _ERF_BLOCK
-            hi = min(N, lo + _ERF_BLOCK)
-            e, u = np.empty(_ERF_BLOCK), np.empty(_ERF_BLOCK)
-            _gelu_erfc_block(x, lo, hi, e, u, np.empty((5, _ERF_BLOCK)), np.empty(_ERF_BLOCK, np.int64))
+        for b in prange((x.shape[0] + _ERF_BLOCK - 1) // _ERF_BLOCK):
+            lo, hi, e = _gelu_erfc_block(x, b)
             for j in range(hi - lo):
                 v = np.float64(x[lo + j])
                 d = 0.5 * e[j] + (v * exp64(-0.5 * (v * v))) * INV_SQRT_2PI
