@@ -101,7 +101,7 @@ def test_every_hostile_input_is_held(tmp_path):
     assert not failed, failed
     assert {n: e.stage for n, e in rows.items()} == HOSTILE_STAGES
     assert all(e.must for e in rows.values())
-    assert "hostile inputs: 12 held, 0 MISSED" in redteam.format_table(report)
+    assert f"hostile inputs: {len(HOSTILE_STAGES)} held, 0 MISSED" in redteam.format_table(report)
 
 
 def test_unknown_edit_is_refused_by_name(tmp_path):
