@@ -57,6 +57,7 @@ from chain.protocol.refusals import (
     AlreadyCommitted,
     AlreadyDeclared,
     AlreadyOpened,
+    AmountOverBond,
     BadConsistencyProof,
     BadLeaf,
     BadLeafProof,
@@ -118,4 +119,5 @@ __all__ = [
     "RevealTooEarly", "RevealTooLate", "CommitmentMismatch", "NotCrossArchitecture", "DeclarationTooLate",
     "AlreadyDeclared", "UnknownCall", "FieldTooLarge", "TooMany", "NotAuthority", "RetroactiveChange",
     "ProtocolError", "RunIdNotOwned", "ReplayTooSlow", "NotInCommittee", "NotBonded",
+    "AmountOverBond",
 ]

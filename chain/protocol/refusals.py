@@ -215,9 +215,15 @@ class NotInCommittee(Refused):
 
 
 class NotBonded(Refused):
-    """An unbond of more than the account's active bond."""
+    """An unbond by an account that has no active bond."""
 
     code = "NotBonded"
+
+
+class AmountOverBond(Refused):
+    """An unbond of more than the account's active bond (which is not zero)."""
+
+    code = "AmountOverBond"
 
 
 class ProtocolError(Refused):
@@ -235,7 +241,7 @@ REFUSAL_TYPES: dict[str, type[Refused]] = {
         BadLeaf, OwnChallenge, CommitWindowClosed, AlreadyCommitted, NoCommitment, RevealTooEarly,
         RevealTooLate, CommitmentMismatch, NotCrossArchitecture, DeclarationTooLate, AlreadyDeclared,
         UnknownCall, FieldTooLarge, TooMany, NotAuthority, RetroactiveChange, ProtocolError,
-        RunIdNotOwned, ReplayTooSlow, NotInCommittee, NotBonded,
+        RunIdNotOwned, ReplayTooSlow, NotInCommittee, NotBonded, AmountOverBond,
     )
 }
 

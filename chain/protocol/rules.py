@@ -63,6 +63,7 @@ from chain.protocol.refusals import (
     AlreadyCommitted,
     AlreadyDeclared,
     AlreadyOpened,
+    AmountOverBond,
     BadConsistencyProof,
     BadLeaf,
     BadLeafProof,
@@ -347,8 +348,10 @@ def _bond(state: ProtocolState, c: BondVerifier, origin: str, n: int) -> list[Ev
 
 def _unbond(state: ProtocolState, c: UnbondVerifier, origin: str, n: int) -> list[Event]:
     active = state.vbonds.get(origin, 0)
+    if active == 0:
+        raise NotBonded(f"{origin!r} has no active bond; it cannot unbond {c.amount}")
     if c.amount > active:
-        raise NotBonded(f"{origin!r} has an active bond of {active}; it cannot unbond {c.amount}")
+        raise AmountOverBond(f"{origin!r} has an active bond of {active}; it cannot unbond {c.amount}")
     waiting = state.unbonding.setdefault(origin, [])
     if len(waiting) >= MAX_UNBONDING_PER_VERIFIER:
         raise TooMany(f"{origin!r} has {MAX_UNBONDING_PER_VERIFIER} unbonding amounts waiting already")

@@ -50,6 +50,7 @@ REFUSAL_CODES = {
     "ReplayTooSlow": "ReplayTooSlow",
     "NotInCommittee": "NotInCommittee",
     "NotBonded": "NotBonded",
+    "AmountOverBond": "AmountOverBond",
 }
 EVENT_CODES = {
     "RunRegistered": "RunRegistered",
@@ -72,6 +73,7 @@ EVENT_CODES = {
     "VerifierUnbonding": "VerifierUnbonding",
     "BondReleased": "BondReleased",
     "VerifierPenalized": "VerifierPenalized",
+    "BlockWorkFailed": "BlockWorkFailed",
 }
 
 

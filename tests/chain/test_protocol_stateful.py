@@ -163,7 +163,7 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     @rule(v=st.sampled_from(VERIFIERS), amount=st.sampled_from([10, 50, 150, 10_000]))
     def unbond(self, v, amount):
-        self._queue([(v, UnbondVerifier(amount))])  # more than the active bond: NotBonded
+        self._queue([(v, UnbondVerifier(amount))])  # more than the active bond: AmountOverBond
 
     @precondition(lambda self: self.main.challenges)
     @rule(i=st.integers(0, 7), how=st.sampled_from(["honest", "honest", "honest", "wrong-leaf", "not-miner"]),

@@ -98,9 +98,9 @@ def test_bond_top_up_and_unbond_then_release_after_the_delay():
     assert (ev.amount, ev.bond, ev.release_block) == (100, 50, 3 + PARAMS.unbonding_delay)
     assert chain.state.vbonds["v1"] == 50 and chain.state.unbonding == {"v1": [[13, 100]]}
     assert P.eligible_verifiers(chain.state) == []  # leaves the draws at once
-    with pytest.raises(P.NotBonded, match="active bond of 50; it cannot unbond 51"):
+    with pytest.raises(P.AmountOverBond, match="active bond of 50; it cannot unbond 51"):
         chain.block(("v1", UnbondVerifier(51)))
-    with pytest.raises(P.NotBonded):
+    with pytest.raises(P.NotBonded, match="'v9' has no active bond"):
         chain.block(("v9", UnbondVerifier(1)))
     assert chain.advance_to(12) == []
     (rel,) = chain.block()
