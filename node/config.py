@@ -356,6 +356,9 @@ class Secrets(_Section):
 
 
 def _read_toml(path: Path, what: str) -> dict[str, Any]:
+    """The file's TOML tables; every way the bytes can be unreadable is a ConfigError naming the file."""
+    if "\0" in str(path):
+        raise ConfigError(f"{what} path {str(path)!r} contains a NUL byte")
     try:
         with path.open("rb") as f:
             return tomllib.load(f)
@@ -363,8 +366,15 @@ def _read_toml(path: Path, what: str) -> dict[str, Any]:
         raise ConfigError(f"{what} {path} does not exist") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{what} {path} is not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{what} {path} is not UTF-8 text: byte 0x{exc.object[exc.start]:02x} at offset "
+                          f"{exc.start} ({exc.reason})") from None
+    except RecursionError:
+        raise ConfigError(f"{what} {path} nests arrays or inline tables too deeply to read") from None
     except OSError as exc:
         raise ConfigError(f"{what} {path} cannot be read: {exc}") from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise ConfigError(f"{what} {path} holds a value that cannot be read: {exc}") from None
 
 
 def _env_overrides(data: dict[str, Any], sections: dict[str, type[BaseModel]], env: dict[str, str],
@@ -379,7 +389,11 @@ def _env_overrides(data: dict[str, Any], sections: dict[str, type[BaseModel]], e
             if field.annotation is not None and "list[str]" in str(field.annotation):
                 raw = raw.replace(",", " ").split()
             elif field.annotation is not None and "list" in str(field.annotation) and "/" not in raw:
-                raw = [int(x) for x in raw.replace(",", " ").split()] if raw.strip() else []
+                try:
+                    raw = [int(x) for x in raw.replace(",", " ").split()] if raw.strip() else []
+                except ValueError:
+                    raise ConfigError(f"environment variable {name}: {raw[:60]!r} is not a list of integers "
+                                      f"(separate them with commas or spaces)") from None
             if section:
                 target = out.setdefault(section, {})
                 if not isinstance(target, dict):
@@ -412,6 +426,11 @@ def load_config(path: str | os.PathLike[str] | None, env: dict[str, str] | None 
     except ValidationError as exc:
         raise ConfigError(_explain(exc, f"config {path or '(defaults)'} is invalid")) from None
     if path is not None:
+        for key, value in (("node.data_dir", cfg.node.data_dir), ("node.openings_dir", cfg.node.openings_dir),
+                           ("node.secrets_file", cfg.node.secrets_file),
+                           ("http.admin_token_file", cfg.http.admin_token_file)):
+            if "\0" in value:
+                raise ConfigError(f"config {path} is invalid:\n  {key}: a path cannot contain a NUL byte")
         base = Path(path).resolve().parent
         node = cfg.node
         updates: dict[str, Any] = {}
