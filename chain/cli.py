@@ -14,7 +14,7 @@ from typing import Any
 
 import typer
 
-app = typer.Typer(no_args_is_help=True, add_completion=False,
+app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
                   help="Chains: run a dev chain, print protocol events.")
 
 EXIT_USAGE = 2

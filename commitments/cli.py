@@ -13,9 +13,9 @@ from typing import Any, NoReturn
 
 import typer
 
-data_app = typer.Typer(no_args_is_help=True, add_completion=False)
-transcript_app = typer.Typer(no_args_is_help=True, add_completion=False)
-spec_app = typer.Typer(no_args_is_help=True, add_completion=False)
+data_app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None)
+transcript_app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None)
+spec_app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None)
 
 EXIT_FAILED = 1
 EXIT_REFUSED = 2

@@ -17,8 +17,8 @@ from typing import Any
 
 import typer
 
-demo_app = typer.Typer(add_completion=False, help="Run the whole protocol on one machine.")
-redteam_app = typer.Typer(no_args_is_help=False, add_completion=False)
+demo_app = typer.Typer(add_completion=False, rich_markup_mode=None, help="Run the whole protocol on one machine.")
+redteam_app = typer.Typer(no_args_is_help=False, add_completion=False, rich_markup_mode=None)
 
 
 @demo_app.callback(invoke_without_command=True)

@@ -15,11 +15,11 @@ from typing import Any
 
 import typer
 
-miner_app = typer.Typer(no_args_is_help=True, add_completion=False,
+miner_app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
                         help="Miners: train with commitments, serve openings.")
-recipe_app = typer.Typer(no_args_is_help=True, add_completion=False,
+recipe_app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
                          help="Run documents: write and verify promised digests.")
-model_app = typer.Typer(no_args_is_help=True, add_completion=False,
+model_app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
                         help="Pretrained checkpoints: import them as the initial state of a fine-tune.")
 
 

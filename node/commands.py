@@ -13,8 +13,8 @@ from typing import Any
 
 import typer
 
-node_app = typer.Typer(no_args_is_help=True, add_completion=False, help="The verifier node.")
-verify_app = typer.Typer(no_args_is_help=True, add_completion=False, help="Offline checks.")
+node_app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None, help="The verifier node.")
+verify_app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None, help="Offline checks.")
 
 CONFIG_OPT = typer.Option(..., "--config", "-c", help="Node config TOML (see examples/node.toml).")
 SECRETS_OPT = typer.Option(None, "--secrets", help="Secrets TOML; overrides node.secrets_file.")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-app = typer.Typer(no_args_is_help=True, add_completion=False,
+app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
                   help="The exact-v1 oracle: walk a run, replay one step.")
 
 

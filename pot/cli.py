@@ -15,6 +15,9 @@ app = typer.Typer(
     help="Proof-of-Training verifier node: commitments, exact-v1 oracle, protocol and chain.",
     no_args_is_help=True,
     add_completion=False,
+    # Plain text help: as rich markup, every bracketed name ("[init]", "[protocol]") would vanish.
+    # The sub-apps set the same, so each renders the same run on its own.
+    rich_markup_mode=None,
 )
 
 # noun -> (module, attribute, help)
