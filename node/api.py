@@ -517,13 +517,14 @@ def _ctx(request: Request) -> ApiContext:
 
 def require_admin(request: Request,
                   creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
-    """401 without a bearer token, 403 with a wrong one or when no admin token is configured."""
+    """403 when no admin token is configured (whatever the request holds), else 401 without a
+    bearer token and 403 with a wrong one."""
     ctx = _ctx(request)
+    if ctx.admin_token is None:
+        raise HTTPException(403, "admin routes are disabled on this node: set http.admin_token_file")
     if creds is None or creds.scheme.lower() != "bearer":
         raise HTTPException(401, "admin routes need an `Authorization: Bearer <token>` header",
                             headers={"WWW-Authenticate": "Bearer"})
-    if ctx.admin_token is None:
-        raise HTTPException(403, "admin routes are disabled on this node: set http.admin_token_file")
     if not hmac.compare_digest(creds.credentials.encode(), ctx.admin_token.encode()):
         raise HTTPException(403, "the bearer token is not this node's admin token")
 
@@ -566,6 +567,8 @@ def create_app(db: str | Engine, config: NodeConfig | None = None, *, node: Any 
                     "the node's bearer token. Ids are 64 hex digits. Lists are newest first and paginated with "
                     "`limit` and `cursor` (the previous page's `next_cursor`: `<block>-<id>`, a keyset position).",
         lifespan=lifespan,
+        docs_url=None,  # served by mount_api_docs from packaged assets, never a CDN
+        redoc_url=None,
     )
     app.state.pot = ctx
     # Inside the metrics middleware: refused requests are counted (route "unmatched", 4xx).
@@ -703,7 +706,49 @@ def create_app(db: str | Engine, config: NodeConfig | None = None, *, node: Any 
         return out
 
     mount_dashboard(app, ctx)
+    mount_api_docs(app)
     return app
+
+
+DOCS_ASSETS = "/static-docs"
+
+
+def docs_assets_dir() -> Path:
+    """The Swagger UI and ReDoc files shipped by the fastapi-offline package (a dependency)."""
+    import fastapi_offline
+
+    return Path(fastapi_offline.__file__).resolve().parent / "static"
+
+
+def mount_api_docs(app: FastAPI) -> None:
+    """`/docs` (Swagger UI) and `/redoc` over `/openapi.json`, their scripts, styles and icon
+    served from the installed package under DOCS_ASSETS: the pages work with no outside network."""
+    from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+    from fastapi.staticfiles import StaticFiles
+
+    assets = docs_assets_dir()
+    if not (assets / "swagger-ui-bundle.js").is_file():
+        raise RuntimeError(f"{assets}: the API docs assets are missing (reinstall fastapi-offline)")
+    app.mount(DOCS_ASSETS, StaticFiles(directory=assets), name="static-docs")
+    title = f"{app.title} - API"
+
+    def root(request: Request) -> str:
+        return request.scope.get("root_path", "").rstrip("/")
+
+    @app.get("/docs", include_in_schema=False)
+    def swagger_ui(request: Request) -> Response:
+        base = root(request)
+        return get_swagger_ui_html(openapi_url=f"{base}{app.openapi_url}", title=title,
+                                   swagger_js_url=f"{base}{DOCS_ASSETS}/swagger-ui-bundle.js",
+                                   swagger_css_url=f"{base}{DOCS_ASSETS}/swagger-ui.css",
+                                   swagger_favicon_url=f"{base}{DOCS_ASSETS}/favicon.png")
+
+    @app.get("/redoc", include_in_schema=False)
+    def redoc(request: Request) -> Response:
+        base = root(request)
+        return get_redoc_html(openapi_url=f"{base}{app.openapi_url}", title=title,
+                              redoc_js_url=f"{base}{DOCS_ASSETS}/redoc.standalone.js",
+                              redoc_favicon_url=f"{base}{DOCS_ASSETS}/favicon.png", with_google_fonts=False)
 
 
 # --- route bodies that need more than one query -----------------------------------------------
