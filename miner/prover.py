@@ -28,7 +28,12 @@ from miner.checkpoints import _STATE_RE, CheckpointError, read_leaves, read_run_
 CHUNK = 1 << 20
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024 * 1024
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+# One `bytes=` range of ASCII digits (RFC 9110 section 14.1.2); a position of more digits than
+# RANGE_DIGITS is beyond any file this server holds, and a header longer than RANGE_MAX_CHARS is refused
+# unread: neither is ever converted to an int.
+_RANGE = re.compile(r"bytes=([0-9]*)-([0-9]*)", re.ASCII)
+RANGE_DIGITS = 19
+RANGE_MAX_CHARS = 200
 # What verifiers fetch: never behind the token.
 PUBLIC = re.compile(r"^/(healthz|openings/[^/]*|runs/[^/]*/leaves)$")
 _OPENING_RE = re.compile(r"^([0-9a-f]{64})\.opening$")
@@ -39,19 +44,34 @@ def _error(status: int, reason: str, **headers: str) -> JSONResponse:
 
 
 def parse_range(header: str, size: int) -> tuple[int, int] | None:
-    """(first, last) inclusive of a single `bytes=` range, or None when unsatisfiable/unsupported."""
-    m = _RANGE.match(header.strip())
+    """(first, last) inclusive of a single `bytes=` range, or None when unsatisfiable/unsupported.
+
+    Strict: ASCII digits only, no sign, one range. A position of more than RANGE_DIGITS digits is
+    read as "past the end" without converting it: a first byte there is unsatisfiable, a last byte
+    or a suffix length there means up to the end."""
+    text = header.strip(" \t")
+    if len(text) > RANGE_MAX_CHARS:
+        return None
+    m = _RANGE.fullmatch(text)
     if not m or (not m.group(1) and not m.group(2)):
         return None
     a, b = m.group(1), m.group(2)
+
+    def position(digits: str) -> int | None:  # None: beyond every size
+        return None if len(digits.lstrip("0")) > RANGE_DIGITS else int(digits)
+
     if not a:  # suffix: the last b bytes
-        n = int(b)
+        n = position(b)
         if n == 0 or size == 0:
             return None
-        return max(0, size - n), size - 1
-    first = int(a)
-    last = int(b) if b else size - 1
-    if first >= size or last < first:
+        return (0 if n is None else max(0, size - n)), size - 1
+    first = position(a)
+    if first is None or first >= size:
+        return None
+    last = position(b) if b else size - 1
+    if last is None:
+        last = size - 1
+    if last < first:
         return None
     return first, min(last, size - 1)
 
