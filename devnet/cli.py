@@ -34,7 +34,8 @@ def demo(
     substitute_at: int = typer.Option(7, "--substitute-at", min=1, help="The step trained on a substituted batch."),
     timeout: float = typer.Option(600.0, "--timeout", min=30, help="Give up after this many seconds."),
 ) -> None:
-    """Run a miner (an honest and a substituted run) and three verifier nodes (one faulty) on one chain."""
+    """Run a miner (an honest and a substituted run) and four verifier nodes (two honest, one revealing noise,
+    one lazy) on one chain."""
     from devnet.demo import Demo, DemoError
     from devnet.render import render
 

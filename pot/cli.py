@@ -32,7 +32,9 @@ SUBAPPS = [
     ("model", "miner.cli", "model_app", "Pretrained checkpoints: import Hugging Face GPT-2 and Llama for fine-tuning."),
     ("node", "node.commands", "node_app", "The verifier node: init its database, run the daemon."),
     ("verify", "node.commands", "verify_app", "Offline checks: verify one opening."),
-    ("demo", "devnet.cli", "demo_app", "The whole protocol on one machine: a miner, three verifiers, a dashboard."),
+    ("demo", "devnet.cli", "demo_app",
+     "The whole protocol on one machine: a miner, four verifiers (two honest, one revealing noise, one lazy), "
+     "a dashboard."),
     ("redteam", "devnet.cli", "redteam_app", "Forge a fresh run every way the protocol must stop; check each is caught."),
 ]
 

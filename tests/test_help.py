@@ -131,3 +131,20 @@ def test_each_sub_app_renders_plain_text_on_its_own(noun, module, attr):
     sub = getattr(importlib.import_module(module), attr)
     assert sub.rich_markup_mode is None, f"{module}.{attr} ({noun}) reads its help text as markup"
     assert app.rich_markup_mode is None
+
+
+NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six"}
+
+
+def test_the_demo_help_counts_the_demo_verifiers():
+    """`pot demo --help` and `pot --help` say as many verifiers as the demo starts, with its faults."""
+    from devnet.demo import VERIFIERS
+
+    count = NUMBERS[len(VERIFIERS)]
+    honest = NUMBERS.get(sum(f == "none" for _, f in VERIFIERS), "one")
+    for path in ((), ("demo",)):
+        page = " ".join(_render(path).split())
+        said = re.findall(r"(\w+) verifier(?:s| nodes)", page)
+        assert said and set(said) == {count}, (path, said)
+        assert f"({honest} honest, one revealing noise, one lazy)" in page
+    assert [f for _, f in VERIFIERS].count("noise") == 1 and [f for _, f in VERIFIERS].count("lazy") == 1
