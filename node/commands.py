@@ -64,6 +64,7 @@ def node_run(config: Path = CONFIG_OPT, secrets: Path | None = SECRETS_OPT,
     from node.logs import setup_logging
 
     cfg, sec = _load(config, secrets)
+    _require_chain(cfg.chain.url)
     setup_logging(cfg.node.log_level)
     try:
         engine = open_database(cfg.database_url, init=init)
@@ -98,23 +99,52 @@ def node_unbond(config: Path = CONFIG_OPT, secrets: Path | None = SECRETS_OPT,
     what stays bonded first (0 to leave), or the running node tops the bond up again after its
     next restart or reconnect."""
     from chain.calls import UnbondVerifier
+    from chain.outcome import follower_view, submit_and_read
     from chain.transport import TransportError
     from node.daemon import connect_transport
 
     cfg, sec = _load(config, secrets)
+    _require_chain(cfg.chain.url)
+    if not timeout > 0:
+        _fail(f"--timeout must be a positive number of seconds, got {timeout}")
     try:
         transport = connect_transport(cfg, sec)
     except TransportError as exc:
         _fail(str(exc))
     try:
-        receipt = transport.submit([UnbondVerifier(amount)], wait=True, timeout=timeout)
+        # The chain as this node derives it, to read what the protocol made of the call.
+        view = follower_view(transport, start_block=cfg.chain.start_block, authority=cfg.chain.authority or None,
+                             pinned=cfg.pinned_params(), pin_name="this node's [protocol] section")
+        outcome = submit_and_read(transport, [UnbondVerifier(amount)], view, timeout=timeout)
     except TransportError as exc:
-        _fail(f"the unbond call was not included: {exc}")
+        _fail(f"the unbond call has no outcome: {exc}")
     finally:
         transport.close()
-    typer.echo(json.dumps({"account": transport.account, "amount": amount, "block": receipt.block_number,
-                           "tx_hash": receipt.tx_hash.hex(), "detail": "see VerifierUnbonding (or CallRefused) "
-                           "in that block; the node's /api/v1/stake shows the release block"}))
+    (call,) = outcome.calls
+    out: dict[str, Any] = {"account": transport.account, "amount": amount, "block": outcome.block,
+                           "tx_hash": outcome.receipt.tx_hash.hex(), "ok": call.ok, "outcome": call.words()}
+    if call.ok:
+        (ev,) = call.events
+        out.update(release_block=ev.release_block, bond=ev.bond)
+    else:
+        out.update(refusal=call.refusal.refusal, reason=call.refusal.reason)
+    typer.echo(json.dumps(out))
+    if not call.ok:
+        typer.echo(f"error: {call.words()}", err=True)
+        raise typer.Exit(1)
+
+
+def _require_chain(url: str) -> None:
+    """Refuse a dev chain file that does not exist (only `pot chain dev` and `pot demo` make one)."""
+    from chain.require import NoChain, require_chain
+    from chain.transport import TransportError
+
+    try:
+        require_chain(url)
+    except NoChain as exc:
+        _fail(str(exc))
+    except TransportError as exc:  # a malformed URL
+        _fail(str(exc))
 
 
 def _hex_arg(name: str, value: str | None) -> bytes | None:
@@ -141,6 +171,9 @@ def chain_facts(url: str, challenge_id: bytes, config: Path | None) -> dict[str,
         from node.config import load_config
 
         params = load_config(config).pinned_params()
+    from chain.require import require_chain
+
+    require_chain(url)
     # Reading needs no funds; a Substrate transport still wants a key, so give it a throwaway one.
     transport = connect(url) if url.startswith("dev://") else connect(url, key="//pot//verify-reader")
     try:

@@ -106,6 +106,7 @@ def test_node_verifies_an_honest_run_and_resumes_exactly_once(tmp_path, db_url):
 def test_run_refuses_an_uninitialised_database(tmp_path):
     cfg = tmp_path / "n.toml"
     cfg.write_text(f'[chain]\nurl = "dev:///{tmp_path}/c.db"\naccount = "v1"\n')
+    DevTransport(tmp_path / "c.db").close()  # the chain exists: `pot node run` never creates one
     out = subprocess.run([sys.executable, "-m", "pot", "node", "run", "--config", str(cfg)], cwd=REPO,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "not initialised; run `pot node init" in out.stderr
