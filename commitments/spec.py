@@ -6,6 +6,8 @@ inconsistent settings are refused with a reason (`SpecError`), never silently de
 
 from __future__ import annotations
 
+import json
+import math
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
@@ -115,6 +117,23 @@ class ModelSpec(_Strict):
         for f in NOT_LLAMA_FIELDS:
             del d[f]
         return d
+
+    def table(self) -> dict[str, Any]:
+        """The [model] table a spec file needs for this model: the canonical fields, less those its
+        kind never reads while they hold their default (a GPT's `hidden`); the spec it loads to is
+        this one."""
+        d = self.canonical()
+        for f in UNUSED_BY_KIND.get(self.kind, ()):
+            if getattr(self, f) == type(self).model_fields[f].default:
+                del d[f]
+        return d
+
+
+# Fields the canonical form of a kind holds though its model never reads them (they are in every
+# GPT and MLP spec's digest since the first specs): a printed [model] table leaves them out at default.
+UNUSED_BY_KIND = {"gpt": ("hidden",)}
+# The same among the optimizer's fields (each optimizer reads its own hyperparameters).
+UNUSED_BY_OPTIMIZER = {"adamw": ("momentum",), "sgd": ("beta1", "beta2", "eps")}
 
 
 class OptimizerSpec(_Strict):
@@ -243,6 +262,36 @@ class Spec(_Strict):
     def digest(self) -> bytes:
         return digest("pot/spec/v1", self.canonical())
 
+    def canonical_toml(self, source: str = "") -> str:
+        """The canonical form as a spec file: every field the digest covers, defaults filled in, in
+        declaration order. A field the digest leaves out at its default (OMIT_AT_DEFAULT) and a null
+        (TOML has none) are comment lines, so the file loads back to this spec and this digest."""
+        of = f" of {source}" if source else ""
+        lines = [f"# The canonical form{of}: spec digest {self.digest().hex()}.",
+                 "# Every field the digest covers, defaults included. A commented field is one the digest",
+                 "# leaves out at its default (writing it changes nothing), or a null, which TOML cannot hold."]
+        tables: list[tuple[str, _Strict]] = []
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if isinstance(value, _Strict):
+                tables.append((name, value))
+            elif value is None and name in type(self).OMIT_AT_DEFAULT:
+                lines.append(f"# [{name}] absent: {ABSENT_TABLES.get(name, 'at its default')}")
+            elif value is None:
+                lines.append(f"# {name} = null: no [{name}] table")
+            else:
+                lines.append(f"{name} = {toml_value(value)}")
+        for name, sub in tables:
+            body = sub.canonical()
+            unused = (UNUSED_BY_KIND if name == "model" else UNUSED_BY_OPTIMIZER if name == "optimizer"
+                      else {}).get(getattr(sub, "kind", ""), ())
+            lines += ["", f"[{name}]"]
+            lines += [f"{k} = {toml_value(v)}" + (f"  # unused by kind \"{sub.kind}\", in the digest all the same"
+                                                  if k in unused else "") for k, v in body.items()]
+            lines += [f"# {k} = {toml_value(getattr(sub, k))}" for k in type(sub).model_fields
+                      if k not in body and k in type(sub).OMIT_AT_DEFAULT]
+        return "\n".join(lines) + "\n"
+
     @property
     def sample_len(self) -> int:
         """Tokens per dataset sample: inputs plus the shifted target."""
@@ -272,18 +321,7 @@ class Spec(_Strict):
 
     @classmethod
     def from_toml(cls, path: str | Path) -> Spec:
-        p = Path(path)
-        try:
-            text = p.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise SpecError(f"{p}: cannot read spec: {exc.strerror or exc}") from None
-        except UnicodeDecodeError as exc:
-            raise SpecError(f"{p}: not UTF-8 text (byte {exc.start})") from None
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise SpecError(f"{p}: not valid TOML: {exc}") from None
-        return cls.from_dict(data, source=str(p))
+        return cls.from_dict(read_toml(path), source=str(path))
 
     @classmethod
     def from_cbor(cls, data: bytes) -> Spec:
@@ -291,3 +329,65 @@ class Spec(_Strict):
         if not isinstance(obj, dict):
             raise SpecError("spec CBOR is not a map")
         return cls.from_dict(obj, source="spec CBOR")
+
+
+# What an absent table of the canonical form means (comment lines of Spec.canonical_toml).
+ABSENT_TABLES = {"init": "the initial parameters are drawn from rng.seed"}
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """A spec file's TOML as a dict (not yet validated)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(f"{p}: cannot read spec: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{p}: not UTF-8 text (byte {exc.start})") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{p}: not valid TOML: {exc}") from None
+
+
+def filled_defaults(spec: Spec, given: dict[str, Any]) -> dict[str, Any]:
+    """The fields of `spec`'s canonical form that `given` (the dict it was loaded from) did not
+    name, by dotted path, with the default each took."""
+    out: dict[str, Any] = {}
+
+    def walk(canonical: dict[str, Any], raw: Any, prefix: str) -> None:
+        for k, v in canonical.items():
+            here = raw.get(k) if isinstance(raw, dict) else None
+            if isinstance(v, dict) and isinstance(here, dict):
+                walk(v, here, f"{prefix}{k}.")
+            elif isinstance(v, dict):
+                walk(v, None, f"{prefix}{k}.")
+            elif not isinstance(raw, dict) or k not in raw:
+                out[prefix + k] = v
+
+    walk(spec.canonical(), given, "")
+    return out
+
+
+def toml_value(v: Any) -> str:
+    """A canonical spec value as TOML (text, a boolean, an integer, a float, an array of those)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    raise SpecError(f"no TOML form for a {type(v).__name__} ({v!r})")
+
+
+def toml_table(name: str, fields: dict[str, Any]) -> str:
+    """`[name]` and one `key = value` line per field."""
+    return "\n".join([f"[{name}]", *(f"{k} = {toml_value(v)}" for k, v in fields.items())]) + "\n"

@@ -310,7 +310,7 @@ def model_import(
         n = sum(t.numel() for t in params.values())
         if as_json:
             typer.echo(json.dumps({"out": str(out), "params_digest": digest, "parameters": n,
-                                   "model": model.canonical()}))
+                                   "model": model.table()}))
             return
         typer.echo(f"wrote {out}: {len(params)} tensors, {n:,} parameters", err=True)
         typer.echo("# paste into the fine-tune spec; train with --init " + str(out))

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from commitments.files import atomic_write_bytes
-from commitments.spec import ModelSpec, Spec
+from commitments.spec import ModelSpec, Spec, toml_table
 from commitments.tensors import state_digest
 from oracle import models
 
@@ -272,18 +272,9 @@ def read_params(path: str | os.PathLike[str], spec: Spec) -> dict[str, torch.Ten
 
 
 def model_toml(model: ModelSpec) -> str:
-    """The [model] table of a spec, as TOML."""
-    lines = ["[model]"]
-    for k, v in model.canonical().items():
-        if isinstance(v, bool):
-            lines.append(f"{k} = {'true' if v else 'false'}")
-        elif isinstance(v, str):
-            lines.append(f'{k} = "{v}"')
-        elif isinstance(v, list):
-            lines.append(f"{k} = [{', '.join(str(x) for x in v)}]")
-        else:
-            lines.append(f"{k} = {v!r}")
-    return "\n".join(lines) + "\n"
+    """The [model] table of a spec, as TOML: the fields of the model's kind (no `hidden` for a GPT),
+    which load back to this model spec."""
+    return toml_table("model", model.table())
 
 
 __all__ = ["ImportRefused", "import_checkpoint", "model_toml", "params_digest", "read_params",
