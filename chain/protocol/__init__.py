@@ -76,6 +76,7 @@ from chain.protocol.refusals import (
     NotRunOwner,
     OpeningTooLate,
     OwnChallenge,
+    ParamOutOfRange,
     ProtocolError,
     Refused,
     ReplayTooSlow,
@@ -119,5 +120,5 @@ __all__ = [
     "RevealTooEarly", "RevealTooLate", "CommitmentMismatch", "NotCrossArchitecture", "DeclarationTooLate",
     "AlreadyDeclared", "UnknownCall", "FieldTooLarge", "TooMany", "NotAuthority", "RetroactiveChange",
     "ProtocolError", "RunIdNotOwned", "ReplayTooSlow", "NotInCommittee", "NotBonded",
-    "AmountOverBond",
+    "AmountOverBond", "ParamOutOfRange",
 ]

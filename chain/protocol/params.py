@@ -32,6 +32,114 @@ MAX_DISPUTE_SEATS = 4096  # seats of a dispute round (one per verifier_stake of 
 MAX_MIRRORS = 4  # further addresses of one opening
 
 
+# --- The parameters' ranges ------------------------------------------------------------------
+# Every parameter has an upper bound, derived from what it feeds so that no value a
+# configure_network record can carry makes a derived number leave 63 bits (the snapshot's CBOR
+# integers, SQLite's INTEGER and PostgreSQL's BIGINT columns of the node database all hold them).
+INT63 = (1 << 63) - 1  # the largest value a signed 64-bit column holds
+
+# Block numbers. MAX_BLOCK is the latest block a node follows and the latest effective_block a
+# record may name (Substrate numbers blocks in a u32; a dev chain of one block a millisecond
+# reaches 2^62 in 146 million years).
+MAX_BLOCK = (1 << 62) - 1
+
+# Windows and delays (commit_window, reveal_window, opening_deadline, challenge_delay,
+# unbonding_delay, max_replay_blocks), in blocks. The latest deadline a run can reach, counted from
+# the block of its complete root, with every window W at its maximum:
+#
+#   challenge_delay                              W    (the first draw)
+#   + (MAX_CHALLENGES_PER_RUN - 1)               63   (one first-round draw a block)
+#   + sum over rounds r = 1..MAX_ROUND of
+#       r * (opening_deadline + max(commit_window, replay_blocks) + reveal_window) + 1
+#                                                45 * 3W + 9   (replay_blocks <= max_replay_blocks)
+#   = 136 W + 72 <= 2^61 + 2^57 + 72 < 2^62          for W = 2^54
+#
+# (rules._open_round: round r's deadlines are n + opening_deadline*r, + max(commit_window,
+# replay_blocks)*r, + reveal_window*r, and the next round opens at the block after the last.)
+# A verifier's release block is n + unbonding_delay <= MAX_BLOCK + W. So every block number the
+# protocol derives stays below MAX_BLOCK + MAX_DEADLINE_SPAN < 2^63.
+MAX_MAX_ROUNDS = 8  # the largest max_rounds
+MAX_ROUND = MAX_MAX_ROUNDS + 1  # a challenge's last round: re-challenges up to max_rounds, one reopened opening
+MAX_WINDOW = 1 << 54
+
+
+def deadline_span(windows: int = MAX_WINDOW, replay_blocks: int = MAX_WINDOW) -> int:
+    """The most blocks from a run's complete root to its last challenge's last deadline, when every
+    window and delay is `windows` blocks and a run's replay needs `replay_blocks` (the sum above)."""
+    w = max(windows, replay_blocks)
+    rounds = sum(r * (windows + w + windows) + 1 for r in range(1, MAX_ROUND + 1))
+    return windows + (MAX_CHALLENGES_PER_RUN - 1) + rounds
+
+
+MAX_DEADLINE_SPAN = deadline_span()  # 136 * 2^54 + 72
+
+# Stakes and penalties (miner_stake, verifier_stake, slash_amount, no_show_penalty,
+# outlier_penalty), in protocol units: at most MAX_BOND, one verifier's bond. A penalty is taken
+# per seat: at most MAX_BOND * MAX_DISPUTE_SEATS = 2^48 * 2^12 = 2^60 asked of one verifier; the
+# bonds of all verifiers sum to at most MAX_BOND * MAX_VERIFIERS = 2^60; a miner's open runs stake
+# at most MAX_BOND * MAX_OPEN_RUNS_PER_MINER = 2^56. The running totals kept over a chain's life
+# (stake ever bonded, total slashed or penalised) saturate at INT63.
+MAX_STAKE = MAX_BOND
+
+# Counts. quorum_min_reveals is at most MAX_WITNESSES_PER_CHALLENGE: a challenge never holds more
+# reveals than commitments. quorum_share's numerator and denominator are at most 2^32 - 1: the
+# quorum test's cross products with a committee's seats (<= MAX_DISPUTE_SEATS = 2^12) stay below
+# 2^44, and the record's CBOR holds them as they are.
+MAX_QUORUM_TERM = (1 << 32) - 1
+
+# Window sizing (block_seconds, reference_flops, reference_bytes_per_s, replay_margin) only divides
+# or scales the exact rational replay time (cost.replay_cost): its results are compared with
+# max_replay_blocks before anything keeps them, so these four need only fit a stored integer.
+MAX_SIZING = INT63
+
+# name -> (least, greatest) of every integer parameter.
+PARAM_RANGES: dict[str, tuple[int, int]] = {
+    "commit_window": (1, MAX_WINDOW),
+    "reveal_window": (1, MAX_WINDOW),
+    "opening_deadline": (1, MAX_WINDOW),
+    "challenges_per_run": (1, MAX_CHALLENGES_PER_RUN),
+    "challenge_delay": (1, MAX_WINDOW),
+    "quorum_min_reveals": (1, MAX_WITNESSES_PER_CHALLENGE),
+    "miner_stake": (0, MAX_STAKE),
+    "verifier_stake": (1, MAX_STAKE),  # a committee seat needs a bond
+    "slash_amount": (0, MAX_STAKE),
+    "committee_size": (1, MAX_COMMITTEE),
+    "max_rounds": (1, MAX_MAX_ROUNDS),
+    "no_show_penalty": (0, MAX_STAKE),
+    "outlier_penalty": (0, MAX_STAKE),
+    "unbonding_delay": (1, MAX_WINDOW),
+    "block_seconds": (1, MAX_SIZING),
+    "reference_flops": (1, MAX_SIZING),
+    "reference_bytes_per_s": (1, MAX_SIZING),
+    "replay_margin": (1, MAX_SIZING),
+    "max_replay_blocks": (1, MAX_WINDOW),
+}
+
+
+def _shown(v: int) -> str:
+    """A bound as the docs write it: 2^k or 2^k - 1 for the large ones."""
+    for k in range(31, 64):
+        if v == 1 << k:
+            return f"2^{k}"
+        if v == (1 << k) - 1:
+            return f"2^{k}-1"
+    return str(v)
+
+
+class ParamRangeError(ValueError):
+    """A protocol parameter outside its range; the message names it, its value and its range."""
+
+    def __init__(self, name: str, value: Any, lo: int, hi: int, kind: str = "an integer", *,
+                 range_text: str | None = None) -> None:
+        shown = range_text or f"{_shown(lo)}..{_shown(hi)}"
+        super().__init__(f"protocol parameter {name} must be {kind} in {shown}, got {value!r}")
+        self.name, self.value, self.lo, self.hi = name, value, lo, hi
+
+
+def _kind(lo: int) -> str:
+    return "a positive integer" if lo == 1 else "a non-negative integer"
+
+
 @dataclass(frozen=True)
 class ProtocolParams:
     """Every constant of the protocol. Windows and deadlines are counted in blocks."""
@@ -69,29 +177,25 @@ class ProtocolParams:
     def __post_init__(self) -> None:
         object.__setattr__(self, "quorum_share", Fraction(self.quorum_share))
         object.__setattr__(self, "forced_challenge_steps", tuple(self.forced_challenge_steps))
-        for name in ("commit_window", "reveal_window", "opening_deadline", "challenge_delay",
-                     "challenges_per_run", "quorum_min_reveals", "committee_size", "max_rounds",
-                     "unbonding_delay", "block_seconds", "reference_flops", "reference_bytes_per_s",
-                     "replay_margin", "max_replay_blocks"):
+        for name, (lo, hi) in PARAM_RANGES.items():
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"protocol parameter {name} must be a positive integer, got {v!r}")
-        for name in ("miner_stake", "verifier_stake", "slash_amount", "no_show_penalty", "outlier_penalty"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"protocol parameter {name} must be a non-negative integer, got {v!r}")
-        if not 0 < self.quorum_share <= 1:
-            raise ValueError(f"protocol parameter quorum_share must be in (0, 1], got {self.quorum_share}")
-        if any(isinstance(t, bool) or not isinstance(t, int) or t < 1 for t in self.forced_challenge_steps):
-            raise ValueError("forced_challenge_steps must be steps >= 1")
-        if self.challenges_per_run > MAX_CHALLENGES_PER_RUN or len(self.forced_challenge_steps) > MAX_CHALLENGES_PER_RUN:
-            raise ValueError(f"challenges_per_run and forced_challenge_steps are capped at {MAX_CHALLENGES_PER_RUN}")
-        if self.committee_size > MAX_COMMITTEE:
-            raise ValueError(f"protocol parameter committee_size is capped at {MAX_COMMITTEE}")
-        if self.max_rounds > 8:
-            raise ValueError("protocol parameter max_rounds is capped at 8")
-        if self.verifier_stake < 1:
-            raise ValueError("protocol parameter verifier_stake must be at least 1: a committee seat needs a bond")
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ValueError(f"protocol parameter {name} must be {_kind(lo)}, got {v!r}")
+            if not lo <= v <= hi:
+                raise ParamRangeError(name, v, lo, hi, _kind(lo))
+        q = self.quorum_share
+        if not 0 < q <= 1 or q.denominator > MAX_QUORUM_TERM:
+            raise ParamRangeError("quorum_share", str(q), 0, 1, "a fraction",
+                                  range_text=f"(0, 1] with a denominator of at most {_shown(MAX_QUORUM_TERM)}")
+        steps = self.forced_challenge_steps
+        if any(isinstance(t, bool) or not isinstance(t, int) for t in steps):
+            raise ValueError(f"protocol parameter forced_challenge_steps must be steps (integers), got {list(steps)!r}")
+        for t in steps:
+            if not 1 <= t <= MAX_DECLARED_STEPS:
+                raise ParamRangeError("forced_challenge_steps", t, 1, MAX_DECLARED_STEPS, "steps")
+        if len(steps) > MAX_CHALLENGES_PER_RUN:
+            raise ParamRangeError("forced_challenge_steps", f"{len(steps)} steps", 0, MAX_CHALLENGES_PER_RUN,
+                                  "a list of steps", range_text=f"lengths 0..{MAX_CHALLENGES_PER_RUN}")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -196,6 +196,12 @@ class RetroactiveChange(Refused):
     code = "RetroactiveChange"
 
 
+class ParamOutOfRange(Refused):
+    """A configure_network record with a parameter, or an effective block, outside its range."""
+
+    code = "ParamOutOfRange"
+
+
 class RunIdNotOwned(Refused):
     """The run id is not derive_run_id(sender, nonce): a registration copied by another account."""
 
@@ -241,7 +247,7 @@ REFUSAL_TYPES: dict[str, type[Refused]] = {
         BadLeaf, OwnChallenge, CommitWindowClosed, AlreadyCommitted, NoCommitment, RevealTooEarly,
         RevealTooLate, CommitmentMismatch, NotCrossArchitecture, DeclarationTooLate, AlreadyDeclared,
         UnknownCall, FieldTooLarge, TooMany, NotAuthority, RetroactiveChange, ProtocolError,
-        RunIdNotOwned, ReplayTooSlow, NotInCommittee, NotBonded, AmountOverBond,
+        RunIdNotOwned, ReplayTooSlow, NotInCommittee, NotBonded, AmountOverBond, ParamOutOfRange,
     )
 }
 

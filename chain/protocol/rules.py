@@ -43,6 +43,8 @@ from chain.protocol.events import (
     WitnessRevealed,
 )
 from chain.protocol.params import (
+    INT63,
+    MAX_BLOCK,
     MAX_BOND,
     MAX_COMMITTEE,
     MAX_DECLARED_STEPS,
@@ -57,6 +59,7 @@ from chain.protocol.params import (
     MAX_URI_BYTES,
     MAX_VERIFIERS,
     MAX_WITNESSES_PER_CHALLENGE,
+    ParamRangeError,
     ProtocolParams,
 )
 from chain.protocol.refusals import (
@@ -82,6 +85,7 @@ from chain.protocol.refusals import (
     NotRunOwner,
     OpeningTooLate,
     OwnChallenge,
+    ParamOutOfRange,
     Refused,
     ReplayTooSlow,
     RetroactiveChange,
@@ -193,7 +197,7 @@ def _start(state: ProtocolState, c: StartTrainingCommitment, origin: str, n: int
         run_id=c.run_id, miner=origin, registration=registration, spec_digest=spec.digest(), mode=mode,
         declared_steps=c.declared_steps, endpoint=c.endpoint, stake=stake, replay_blocks=cost.blocks,
     )
-    state.bonds[origin] = state.bonds.get(origin, 0) + stake
+    state.bonds[origin] = min(state.bonds.get(origin, 0) + stake, INT63)  # a running total, saturating
     return [RunRegistered(n, c.run_id, origin, spec.digest(), mode, c.declared_steps, c.endpoint,
                           c.initial_hash, c.schedule_commitment, c.dataset_hash, stake)]
 
@@ -342,7 +346,7 @@ def _bond(state: ProtocolState, c: BondVerifier, origin: str, n: int) -> list[Ev
     if origin not in state.verifiers:
         state.verifiers.append(origin)
     state.vbonds[origin] = state.vbonds.get(origin, 0) + c.amount
-    state.bonds[origin] = min(state.bonds.get(origin, 0) + c.amount, (1 << 63) - 1)  # a running total, saturating
+    state.bonds[origin] = min(state.bonds.get(origin, 0) + c.amount, INT63)  # a running total, saturating
     return [VerifierBonded(n, origin, c.amount, state.vbonds[origin])]
 
 
@@ -402,7 +406,7 @@ def _penalize(state: ProtocolState, ch: ChallengeState, account: str, amount: in
     taken = amount - left
     if taken == 0:
         return []
-    state.slashed[account] = state.slashed.get(account, 0) + taken
+    state.slashed[account] = min(state.slashed.get(account, 0) + taken, INT63)  # a running total, saturating
     return [VerifierPenalized(n, ch.challenge_id, account, taken, why)]
 
 
@@ -412,8 +416,12 @@ def _configure(state: ProtocolState, c: ConfigureNetwork, origin: str, n: int) -
     if c.effective_block <= n:
         raise RetroactiveChange(f"parameters take effect at a block after the record's (block {n}); "
                                 f"effective_block is {c.effective_block}")
+    if c.effective_block > MAX_BLOCK:
+        raise ParamOutOfRange(f"effective_block must be a block in {n + 1}..2^62-1, got {c.effective_block}")
     try:
         params = ProtocolParams.from_cbor(c.params)
+    except ParamRangeError as exc:  # a value no derived deadline, sum or column could hold (params.py)
+        raise ParamOutOfRange(f"the parameters are out of range: {exc}") from None
     except ValueError as exc:
         raise InvalidCall(f"the parameters are not usable: {exc}") from None
     if len(state.schedule) >= MAX_SCHEDULED_CHANGES:
@@ -570,7 +578,7 @@ def _resolve(state: ProtocolState, ch: ChallengeState, n: int, block_hash: bytes
     if verdict == FRAUD:
         amount = min(p.slash_amount, run.stake - run.slashed)
         run.slashed += amount
-        state.slashed[run.miner] = state.slashed.get(run.miner, 0) + amount
+        state.slashed[run.miner] = min(state.slashed.get(run.miner, 0) + amount, INT63)  # saturating
         events.append(MinerSlashed(n, run.run_id, ch.challenge_id, run.miner, amount, reason))
     seats = Counter(ch.committee)  # penalties are per seat held
     if ch.opening is not None:  # with no opening on chain there was nothing to witness

@@ -51,6 +51,7 @@ REFUSAL_CODES = {
     "NotInCommittee": "NotInCommittee",
     "NotBonded": "NotBonded",
     "AmountOverBond": "AmountOverBond",
+    "ParamOutOfRange": "ParamOutOfRange",
 }
 EVENT_CODES = {
     "RunRegistered": "RunRegistered",
