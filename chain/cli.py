@@ -25,6 +25,17 @@ def _fail(msg: str) -> None:
     raise typer.Exit(EXIT_USAGE)
 
 
+def _require_chain(url: str) -> None:
+    """Refuse a dev chain file that does not exist: only `pot chain dev` (and `pot demo`) make one."""
+    from chain.require import require_chain
+    from chain.transport import TransportError
+
+    try:
+        require_chain(url)
+    except TransportError as exc:  # NoChain, or a malformed dev URL
+        _fail(str(exc))
+
+
 def load_params(path: Path | None, transport: Any = None) -> Any:
     """Protocol parameters pinned by a TOML file (top level or a [protocol] table), or None.
 
@@ -216,6 +227,7 @@ def events(
         _fail(f"--from must be a block number >= 0, got {from_block}")
     if not poll > 0:
         _fail(f"--poll must be a positive number of seconds, got {poll}")
+    _require_chain(chain)
     try:
         # Reading never signs; Substrate transports still want a key, so a dev one stands in.
         transport = connect(chain, key=key or "//Alice", kind=kind)
@@ -275,6 +287,7 @@ def configure(
     key: str = typer.Option(None, "--key", help="Substrate chains: the authority's key URI, mnemonic or keystore."),
     kind: str = typer.Option("remark", "--kind", help="Substrate chains: 'remark' or 'pallet' transport."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object."),
+    timeout: float = typer.Option(120.0, "--timeout", help="Seconds to wait for the record's block."),
 ) -> None:
     """Record the network's protocol parameters on chain (a configure_network call).
 
@@ -284,9 +297,13 @@ def configure(
     from chain.calls import ConfigureNetwork
     from chain.connect import connect
     from chain.network import NetworkParamsError, read_network
+    from chain.outcome import submit_and_read
+    from chain.protocol import ProtocolState
     from chain.transport import TransportError
+    from chain.view import ChainView
 
     pinned = load_params(params)
+    _require_chain(chain)
     try:
         transport = connect(chain, account=account, key=key, kind=kind)
     except (TransportError, ValueError) as exc:
@@ -300,18 +317,25 @@ def configure(
         if rec.authority is not None and rec.authority != transport.account:
             raise NetworkParamsError(f"the network's authority is {rec.authority}, not {transport.account}: "
                                      f"its records would be refused")
-        receipt = transport.submit([ConfigureNetwork(params=pinned.to_cbor(), effective_block=at)])
-        if receipt.block_number is not None and receipt.block_number >= at:
-            raise NetworkParamsError(f"the record landed in block {receipt.block_number}, not before its effective "
-                                     f"block {at}: the chain refuses it (RetroactiveChange); give a later --effective")
+        # The chain as `pot chain events` derives it, to read what the protocol made of the record.
+        initial = rec.initial or pinned
+        view = ChainView(transport, initial, state=ProtocolState(params=initial), keep_events=False)
+        outcome = submit_and_read(transport, [ConfigureNetwork(params=pinned.to_cbor(), effective_block=at)], view,
+                                  timeout=timeout)
     except (TransportError, NetworkParamsError) as exc:
         _fail(str(exc))
     finally:
         transport.close()
-    out = {"block": receipt.block_number, "effective_block": at, "authority": transport.account,
-           "params_digest": pinned.digest().hex(), "params": pinned.to_dict()}
+    (call,) = outcome.calls
+    out = {"block": outcome.block, "effective_block": at, "authority": transport.account,
+           "params_digest": pinned.digest().hex(), "params": pinned.to_dict(), "ok": call.ok,
+           "outcome": call.words(), "refusal": None if call.ok else call.refusal.refusal}
     if as_json:
         typer.echo(json.dumps(out, sort_keys=True))
-    else:
-        typer.echo(f"configure_network by {transport.account} in block {receipt.block_number}: "
+    elif call.ok:
+        typer.echo(f"configure_network by {transport.account} in block {outcome.block}: "
                    f"parameters {out['params_digest'][:16]} take effect at block {at}")
+    if not call.ok:
+        hint = "; give a later --effective" if call.refusal.refusal == "RetroactiveChange" else ""
+        typer.echo(f"error: {call.words()}{hint}", err=True)
+        raise typer.Exit(1)

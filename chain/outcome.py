@@ -6,16 +6,15 @@ A chain includes a transaction whatever its calls hold; only applying the block 
 protocol accepted them. Every participant derives that the same way (`chain.view.ChainView`), so
 the outcome read here is the one every node records, and the one `/api/v1/refusals` shows.
 
-The calls of one transaction are matched to the block's events by their sender and name: a
-refusal names its call (`CallRefused.call`) and sender; an accepted call is known by the events it
-leaves (`EFFECTS`). Two transactions of one account carrying calls of the same name in one block
-are told apart by their order.
+The calls of one transaction are matched to the block's events in order, by their sender and
+name: a refusal names its call (`CallRefused.call`) and sender; an accepted call is known by the
+event it leaves (`EFFECTS`, with the same run or challenge id). Two transactions of one account
+that carry calls of the same name in the same block are told apart by their order only.
 """
 
 from __future__ import annotations
 
 import time
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -174,31 +173,33 @@ def submit_and_read(transport: Transport, calls: list[Any], view: ChainView, *, 
     elif view.keep_events:
         events = [e for e in view.events if e.block == n]
     else:
-        raise OutcomeError(f"the chain view is at block {view.cursor}, past block {n} of the transaction, "
-                           f"and keeps no events to read its outcome from")
+        raise OutcomeError(f"the chain view has applied block {n} of the transaction already (it is at block "
+                           f"{view.cursor}) and keeps no events to read its outcome from")
     return Outcome(receipt, n, tuple(match(calls, transport.account, n, events)), tuple(synced))
 
 
 def match(calls: list[Any], origin: str, block: int, events: list[Event]) -> list[CallOutcome]:
-    """Each call's outcome among the events of its block (see the module's docstring)."""
-    refused: dict[str, list[CallRefused]] = defaultdict(list)
-    for e in events:
-        if isinstance(e, CallRefused) and e.origin == origin:
-            refused[e.call].append(e)
-    taken: set[int] = set()
+    """Each call's outcome among the events of its block, in order (see the module's docstring):
+    a block's calls leave their events in the order the chain applied them, so each call takes
+    the first of its refusal or its effect after the previous call's."""
     out = []
+    at = 0
     for call in calls:
         name = getattr(call, "NAME", type(call).__name__)
-        if refused[name]:
-            out.append(CallOutcome(name, block, refusal=refused[name].pop(0)))
+        found = None
+        for i in range(at, len(events)):
+            e = events[i]
+            if isinstance(e, CallRefused) and e.origin == origin and e.call == name:
+                found = i, CallOutcome(name, block, refusal=e)
+                break
+            if e.code in EFFECTS.get(name, ()) and _concerns(e, call, origin):
+                found = i, CallOutcome(name, block, events=(e,))
+                break
+        if found is None:  # accepted with no effect (an identical registration repeated)
+            out.append(CallOutcome(name, block))
             continue
-        effects = []
-        for i, e in enumerate(events):
-            if i not in taken and e.code in EFFECTS.get(name, ()) and _concerns(e, call, origin):
-                taken.add(i)
-                effects.append(e)
-                break  # one effect per call
-        out.append(CallOutcome(name, block, events=tuple(effects)))
+        at = found[0] + 1
+        out.append(found[1])
     return out
 
 

@@ -193,6 +193,7 @@ def test_dev_chain_processes_configure_check_and_show_every_refusal(tmp_path):
     url = f"dev://{db}"
     (tmp_path / "base.toml").write_text(to_toml({"protocol": BASE.to_dict()}))
     (tmp_path / "other.toml").write_text(to_toml({"protocol": OTHER.to_dict()}))
+    DevTransport(db).close()  # as `pot chain dev --db` does: configure never creates a chain
     r = _pot("chain", "configure", "--chain", url, "--account", "authority", "--params",
              str(tmp_path / "base.toml"), "--effective", "2", "--json")
     assert r.returncode == 0, r.stderr
