@@ -34,7 +34,7 @@ def _transcript() -> None:
 
 @spec_app.callback()
 def _spec() -> None:
-    """Execution specs."""
+    """Execution specs: validate, show the canonical form, print the digest."""
 
 
 def _refuse(message: str) -> NoReturn:
@@ -226,25 +226,62 @@ def _load_spec(path: Path):
         _refuse(str(exc))
 
 
+def _load_spec_and_defaults(path: Path):
+    """(the spec, the fields of its canonical form the file left to their defaults)."""
+    from commitments.spec import Spec, SpecError, filled_defaults, read_toml
+
+    try:
+        data = read_toml(path)
+        spec = Spec.from_dict(data, source=str(path))
+    except SpecError as exc:
+        _refuse(str(exc))
+    return spec, filled_defaults(spec, data)
+
+
 @spec_app.command("validate")
 def spec_validate(
     spec: Path = typer.Argument(..., help="spec TOML file"),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Validate a spec and print its digest; a refused spec exits 2 with the reason."""
-    s = _load_spec(spec)
+    """Validate a spec and print its digest and the defaults it took for the fields the file does
+    not give; a refused spec exits 2 with the reason."""
+    from commitments.spec import toml_value
+
+    s, defaults = _load_spec_and_defaults(spec)
     d = s.digest().hex()
+    lines = [f"valid spec, digest {d}"]
+    if defaults:
+        lines.append(f"defaults filled in ({len(defaults)}; `pot spec show --canonical` prints every field):")
+        lines += [f"  {k} = {'null' if v is None else toml_value(v)}" for k, v in defaults.items()]
     _emit({"path": str(spec), "valid": True, "digest": d, "profile": s.profile, "steps": s.steps,
-           "sample_len": s.sample_len}, as_json, [f"valid spec, digest {d}"])
+           "sample_len": s.sample_len, "spec": s.canonical(), "defaults": defaults}, as_json, lines)
 
 
 @spec_app.command("show")
 def spec_show(
     spec: Path = typer.Argument(..., help="spec TOML file"),
+    canonical: bool = typer.Option(False, "--canonical", help="print the canonical form as a spec file (TOML): "
+                                   "every field the digest covers, defaults included"),
 ) -> None:
     """Print the canonical spec as JSON, with its digest: every field, defaults included, except
     those its model kind does not use and later additions still at their default (the schedule,
-    micro_batches), which the digest leaves out too."""
+    micro_batches), which the digest leaves out too. With --canonical, the same form as TOML that
+    loads back to the same digest, the fields left out at their default as comment lines."""
     s = _load_spec(spec)
+    if canonical:
+        typer.echo(s.canonical_toml(str(spec)), nl=False)
+        return
     obj = {"digest": s.digest().hex(), "spec": s.canonical()}
     typer.echo(json.dumps(obj, indent=2, sort_keys=True))
+
+
+@spec_app.command("digest")
+def spec_digest(
+    spec: Path = typer.Argument(..., help="spec TOML file"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Print the spec digest a run's registration puts on chain: digest("pot/spec/v1", the canonical
+    spec map), in hex."""
+    s = _load_spec(spec)
+    d = s.digest().hex()
+    _emit({"path": str(spec), "digest": d, "cbor_bytes": len(s.to_cbor())}, as_json, [d])

@@ -24,7 +24,7 @@ app = typer.Typer(
 SUBAPPS = [
     ("data", "commitments.cli", "data_app", "Datasets: prepare the default corpus, hash, prove samples."),
     ("transcript", "commitments.cli", "transcript_app", "Signed run transcripts: verify offline."),
-    ("spec", "commitments.cli", "spec_app", "Execution specs: validate and digest."),
+    ("spec", "commitments.cli", "spec_app", "Execution specs: validate, show the canonical form, print the digest."),
     ("oracle", "oracle.cli", "app", "The exact-v1 oracle: walk a run, replay one step."),
     ("chain", "chain.cli", "app", "Chains: run a dev chain, print protocol events."),
     ("miner", "miner.cli", "miner_app", "Miners: train with commitments, serve openings."),

@@ -103,7 +103,7 @@ def _problems(path: tuple[str, ...], cmd: Any, page: str) -> list[str]:
 def test_the_tree_holds_every_noun_and_its_commands():
     paths = {path for path, _ in TREE}
     assert {(noun,) for noun, *_ in SUBAPPS} <= paths
-    assert ("miner", "train") in paths and ("oracle", "walk") in paths
+    assert ("miner", "train") in paths and ("spec", "digest") in paths and ("oracle", "walk") in paths
     assert len(paths) >= 30
 
 
