@@ -2,21 +2,34 @@
 
 Every node computes the same state this way, whatever the transport. A refused call becomes a
 recorded `CallRefused` event, never an exception; a payload the transport could not decode becomes
-a `RemarkIgnored` event, and a call whose application crashed inside the protocol a `CallRefused`
-with the `ProtocolError` code; the cursor moves past every block whatever its payloads hold. The state and cursor can be saved to a
-snapshot file (written atomically) so a restarted follower resumes where it stopped.
+a `RemarkIgnored` event, a call whose application crashed inside the protocol a `CallRefused`
+with the `ProtocolError` code, and a part of the block's own protocol work that crashed a
+`BlockWorkFailed` event; the cursor moves past every block whatever its payloads hold.
+
+The state and cursor can be saved to a snapshot file (written atomically), so a restarted follower
+resumes where it stopped. A snapshot carries a keyed BLAKE3 digest under the node's snapshot key
+(`snapshot_key`: 32 random bytes in the snapshot's folder, mode 0600, made on first use) and is
+checked field by field when read: a snapshot that was altered, written under another key, or is
+malformed is refused (`load`), or discarded and the state derived again from genesis (`resume`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import hmac
 import logging
+import os
+import secrets
+import stat
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import blake3
+
 from chain.calls import IGNORE_REASONS
-from chain.protocol.events import CallRefused, Event, RemarkIgnored
+from chain.protocol.events import BlockWorkFailed, CallRefused, Event, RemarkIgnored
 from chain.protocol.params import ProtocolParams
 from chain.protocol.refusals import ProtocolError
 from chain.protocol.rules import apply_recorded, on_block
@@ -25,9 +38,82 @@ from chain.transport import Block, Transport
 from commitments import cbor
 from commitments.errors import CommitmentError
 from commitments.files import PRIVATE, atomic_write_bytes
+from commitments.hashing import structure_bytes
 
-SNAPSHOT_DOMAIN = "pot/chain-view/v1"
+SNAPSHOT_DOMAIN = "pot/chain-view/v2"
+# Snapshot files of earlier nodes, written without a key digest: refused, and derived again.
+UNKEYED_DOMAINS = ("pot/chain-view/v1",)
+SNAPSHOT_KEY_FILE = "snapshot.key"
+SNAPSHOT_KEY_BYTES = 32
+TAG_BYTES = 32
 log = logging.getLogger(__name__)
+
+
+class SnapshotKeyError(RuntimeError):
+    """The snapshot key file exists but cannot serve as a key (its size, a read error), with the fix."""
+
+
+def snapshot_key(directory: str | Path) -> bytes:
+    """The snapshot key kept in `directory` (SNAPSHOT_KEY_FILE): 32 random bytes, mode 0600,
+    created on first use (atomically: of two processes starting at once, both read the same key).
+    A key file readable by others is narrowed to 0600 with a warning."""
+    path = Path(directory) / SNAPSHOT_KEY_FILE
+    if not path.exists():
+        with contextlib.suppress(FileExistsError):  # a concurrent creator won: read its key
+            atomic_write_bytes(path, secrets.token_bytes(SNAPSHOT_KEY_BYTES), mode=PRIVATE, replace=False)
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if mode & 0o077:
+            os.chmod(path, PRIVATE)
+            log.warning("%s: the snapshot key was readable by others (mode %o): narrowed to 0600", path, mode)
+        key = path.read_bytes()
+    except OSError as exc:
+        raise SnapshotKeyError(f"the snapshot key {path} cannot be read: {exc}") from None
+    if len(key) != SNAPSHOT_KEY_BYTES:
+        raise SnapshotKeyError(f"the snapshot key {path} holds {len(key)} bytes, not {SNAPSHOT_KEY_BYTES}: remove it "
+                               f"(a new one is made, and the snapshots signed with the old one are derived again)")
+    return key
+
+
+def snapshot_tag(key: bytes, domain: str, *fields: Any) -> bytes:
+    """BLAKE3 in keyed mode under `key` over the canonical structure [domain, *fields]."""
+    if not isinstance(key, bytes) or len(key) != SNAPSHOT_KEY_BYTES:
+        raise SnapshotKeyError(f"a snapshot key is {SNAPSHOT_KEY_BYTES} bytes")
+    return blake3.blake3(structure_bytes(domain, *fields), key=key).digest()
+
+
+def seal_snapshot(key: bytes, domain: str, *fields: Any) -> bytes:
+    """CBOR [domain, *fields, tag]: the fields with their keyed digest (`open_snapshot` checks it)."""
+    return cbor.encode([domain, *fields, snapshot_tag(key, domain, *fields)])
+
+
+def open_snapshot(key: bytes, data: bytes, domain: str, count: int,
+                  unkeyed: tuple[str, ...] = ()) -> list[Any]:
+    """The `count` fields of a `seal_snapshot` record, once its digest checks under `key`; else
+    SnapshotError naming what is wrong (not a record, another kind, no digest, a wrong digest)."""
+    try:
+        obj = cbor.decode(bytes(data))
+    except (CommitmentError, ValueError, TypeError) as exc:
+        raise SnapshotError(f"not a {domain} snapshot: {exc}") from None
+    kind = obj[0] if isinstance(obj, list) and obj else obj.get("version") if isinstance(obj, dict) else None
+    if kind in unkeyed or (isinstance(kind, str) and kind.startswith("pot/protocol-state/")):
+        raise SnapshotError(f"a {kind} snapshot, written without a key digest (by an older node): it cannot be "
+                            f"trusted; the state is derived again from the chain")
+    if not isinstance(obj, list) or kind != domain:
+        raise SnapshotError(f"not a {domain} snapshot")
+    if len(obj) != count + 2:
+        raise SnapshotError(f"a {domain} snapshot has {count + 2} fields, this one {len(obj)}")
+    tag = obj[-1]
+    if not isinstance(tag, bytes) or len(tag) != TAG_BYTES:
+        raise SnapshotError(f"the snapshot's key digest is not {TAG_BYTES} bytes")
+    try:
+        want = snapshot_tag(key, domain, *obj[1:-1])
+    except (CommitmentError, ValueError, TypeError) as exc:
+        raise SnapshotError(f"the snapshot's fields cannot be digested: {exc}") from None
+    if not hmac.compare_digest(tag, want):
+        raise SnapshotError("the snapshot's key digest does not match this node's snapshot key: it was altered, "
+                            "or written under another key")
+    return obj[1:-1]
 
 
 class ChainView:
@@ -44,6 +130,7 @@ class ChainView:
         self.cursor_hash: bytes | None = None  # hash of block `cursor`, when known
         self.keep_events = keep_events
         self.events: list[Event] = []
+        self.discarded: str | None = None  # why `resume` discarded the snapshot (None: used, or none)
 
     @property
     def params(self) -> ProtocolParams:
@@ -53,7 +140,15 @@ class ChainView:
         """Apply one finalized block: protocol work first, then its calls in chain order."""
         if block.number != self.cursor + 1:
             raise ValueError(f"block {block.number} does not follow the cursor {self.cursor}")
-        events = on_block(self.state, block)
+        try:
+            events = on_block(self.state, block)
+        except Exception as exc:  # on_block contains each item itself; this is the last line
+            log.exception("block %d: the protocol work of the block failed", block.number)
+            events = [BlockWorkFailed(block.number, "block", "", type(exc).__name__)]
+        for ev in events:
+            if isinstance(ev, BlockWorkFailed):
+                log.error("block %d: %s work on %s failed inside the protocol (%s); undone, the follower goes on",
+                          block.number, ev.stage, ev.subject or "the stage", ev.error_type)
         for ig in block.ignored:
             log.warning("block %d: payload %d from %s ignored: %s", block.number, ig.position, ig.origin, ig.reason)
             events.append(RemarkIgnored(block.number, ig.position, ig.origin, ig.reason,
@@ -116,36 +211,50 @@ class ChainView:
         }
 
     # --- snapshots ------------------------------------------------------------------------
-    def save(self, path: str | Path) -> None:
-        """Write (cursor, state) to `path` atomically and durably (commitments.files).
+    def save(self, path: str | Path, *, key: bytes | None = None) -> None:
+        """Write (cursor, state) to `path` atomically and durably (commitments.files), with its
+        keyed digest under `key` (default: `snapshot_key` of the file's folder).
 
         Mode 0600: only the follower that wrote a snapshot reads it back, and the state it holds
         (verifier accounts, reveals) is nobody else's business on a shared host.
         """
-        data = cbor.encode([SNAPSHOT_DOMAIN, self.cursor, self.cursor_hash, self.state.to_cbor()])
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        key = snapshot_key(path.parent) if key is None else key
+        data = seal_snapshot(key, SNAPSHOT_DOMAIN, self.cursor, self.cursor_hash, self.state.to_cbor())
         atomic_write_bytes(path, data, mode=PRIVATE)
 
     @classmethod
     def load(cls, transport: Transport, path: str | Path, params: ProtocolParams | None = None,
-             **kw) -> ChainView:
+             *, key: bytes | None = None, **kw) -> ChainView:
         """Resume from a snapshot written by `save`; a missing file starts from genesis.
 
-        The snapshot remembers the hash of its cursor block: a snapshot of another chain (a
-        recreated dev file, another network) is refused instead of silently mixing states.
+        Refused (SnapshotError, naming the file and what is wrong): a digest that does not check
+        under `key` (default: `snapshot_key` of the file's folder), a state that is malformed field
+        by field (ProtocolState.from_cbor), a state ahead of its cursor. The snapshot remembers the
+        hash of its cursor block: a snapshot of another chain (a recreated dev file, another
+        network) is refused instead of silently mixing states.
         """
         path = Path(path)
         if not path.exists():
             return cls(transport, params, **kw)
         try:
-            domain, cursor, cursor_hash, state_bytes = cbor.decode(path.read_bytes())
-            if domain != SNAPSHOT_DOMAIN or not isinstance(cursor, int) or isinstance(cursor, bool) or cursor < 0:
-                raise SnapshotError(f"not a {SNAPSHOT_DOMAIN} snapshot")
-        except (CommitmentError, ValueError, TypeError) as exc:
-            raise SnapshotError(f"{path}: unusable chain-view snapshot: {exc}") from None
-        try:
+            key = snapshot_key(path.parent) if key is None else key
+            cursor, cursor_hash, state_bytes = open_snapshot(key, path.read_bytes(), SNAPSHOT_DOMAIN, 3,
+                                                             UNKEYED_DOMAINS)
+            if not isinstance(cursor, int) or isinstance(cursor, bool) or not 0 <= cursor < 1 << 63:
+                raise SnapshotError("its cursor is not a block number")
+            if cursor_hash is not None and not (isinstance(cursor_hash, bytes) and len(cursor_hash) == 32):
+                raise SnapshotError("its cursor hash is not 32 bytes")
+            if not isinstance(state_bytes, bytes):
+                raise SnapshotError("its state is not a byte string")
             state = ProtocolState.from_cbor(state_bytes)
-        except SnapshotError as exc:  # e.g. a snapshot of protocol v1: say which file
-            raise SnapshotError(f"{path}: {exc}") from None
+            if state.head > cursor:
+                raise SnapshotError(f"its state is of block {state.head}, after its cursor {cursor}")
+        except SnapshotError as exc:
+            raise SnapshotError(f"{path}: unusable chain-view snapshot: {exc}") from None
+        except OSError as exc:
+            raise SnapshotError(f"{path}: the snapshot cannot be read: {exc}") from None
         if cursor_hash is not None:
             if transport.finalized_head() < cursor:
                 raise SnapshotError(f"{path}: the snapshot is at block {cursor}, beyond this chain's head")
@@ -153,6 +262,26 @@ class ChainView:
                 raise SnapshotError(f"{path}: block {cursor} of this chain differs from the snapshot's")
         view = cls(transport, params, cursor=cursor, state=state, **kw)
         view.cursor_hash = cursor_hash
+        return view
+
+    @classmethod
+    def resume(cls, transport: Transport, path: str | Path, params: ProtocolParams | None = None,
+               *, key: bytes | None = None, **kw) -> ChainView:
+        """`load`, except that a snapshot it refuses is discarded, never trusted and never fatal:
+        the file is moved aside (to `<name>.refused`), a warning names what was wrong, and the view
+        starts from genesis, so that `sync` derives the state again from the chain. The reason is
+        kept in `discarded` (None when the snapshot was used or there was none)."""
+        try:
+            return cls.load(transport, path, params, key=key, **kw)
+        except SnapshotError as exc:
+            reason = str(exc)
+        path = Path(path)
+        with contextlib.suppress(OSError):
+            os.replace(path, path.with_name(path.name + ".refused"))
+        log.warning("%s; the snapshot is discarded (kept as %s.refused) and the state derived again from genesis",
+                    reason, path.name)
+        view = cls(transport, params, **kw)
+        view.discarded = reason
         return view
 
 

@@ -13,8 +13,10 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 
 from chain.calls import IGNORE_REASONS
+from chain.protocol.events import BLOCK_WORK_STAGES
 from node import queries as Q
 from node.db import ignored_counts
+from node.faults import block_fault_counts
 from node.stages import STAGES
 from node.stake import stake_status
 
@@ -47,6 +49,7 @@ class NodeCollector:
                 runs = Q.run_count(conn)
                 conflicts = Q.conflict_summary(conn, latest=0)
                 ignored = ignored_counts(conn)
+                faults = block_fault_counts(conn)
                 bond = stake_status(conn, self.ctx.account)
         except Exception:  # any driver error: say the database is down, keep serving the rest
             up.add_metric([], 0.0)
@@ -97,6 +100,14 @@ class NodeCollector:
                                 "that failed inside the protocol), by reason.", labels=["reason"])
         for reason in IGNORED_REASONS:
             c.add_metric([reason], ignored.get(reason, 0))
+        yield c
+
+        c = CounterMetricFamily("pot_block_work_failed",
+                                "Parts of a block's protocol work that failed inside the protocol and were undone "
+                                "(BlockWorkFailed events: the follower's determinism alarm), by stage.",
+                                labels=["stage"])
+        for stage in (*BLOCK_WORK_STAGES, "block"):
+            c.add_metric([stage], faults.get(stage, 0))
         yield c
 
         if bond["bond"] is not None:

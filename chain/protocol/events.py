@@ -259,12 +259,29 @@ class ParamsEffective(Event):
     configured_at: int  # the block of the record
 
 
+@dataclass(frozen=True)
+class BlockWorkFailed(Event):
+    """A part of a block's protocol work (§4.2) failed inside the protocol (a bug, or a state it
+    cannot handle): that part was rolled back and the follower went on. Every node records the
+    same one: the stage, the item it was working on, and the exception's type alone, never its
+    text (which may hold values, and differ between builds)."""
+
+    code: ClassVar[str] = "BlockWorkFailed"
+    stage: str  # one of BLOCK_WORK_STAGES
+    subject: bytes | str | None  # the challenge (resolution), run (issuance), account (release); None: the stage
+    error_type: str  # the exception's class name
+
+
+# The stages of a block's protocol work, in the order they run (docs/protocol.md §4.2).
+BLOCK_WORK_STAGES = ("activation", "release", "issuance", "resolution")
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     c.code: c
     for c in (
         RunRegistered, CheckpointRootUpdated, ChallengeIssued, OpeningSubmitted, NormBucketDeclared,
         WitnessCommitted, WitnessRevealed, RevealRejected, ChallengeResolved, MinerSlashed,
         VerifierOutlier, CallRefused, RemarkIgnored, NetworkConfigured, ParamsEffective,
-        VerifierBonded, VerifierUnbonding, BondReleased, VerifierPenalized,
+        VerifierBonded, VerifierUnbonding, BondReleased, VerifierPenalized, BlockWorkFailed,
     )
 }

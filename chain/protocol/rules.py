@@ -4,7 +4,11 @@ a refused call leaves the state as it was."""
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import fields as dataclass_fields
 from typing import Any
 
 from chain.calls import (
@@ -22,6 +26,7 @@ from chain.calls import (
 )
 from chain.protocol.cost import replay_cost
 from chain.protocol.events import (
+    BlockWorkFailed,
     BondReleased,
     CallRefused,
     ChallengeIssued,
@@ -365,24 +370,27 @@ def _unbond(state: ProtocolState, c: UnbondVerifier, origin: str, n: int) -> lis
     return [VerifierUnbonding(n, origin, c.amount, release, state.vbonds[origin])]
 
 
-def _release_due(state: ProtocolState, n: int) -> list[Event]:
+def _release_due(state: ProtocolState, n: int, events: list[Event]) -> None:
     """Release unbonding amounts whose block has come, except those of an account seated on a
     challenge that is still open: it waits until its seats are settled, so unbonding cannot outrun
-    a penalty however long the rounds last."""
-    events: list[Event] = []
+    a penalty however long the rounds last. Each account's release is contained (`_contained`)."""
     if not any(x[0] <= n for waiting in state.unbonding.values() for x in waiting):
-        return events
+        return
     seated = {v for ch in state.challenges.values() if ch.verdict is None for v in ch.committee}
     for account in sorted(state.unbonding):
-        if account in seated:
-            continue
-        waiting = state.unbonding[account]
-        due = [x for x in waiting if x[0] <= n]
-        if due:
-            state.unbonding[account] = [x for x in waiting if x[0] > n]
-            events += [BondReleased(n, account, amount) for _, amount in due if amount > 0]
-        if not state.unbonding[account]:
-            del state.unbonding[account]
+        if account not in seated:
+            _contained(state, events, n, "release", account, lambda a=account: _release_account(state, a, n))
+
+
+def _release_account(state: ProtocolState, account: str, n: int) -> list[Event]:
+    waiting = state.unbonding[account]
+    due = [x for x in waiting if x[0] <= n]
+    events: list[Event] = []
+    if due:
+        state.unbonding[account] = [x for x in waiting if x[0] > n]
+        events += [BondReleased(n, account, amount) for _, amount in due if amount > 0]
+    if not state.unbonding[account]:
+        del state.unbonding[account]
     return events
 
 
@@ -436,11 +444,15 @@ def activate_due(state: ProtocolState, n: int) -> list[Event]:
     """Scheduled parameters whose block has come take effect (the last record wins a block)."""
     events: list[Event] = []
     while state.schedule and state.schedule[0][0] <= n:
-        _, configured_at, d = state.schedule.pop(0)
-        state.params = ProtocolParams.from_dict(d)
-        state.configured_at = configured_at
-        events.append(ParamsEffective(n, state.params.digest(), configured_at))
+        events.append(_activate_next(state, n))
     return events
+
+
+def _activate_next(state: ProtocolState, n: int) -> Event:
+    _, configured_at, d = state.schedule.pop(0)
+    state.params = ProtocolParams.from_dict(d)
+    state.configured_at = configured_at
+    return ParamsEffective(n, state.params.digest(), configured_at)
 
 
 _HANDLERS = {
@@ -459,25 +471,97 @@ _HANDLERS = {
 def on_block(state: ProtocolState, block: Any) -> list[Event]:
     """Protocol work due at a new finalized block, before its calls: parameters and bond releases
     that are due, the challenge drawn from this block's hash for every run whose turn it is, then
-    the challenges whose windows have closed."""
+    the challenges whose windows have closed.
+
+    Never raises past the head check. Each item of that work (one parameter record, one account's
+    release, one run's issuance, one challenge's resolution) runs contained: one that fails inside
+    the protocol is undone (`_Savepoint`) and recorded as a `BlockWorkFailed` event, and the others
+    go on. A failed record is dropped (it would fail the same way at every block); a failed
+    release, issuance or resolution stays due and is tried again at the next block."""
     n, block_hash = block.number, block.hash
     if n <= state.head:
         raise ValueError(f"block {n} is not after the last processed block {state.head}")
     state.head = n
-    events: list[Event] = activate_due(state, n)
-    events += _release_due(state, n)
-    p = state.params
-    for run in sorted(state.runs.values(), key=lambda r: r.run_id):
-        if run.challenges_at is not None and run.challenges_at <= n and run.drawn < min(p.challenges_per_run,
-                                                                                            run.size - 1):
-            events += _issue_first(state, run, n, block_hash)
-    due = [
-        ch for ch in state.challenges.values()
-        if ch.verdict is None and (n > ch.reveal_deadline or (ch.opening is None and n > ch.opening_deadline))
-    ]
-    for ch in sorted(due, key=lambda c: (c.issued, c.run_id, c.index, c.round)):
-        events += _resolve(state, ch, n, block_hash)
+    events: list[Event] = []
+    with _stage(events, n, "activation"):
+        while state.schedule and state.schedule[0][0] <= n:
+            if not _contained(state, events, n, "activation", "", lambda: [_activate_next(state, n)]):
+                del state.schedule[0]
+    with _stage(events, n, "release"):
+        _release_due(state, n, events)
+    with _stage(events, n, "issuance"):
+        p = state.params
+        for run in sorted(state.runs.values(), key=lambda r: r.run_id):
+            _contained(state, events, n, "issuance", run.run_id.hex(),
+                       lambda r=run: _issue_due(state, r, n, block_hash, p), run)
+    with _stage(events, n, "resolution"):
+        due = [
+            ch for ch in state.challenges.values()
+            if ch.verdict is None and (n > ch.reveal_deadline or (ch.opening is None and n > ch.opening_deadline))
+        ]
+        for ch in sorted(due, key=lambda c: (c.issued, c.run_id, c.index, c.round)):
+            _contained(state, events, n, "resolution", ch.challenge_id.hex(),
+                       lambda c=ch: _resolve(state, c, n, block_hash), ch, state.runs.get(ch.run_id))
     return events
+
+
+def _issue_due(state: ProtocolState, run: RunState, n: int, block_hash: bytes, p: ProtocolParams) -> list[Event]:
+    if run.challenges_at is not None and run.challenges_at <= n and run.drawn < min(p.challenges_per_run,
+                                                                                        run.size - 1):
+        return _issue_first(state, run, n, block_hash)
+    return []
+
+
+class _Savepoint:
+    """What one item of a block's work may change, copied before it runs so that an item that fails
+    halfway is undone exactly: the parameters and their schedule, the active bonds, unbonding
+    amounts and penalties, the item's own run and challenge (restored in place), and the runs and
+    challenges it added (dicts keep insertion order: they are the last ones)."""
+
+    def __init__(self, state: ProtocolState, *objects: Any) -> None:
+        self.state = state
+        self.scalars = (state.params, state.configured_at, state.authority)
+        self.schedule = copy.deepcopy(state.schedule)
+        self.slashed, self.vbonds = dict(state.slashed), dict(state.vbonds)
+        self.unbonding = {k: [list(x) for x in v] for k, v in state.unbonding.items()}
+        self.objects = [(o, copy.deepcopy(o)) for o in objects if o is not None]
+        self.sizes = (len(state.runs), len(state.challenges))
+
+    def restore(self) -> None:
+        s = self.state
+        s.params, s.configured_at, s.authority = self.scalars
+        s.schedule, s.slashed, s.vbonds, s.unbonding = self.schedule, self.slashed, self.vbonds, self.unbonding
+        for obj, saved in self.objects:
+            for f in dataclass_fields(obj):
+                setattr(obj, f.name, getattr(saved, f.name))
+        for table, size in zip((s.runs, s.challenges), self.sizes, strict=True):
+            while len(table) > size:
+                del table[next(reversed(table))]
+
+
+def _contained(state: ProtocolState, events: list[Event], n: int, stage: str, subject: str,
+               work: Callable[[], list[Event]], *objects: Any) -> bool:
+    """Run one item of a block's work; if it fails, undo it and record `BlockWorkFailed` (the
+    exception's type only: the record is the same, and as small, on every node). True if it ran."""
+    point = _Savepoint(state, *objects)
+    try:
+        done = work()
+    except Exception as exc:
+        point.restore()
+        events.append(BlockWorkFailed(n, stage, subject, type(exc).__name__))
+        return False
+    events += done
+    return True
+
+
+@contextmanager
+def _stage(events: list[Event], n: int, stage: str) -> Iterator[None]:
+    """A stage's own steps (which items are due) outside any item: a failure there ends the stage
+    for this block, recorded; what its items did before stands (each one whole)."""
+    try:
+        yield
+    except Exception as exc:
+        events.append(BlockWorkFailed(n, stage, "", type(exc).__name__))
 
 
 def _issue_first(state: ProtocolState, run: RunState, n: int, block_hash: bytes) -> list[Event]:

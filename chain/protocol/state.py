@@ -3,10 +3,23 @@ CBOR snapshot form, so that a follower can restart from a cursor without replayi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
-from chain.protocol.params import ProtocolParams
+from chain.protocol.params import (
+    MAX_DECLARED_STEPS,
+    MAX_DISPUTE_SEATS,
+    MAX_ENDPOINT_BYTES,
+    MAX_LEAF_BYTES,
+    MAX_MIRRORS,
+    MAX_SCHEDULED_CHANGES,
+    MAX_UNBONDING_PER_VERIFIER,
+    MAX_URI_BYTES,
+    MAX_WITNESSES_PER_CHALLENGE,
+    ProtocolParams,
+)
+from challenges.verdict import FRAUD, HONEST, INCONCLUSIVE
 from commitments import cbor
 from commitments.errors import CommitmentError
 from commitments.hashing import digest
@@ -100,6 +113,9 @@ class ProtocolState:
 
     @classmethod
     def from_cbor(cls, data: bytes) -> ProtocolState:
+        """The state of a `to_cbor` snapshot, checked field by field: every integer in its range,
+        every byte string its length, every list and map its shape, every challenge's run and every
+        run's challenges present. Anything else is a SnapshotError naming the field."""
         try:
             obj = cbor.decode(data)
             version = obj.get("version") if isinstance(obj, dict) else None
@@ -108,19 +124,22 @@ class ProtocolState:
                                  f"{SNAPSHOT_VERSION}: derive the state again from the chain (drop the snapshot)")
             if version != SNAPSHOT_VERSION:
                 raise ValueError(f"not a {SNAPSHOT_VERSION} snapshot")
-            runs = [RunState(**r) for r in obj["runs"]]
+            unknown = set(obj) - _STATE_KEYS
+            if unknown:
+                raise ValueError(f"unknown field(s) {', '.join(sorted(map(repr, unknown)))}")
+            runs = _rows(obj["runs"], "runs", RunState, _RUN_FIELDS)
             for r in runs:  # snapshots of older nodes kept the whole encoded registration
                 if len(r.registration) != 32:
                     r.registration = registration_digest(r.registration)
-            challenges = [ChallengeState(**c) for c in obj["challenges"]]
-            return cls(
+            challenges = _rows(obj["challenges"], "challenges", ChallengeState, _CHALLENGE_FIELDS)
+            state = cls(
                 params=ProtocolParams.from_dict(obj["params"]),
-                head=obj["head"],
-                runs={r.run_id: r for r in runs},
-                challenges={c.challenge_id: c for c in challenges},
-                bonds=dict(obj["bonds"]),
-                slashed=dict(obj["slashed"]),
-                verifiers=list(obj["verifiers"]),
+                head=_int(obj["head"], "head", lo=-1),
+                runs=_keyed(runs, "run_id", "runs"),
+                challenges=_keyed(challenges, "challenge_id", "challenges"),
+                bonds=_int_map(obj["bonds"], "bonds"),
+                slashed=_int_map(obj["slashed"], "slashed"),
+                verifiers=_accounts(obj["verifiers"], "verifiers"),
                 vbonds=_int_map(obj["vbonds"], "vbonds"),
                 unbonding=_unbonding(obj["unbonding"]),
                 # Snapshots of nodes older than the network record have none of these.
@@ -128,7 +147,9 @@ class ProtocolState:
                 configured_at=_optional(obj.get("configured_at"), int, "configured_at"),
                 schedule=_schedule(obj.get("schedule", [])),
             )
-        except (AttributeError, CommitmentError, KeyError, TypeError, ValueError) as exc:
+            _check_links(state)
+            return state
+        except (AttributeError, CommitmentError, KeyError, TypeError, ValueError, RecursionError) as exc:
             raise SnapshotError(f"protocol state snapshot is unusable: {exc}") from None
 
 
@@ -142,13 +163,216 @@ def registration_digest(encoded: bytes) -> bytes:
     return digest("pot/registration/v1", bytes(encoded))
 
 
+U64 = (1 << 64) - 1  # the wire's `uint` (docs/protocol.md §2.2): no state integer exceeds it
+_STATE_KEYS = {"version", "params", "head", "runs", "challenges", "bonds", "slashed", "verifiers", "vbonds",
+               "unbonding", "authority", "configured_at", "schedule"}
+_VERDICTS = (HONEST, FRAUD, INCONCLUSIVE)
+_MODES = ("value", "bucket")
+
+
+def _int(v: Any, name: str, lo: int = 0, hi: int = U64) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise ValueError(f"{name} must be an integer in {lo}..{hi}, got {_kind(v)}")
+    return v
+
+
+def _kind(v: Any) -> str:
+    """What a refused value is, without its bytes (a snapshot may be large)."""
+    return repr(v) if isinstance(v, int) and not isinstance(v, bool) and abs(v) < 1 << 70 else type(v).__name__
+
+
+def _bytes(v: Any, name: str, size: int | None = 32, most: int | None = None) -> bytes:
+    if not isinstance(v, bytes) or (size is not None and len(v) != size) or (most is not None and len(v) > most):
+        want = f"{size} bytes" if size is not None else f"at most {most} bytes" if most is not None else "bytes"
+        got = f"{len(v)} bytes" if isinstance(v, bytes) else type(v).__name__
+        raise ValueError(f"{name} must be {want}, got {got}")
+    return v
+
+
+def _text(v: Any, name: str, most: int | None = None) -> str:
+    if not isinstance(v, str) or (most is not None and len(v.encode("utf-8", "surrogatepass")) > most):
+        raise ValueError(f"{name} must be text" + (f" of at most {most} bytes" if most is not None else ""))
+    return v
+
+
+def _maybe(check: Callable[..., Any]) -> Callable[..., Any]:
+    return lambda v, name: None if v is None else check(v, name)
+
+
+def _choice(options: tuple[str, ...]) -> Callable[[Any, str], str]:
+    def check(v: Any, name: str) -> str:
+        if v not in options or not isinstance(v, str):
+            raise ValueError(f"{name} must be one of {', '.join(options)}")
+        return v
+    return check
+
+
+def _list_of(item: Callable[[Any, str], Any], most: int | None = None) -> Callable[[Any, str], list[Any]]:
+    def check(v: Any, name: str) -> list[Any]:
+        if not isinstance(v, list) or (most is not None and len(v) > most):
+            raise ValueError(f"{name} must be a list" + (f" of at most {most} entries" if most is not None else ""))
+        return [item(x, f"{name}[{i}]") for i, x in enumerate(v)]
+    return check
+
+
+def _map_of(value: Callable[[Any, str], Any], most: int | None = None) -> Callable[[Any, str], dict[str, Any]]:
+    def check(v: Any, name: str) -> dict[str, Any]:
+        if not isinstance(v, dict) or (most is not None and len(v) > most):
+            raise ValueError(f"{name} must be a map of account -> value"
+                             + (f", at most {most} entries" if most is not None else ""))
+        return {_text(k, f"a key of {name}"): value(x, f"{name}[{k!r}]") for k, x in v.items()}
+    return check
+
+
+def _b32(v: Any, name: str) -> bytes:
+    return _bytes(v, name)
+
+
+def _uint(v: Any, name: str) -> int:
+    return _int(v, name)
+
+
+def _bucket(v: Any, name: str) -> int:
+    return _int(v, name, lo=-(1 << 31), hi=(1 << 31) - 1)
+
+
+def _reveal(v: Any, name: str) -> list[Any]:
+    if not (isinstance(v, list) and len(v) == 3):
+        raise ValueError(f"{name} must be [value_hash, bucket, proof_hash]")
+    return [_b32(v[0], f"{name} value_hash"), _bucket(v[1], f"{name} bucket"), _b32(v[2], f"{name} proof_hash")]
+
+
+def _rejected(v: Any, name: str) -> list[Any]:
+    if not (isinstance(v, list) and len(v) == 3):
+        raise ValueError(f"{name} must be [block, verifier, reason]")
+    return [_uint(v[0], f"{name} block"), _text(v[1], f"{name} verifier"), _text(v[2], f"{name} reason")]
+
+
+_OPENING_FIELDS: dict[str, Callable[[Any, str], Any]] = {
+    "opening_digest": _b32,
+    "uri": lambda v, name: _text(v, name, MAX_URI_BYTES),
+    "mirrors": _list_of(lambda v, name: _text(v, name, MAX_URI_BYTES), MAX_MIRRORS),
+    "leaf": lambda v, name: _bytes(v, name, None, MAX_LEAF_BYTES),
+    "leaf_hash": _b32,
+    "block": _uint,
+}
+
+
+def _opening(v: Any, name: str) -> dict[str, Any]:
+    if not isinstance(v, dict) or set(v) != set(_OPENING_FIELDS):
+        raise ValueError(f"{name} must be a map of {', '.join(_OPENING_FIELDS)}")
+    return {k: check(v[k], f"{name}.{k}") for k, check in _OPENING_FIELDS.items()}
+
+
+_RUN_FIELDS: dict[str, Callable[[Any, str], Any]] = {
+    "run_id": _b32,
+    "miner": _text,
+    "registration": lambda v, name: _bytes(v, name, None, 1 << 20),  # older nodes: the whole registration
+    "spec_digest": _b32,
+    "mode": _choice(_MODES),
+    "declared_steps": lambda v, name: _int(v, name, hi=MAX_DECLARED_STEPS),
+    "endpoint": lambda v, name: _text(v, name, MAX_ENDPOINT_BYTES),
+    "stake": _uint,
+    "slashed": _uint,
+    "root": _maybe(_b32),
+    "size": _uint,
+    "challenges_at": _maybe(_uint),
+    "challenges": _list_of(_b32),
+    "replay_blocks": lambda v, name: _int(v, name, lo=1),
+    "drawn": _uint,
+}
+
+_CHALLENGE_FIELDS: dict[str, Callable[[Any, str], Any]] = {
+    "challenge_id": _b32,
+    "run_id": _b32,
+    "index": _uint,
+    "step": _uint,
+    "root": _b32,
+    "size": lambda v, name: _int(v, name, lo=1),
+    "mode": _choice(_MODES),
+    "issued": _uint,
+    "opening_deadline": _uint,
+    "commit_deadline": _uint,
+    "reveal_deadline": _uint,
+    "opening": _maybe(_opening),
+    "declared_bucket": _maybe(_bucket),
+    "commitments": _map_of(_b32, MAX_WITNESSES_PER_CHALLENGE),
+    "reveals": _map_of(_reveal, MAX_WITNESSES_PER_CHALLENGE),
+    "rejected": _list_of(_rejected, MAX_WITNESSES_PER_CHALLENGE),
+    "verdict": _maybe(_choice(_VERDICTS)),
+    "round": lambda v, name: _int(v, name, lo=1, hi=64),
+    "first": _maybe(_b32),
+    "committee": _list_of(_text, MAX_DISPUTE_SEATS),
+    "refused_rounds": _uint,
+    "rechallenge": _maybe(_b32),
+}
+
+
+def _rows(v: Any, name: str, kind: type, spec: dict[str, Callable[[Any, str], Any]]) -> list[Any]:
+    """Rows of `_row` form, each a map of exactly the dataclass's fields (those with a default may
+    be missing: snapshots of older nodes), each field checked."""
+    if not isinstance(v, list):
+        raise ValueError(f"{name} must be a list")
+    required = {f.name for f in fields(kind) if f.default is MISSING and f.default_factory is MISSING}
+    out = []
+    for i, row in enumerate(v):
+        where = f"{name}[{i}]"
+        if not isinstance(row, dict):
+            raise ValueError(f"{where} must be a map")
+        unknown, missing = set(row) - set(spec), required - set(row)
+        if unknown or missing:
+            raise ValueError(f"{where}: " + "; ".join(
+                [*(["unknown field(s) " + ", ".join(sorted(map(repr, unknown)))] if unknown else []),
+                 *(["missing field(s) " + ", ".join(sorted(missing))] if missing else [])]))
+        out.append(kind(**{k: spec[k](x, f"{where}.{k}") for k, x in row.items()}))
+    return out
+
+
+def _keyed(rows: list[Any], key: str, name: str) -> dict[bytes, Any]:
+    out = {getattr(r, key): r for r in rows}
+    if len(out) != len(rows):
+        raise ValueError(f"{name} lists the same {key} twice")
+    return out
+
+
+def _accounts(v: Any, name: str) -> list[str]:
+    out = _list_of(_text)(v, name)
+    if len(set(out)) != len(out):
+        raise ValueError(f"{name} lists an account twice")
+    return out
+
+
+def _check_links(state: ProtocolState) -> None:
+    """What on_block relies on between the tables: each challenge's run exists and lists it, each
+    run's challenges exist, a run slashed no more than its stake, the deadlines in order."""
+    for r in state.runs.values():
+        if r.slashed > r.stake:
+            raise ValueError(f"run {r.run_id.hex()[:16]} is slashed more than its stake")
+        if r.size > r.declared_steps + 1:
+            raise ValueError(f"run {r.run_id.hex()[:16]} has a root of size {r.size} for {r.declared_steps} steps")
+        for cid in r.challenges:
+            ch = state.challenges.get(cid)
+            if ch is None or ch.run_id != r.run_id:
+                raise ValueError(f"run {r.run_id.hex()[:16]} lists challenge {cid.hex()[:16]}, which is not its")
+    for ch in state.challenges.values():
+        run = state.runs.get(ch.run_id)
+        if run is None or ch.challenge_id not in run.challenges:
+            raise ValueError(f"challenge {ch.challenge_id.hex()[:16]} belongs to no run that lists it")
+        if not ch.issued <= ch.opening_deadline <= ch.commit_deadline <= ch.reveal_deadline:
+            raise ValueError(f"challenge {ch.challenge_id.hex()[:16]} has deadlines out of order")
+    for name in ("vbonds", "unbonding"):
+        stray = set(getattr(state, name)) - set(state.verifiers)
+        if stray:
+            raise ValueError(f"{name} names account(s) that never bonded as verifiers")
+
+
 def _int_map(v: Any, name: str) -> dict[str, int]:
     """An account -> non-negative integer map, checked."""
     if not isinstance(v, dict):
         raise ValueError(f"{name} must be a map of account -> integer")
     for k, x in v.items():
-        if not isinstance(k, str) or isinstance(x, bool) or not isinstance(x, int) or x < 0:
-            raise ValueError(f"{name} must map account ids to non-negative integers")
+        if not isinstance(k, str) or isinstance(x, bool) or not isinstance(x, int) or not 0 <= x <= U64:
+            raise ValueError(f"{name} must map account ids to integers in 0..{U64}")
     return dict(v)
 
 
@@ -158,12 +382,12 @@ def _unbonding(v: Any) -> dict[str, list[list[int]]]:
         raise ValueError("unbonding must be a map of account -> [[release_block, amount], ...]")
     out = {}
     for k, rows in v.items():
-        if not isinstance(k, str) or not isinstance(rows, list):
-            raise ValueError("unbonding must map account ids to lists")
+        if not isinstance(k, str) or not isinstance(rows, list) or len(rows) > MAX_UNBONDING_PER_VERIFIER:
+            raise ValueError(f"unbonding must map account ids to lists of at most {MAX_UNBONDING_PER_VERIFIER}")
         for row in rows:
             if not (isinstance(row, list) and len(row) == 2
-                    and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in row)):
-                raise ValueError("an unbonding entry is [release_block, amount], non-negative integers")
+                    and all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= U64 for x in row)):
+                raise ValueError("an unbonding entry is [release_block, amount], integers in 0..2^64 - 1")
         out[k] = [list(r) for r in rows]
     return out
 
@@ -171,21 +395,25 @@ def _unbonding(v: Any) -> dict[str, list[list[int]]]:
 def _optional(v: Any, kind: type, name: str) -> Any:
     if v is not None and (not isinstance(v, kind) or isinstance(v, bool)):
         raise ValueError(f"{name} must be {kind.__name__} or null")
+    if isinstance(v, int) and not 0 <= v <= U64:
+        raise ValueError(f"{name} must be in 0..{U64}")
     return v
 
 
 def _schedule(rows: Any) -> list[list[Any]]:
     """Scheduled parameter changes, each [effective_block, configured_at, params], checked."""
-    if not isinstance(rows, list):
-        raise ValueError("schedule must be a list")
+    if not isinstance(rows, list) or len(rows) > MAX_SCHEDULED_CHANGES:
+        raise ValueError(f"schedule must be a list of at most {MAX_SCHEDULED_CHANGES} changes")
     out = []
     for row in rows:
         if not (isinstance(row, list) and len(row) == 3):
             raise ValueError("a scheduled change is [effective_block, configured_at, params]")
         block, at, params = row
-        if any(not isinstance(v, int) or isinstance(v, bool) for v in (block, at)):
-            raise ValueError("a scheduled change's blocks must be integers")
+        _int(block, "a scheduled change's effective_block")
+        _int(at, "a scheduled change's configured_at")
         out.append([block, at, ProtocolParams.from_dict(params).to_dict()])
+    if out != sorted(out, key=lambda x: (x[0], x[1])):
+        raise ValueError("schedule is not in effective order")
     return out
 
 

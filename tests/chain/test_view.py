@@ -8,7 +8,7 @@ from chain import protocol as P
 from chain.dev import DevTransport
 from chain.protocol import ProtocolParams, SnapshotError
 from chain.transport import Block
-from chain.view import ChainView
+from chain.view import ChainView, seal_snapshot, snapshot_key
 from tests.chain.runs import SyntheticRun
 
 PARAMS = ProtocolParams(challenge_delay=1)
@@ -116,12 +116,13 @@ def test_a_snapshot_of_protocol_v1_is_refused_naming_the_file_and_the_versions(t
     view = ChainView(miner, PARAMS)
     view.sync()
     view.save(snap)
-    domain, cursor, cursor_hash, state_bytes = cbor.decode(snap.read_bytes())
+    domain, cursor, cursor_hash, state_bytes, _tag = cbor.decode(snap.read_bytes())
     old = cbor.decode(state_bytes)
     old["version"] = "pot/protocol-state/v1"  # what a node before protocol v2 wrote
     for k in ("vbonds", "unbonding"):
         old.pop(k)
-    snap.write_bytes(cbor.encode([domain, cursor, cursor_hash, cbor.encode(old)]))
+    # Sealed with this node's key: the digest checks, the state inside is of the older version.
+    snap.write_bytes(seal_snapshot(snapshot_key(snap.parent), domain, cursor, cursor_hash, cbor.encode(old)))
     with pytest.raises(SnapshotError) as err:
         ChainView.load(miner, snap, PARAMS)
     msg = str(err.value)
