@@ -106,7 +106,8 @@ def _compare(got: Any, want: Any, path: str, depth: int = 0) -> str | None:
     if isinstance(want, dict):
         for k in sorted(want, key=lambda k: cbor.encode(k)):
             if k not in got:
-                return f"{_join(path, k)}: missing; the canonical form holds it ({_enc_hex(want[k])})"
+                return (f"{_join(path, k)}: missing; the canonical form holds every field, defaults included "
+                        f"(here {_enc_hex(want[k])})")
         for k in got:
             if k not in want:
                 return (f"{_join(path, k)}: not in the canonical form (drop it: an unknown field, or one the "

@@ -219,3 +219,19 @@ def test_the_protocol_lists_every_default_of_the_canonical_map():
     listed = {f.split(".")[0] for f in table}
     assert listed == set(Spec.model_fields), listed ^ set(Spec.model_fields)
     assert table["init"][0] == "absent" and table["hardware"][0] == "`null`"
+
+
+@pytest.mark.parametrize(("section", "field"), [(None, "hardware"), ("model", "hidden"), ("optimizer", "momentum")])
+def test_a_spec_encoded_without_a_default_names_the_field(section, field):
+    """Another encoder that leaves out a field at its default gets the field named, and told that
+    the canonical form holds defaults too."""
+    from commitments import cbor
+    from commitments.canonical import first_difference
+
+    spec = Spec()
+    short = spec.canonical()
+    del (short[section] if section else short)[field]
+    why = first_difference(cbor.encode(short), spec.to_cbor())
+    path = f"{section}.{field}" if section else field
+    assert why.startswith(f"{path}: missing; the canonical form holds every field, defaults included"), why
+    assert cbor.encode(getattr(spec, field) if section is None else spec.canonical()[section][field]).hex() in why
