@@ -111,6 +111,9 @@ def train(
                     ranks=ranks, pretrained=init).run(follow=False)
             return
         spec, ds = _open(spec_path, data)
+        from chain.require import require_chain
+
+        require_chain(chain)  # a missing dev chain file is refused, never created
         transport = connect(chain, account=account, key=key)
         # The chain's record is the rulebook; a pin is checked against it before training starts.
         params = None
@@ -138,7 +141,8 @@ def train(
                    "verdicts": {c.hex(): v for c, v in verdicts.items()},
                    "final": {c.hex(): v for c, v in final.items()},
                    "rounds": {c.hex(): r for c, (_, r) in trainer.rounds.items()},
-                   "mirrors": list(trainer.mirrors)}
+                   "mirrors": list(trainer.mirrors),
+                   "unanswered": {c.hex(): why for c, why in trainer.failed.items()}}
         if as_json:
             typer.echo(json.dumps(summary))
         else:
@@ -146,7 +150,10 @@ def train(
             for c, v in summary["verdicts"].items():
                 r = summary["rounds"].get(c, 1)
                 typer.echo(f"challenge {c[:16]}{f' (round {r})' if r > 1 else ''}: {v}")
-        if any(v == "fraud" for v in verdicts.values()):
+            for c, why in summary["unanswered"].items():
+                typer.echo(f"challenge {c[:16]}: not opened: {why}")
+        # A fraud verdict, or an opening the chain refused: a check came out negative.
+        if any(v == "fraud" for v in verdicts.values()) or trainer.refused:
             raise typer.Exit(1)
     except _domain_errors() as exc:
         _fail(str(exc))

@@ -36,7 +36,8 @@ from chain.calls import (
     derive_run_id,
 )
 from chain.network import BlockMemo, NetworkParamsError, check_pinned, read_network
-from chain.protocol import CallRefused, ChallengeIssued, ChallengeResolved
+from chain.outcome import submit_and_read
+from chain.protocol import ChallengeIssued, ChallengeResolved
 from chain.protocol.params import MAX_URI_BYTES
 from chain.protocol.state import registration_digest
 from chain.transport import TransportError
@@ -139,6 +140,7 @@ class Trainer:
         self.rounds: dict[bytes, tuple[bytes, int]] = {}  # our challenge_id -> (its first round's id, round)
         self.resolved: dict[bytes, str] = {}  # our challenge_id -> verdict (an inconclusive round included)
         self.failed: dict[bytes, str] = {}  # our challenge_id -> why no opening could be built or sent
+        self.refused: dict[bytes, str] = {}  # our challenge_id -> the chain's refusal of its opening, in words
         # (step, size, root) -> digest of its opening file: a re-challenge of a step reuses it
         self._openings: dict[tuple[int, int, bytes], bytes] = {}
         self._unseen: list[Any] = []  # synced events poll has not looked at yet
@@ -258,18 +260,33 @@ class Trainer:
 
     # --- chain ----------------------------------------------------------------------------
     def _submit(self, calls: list[Any], what: str) -> Any:
-        """Submit with retries on transport failures (capped exponential backoff, full jitter)."""
+        """Submit, wait for the block that includes the calls and read what the chain made of each
+        (chain.outcome), retrying transport failures (capped exponential backoff, full jitter).
+        Every refusal is logged as it is read; the caller decides what it means for the run."""
         if self.transport is None:
             raise TrainerError(f"cannot {what}: no chain transport")
-        for attempt in range(1, SUBMIT_TRIES + 1):
-            try:
-                return self.transport.submit(calls, timeout=self.submit_timeout)
-            except TransportError as exc:
-                if attempt == SUBMIT_TRIES:
-                    raise TrainerError(f"cannot {what} after {attempt} tries: {exc}") from None
-                self._log(f"{what}: {exc}; retrying")
-                time.sleep(SUBMIT_BACKOFF.delay(attempt - 1))
-        raise AssertionError("unreachable")
+
+        def send(calls: list[Any], timeout: float) -> Any:
+            for attempt in range(1, SUBMIT_TRIES + 1):
+                try:
+                    return self.transport.submit(calls, timeout=timeout)
+                except TransportError as exc:
+                    if attempt == SUBMIT_TRIES:
+                        raise TrainerError(f"cannot {what} after {attempt} tries: {exc}") from None
+                    self._log(f"{what}: {exc}; retrying")
+                    time.sleep(SUBMIT_BACKOFF.delay(attempt - 1))
+            raise AssertionError("unreachable")
+
+        try:
+            outcome = submit_and_read(self.transport, calls, self._chain_view(), timeout=self.submit_timeout,
+                                      submit=send)
+        except TransportError as exc:
+            raise TrainerError(f"cannot {what}: {exc}") from None
+        self._unseen += outcome.synced
+        for c in outcome.calls:
+            if not c.ok:
+                self._log(f"{what}: the chain refused it: {c.words()}")
+        return outcome
 
     def _chain_view(self) -> Any:
         """The chain's protocol state, from genesis, under the chain's own parameters: `params`
@@ -299,44 +316,35 @@ class Trainer:
             spec=self.spec.to_cbor(), declared_steps=self.spec.steps, endpoint=self.endpoint)
 
     def register(self) -> None:
-        """Submit start_training_commitment (idempotent: an identical repeat is a no-op on chain)."""
+        """Submit start_training_commitment (idempotent: an identical repeat is a no-op on chain)
+        and check the chain holds the run as ours; a refusal or another run under the id raises."""
         if self.transport is not None:
             self._chain_view()  # refuses other parameters before anything is sent
         call = self.registration()
-        before = self.transport.finalized_head() if self.transport is not None else 0
-        self._submit([call], "register the run")
-        run = self._await_run(registration_digest(cbor.encode(call.to_wire())), after=before)
+        outcome = self._submit([call], "register the run")
+        (got,) = outcome.calls
+        if not got.ok:
+            raise TrainerError(f"run {self.run_id.hex()[:16]} was not registered: {got.words()}")
+        run = self.view.state.runs.get(self.run_id)
+        registration = registration_digest(cbor.encode(call.to_wire()))
+        if run is None or run.miner != self.account or run.registration != registration:
+            why = ("it is not on chain" if run is None else "the run id belongs to another account"
+                   if run.miner != self.account else "it is already registered with different commitments")
+            raise TrainerError(f"run {self.run_id.hex()[:16]} was not registered: {why}")
+        self._log(got.words())
         self.submitted_size = run.size
 
-    def _await_run(self, registration: bytes, *, after: int = 0, poll: float = 0.5) -> Any:
-        """The run as the chain's finalized blocks show it; waits for finality, refuses a refusal
-        (of a registration by this account in a block after `after`) and a run registered with
-        other commitments than ours."""
-        deadline = time.monotonic() + self.submit_timeout
-        while True:
-            self._sync()
-            run = self.view.state.runs.get(self.run_id)
-            if run is not None and run.miner == self.account and run.registration == registration:
-                return run
-            refusals = [e for e in self.view.events if isinstance(e, CallRefused)
-                        and e.origin == self.account and e.call == "start_training_commitment" and e.block > after]
-            if refusals or run is not None:
-                why = refusals[-1].reason if refusals else (
-                    "the run id belongs to another account" if run.miner != self.account
-                    else "it is already registered with different commitments")
-                raise TrainerError(f"run {self.run_id.hex()[:16]} was not registered: {why}")
-            if time.monotonic() > deadline:
-                raise TrainerError(f"run {self.run_id.hex()[:16]} is not on chain after {self.submit_timeout:.0f} s")
-            time.sleep(poll)
-
     def submit_root(self) -> None:
-        """Move the run's root on chain to the current tree (append-only, with a consistency proof)."""
+        """Move the run's root on chain to the current tree (append-only, with a consistency proof);
+        a refused root raises (the chain keeps the previous one)."""
         size = self.tree.size
         if size <= self.submitted_size:
             return
         proof = self.tree.consistency_proof(self.submitted_size) if self.submitted_size else []
-        self._submit([SubmitCheckpointRoot(run_id=self.run_id, root=self.tree.root(), size=size,
-                                           consistency_proof=proof)], f"submit the root of size {size}")
+        outcome = self._submit([SubmitCheckpointRoot(run_id=self.run_id, root=self.tree.root(), size=size,
+                                                     consistency_proof=proof)], f"submit the root of size {size}")
+        if not outcome.ok:
+            raise TrainerError(f"the root of size {size} was not taken: {outcome.words()}")
         self.submitted_size = size
         self.transcript.append("checkpoint-root", {"size": size, "root": self.tree.root()})
 
@@ -475,7 +483,13 @@ class Trainer:
         if ev.mode == "bucket":
             bucket = norm_bucket(self.store.state(t - 1), self.store.state(t))
             calls.append(DeclareWitnessNormBucket(challenge_id=ev.challenge_id, bucket=bucket))
-        self._submit(calls, f"open step {t}")
+        outcome = self._submit(calls, f"open step {t}")
+        if not outcome.calls[0].ok:
+            # Not answered: the challenge resolves without this opening (the caller records why).
+            self.refused[ev.challenge_id] = outcome.calls[0].words()
+            raise TrainerError(f"the chain refused the opening of step {t}: {outcome.calls[0].words()}")
+        if not outcome.ok:  # the opening stands; its norm-bucket declaration was refused
+            self._log(f"challenge {ev.challenge_id.hex()[:16]}: {outcome.calls[1].words()}")
         self.answered[ev.challenge_id] = d
         self.transcript.append("opening", {"challenge_id": ev.challenge_id, "step": t, "digest": d})
         self._log(f"challenge {ev.challenge_id.hex()[:16]}: opened step {t} as {d.hex()[:16]}"
