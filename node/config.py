@@ -38,6 +38,8 @@ class NodeSection(_Section):
     openings_dir: str = ""
     openings_quota_bytes: int = Field(0, ge=0)  # 0: no quota (the reserve still holds)
     openings_reserve_bytes: int = Field(256 * 1024**2, ge=0)
+    # The part of the quota (without one: of what the disk gives above the reserve) one miner's downloads may hold.
+    openings_miner_share: float = Field(0.5, gt=0, le=1)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     secrets_file: str = ""
     loop_interval_s: float = Field(0.2, gt=0, le=10)
@@ -101,16 +103,18 @@ class FetchSection(_Section):
     attempts: int = Field(5, ge=1, le=100)
     backoff_base_s: float = Field(0.5, gt=0)
     backoff_max_s: float = Field(15.0, gt=0)
+    # Networks broader than /8 (IPv4) or /16 (IPv6), or covering an IPv4-embedding prefix, in `allow`.
+    allow_broad: bool = False
     # Hosts and networks (addresses or CIDRs) opened to downloads although not globally routable.
     allow: list[str] = Field(default_factory=list)
     proxy: str = ""  # http(s)://host:port of an operator's proxy; the environment's proxy variables are ignored
 
     @field_validator("allow")
     @classmethod
-    def _allow(cls, v: list[str]) -> list[str]:
+    def _allow(cls, v: list[str], info: Any) -> list[str]:  # a pydantic ValidationInfo
         from node.egress import parse_allow
 
-        parse_allow(v)
+        parse_allow(v, broad=bool(info.data.get("allow_broad")))
         return v
 
     @field_validator("proxy")
@@ -127,7 +131,8 @@ class FetchSection(_Section):
 
         return FetchPolicy(self.connect_timeout_s, self.read_timeout_s, self.total_timeout_s, self.attempts,
                            self.backoff_base_s, self.backoff_max_s,
-                           egress=EgressPolicy.from_allow(self.allow, dns_timeout_s=self.connect_timeout_s),
+                           egress=EgressPolicy.from_allow(self.allow, broad=self.allow_broad,
+                                                          dns_timeout_s=self.connect_timeout_s),
                            proxy=self.proxy)
 
 
@@ -322,7 +327,8 @@ class NodeConfig(_Section):
         """The openings folder with its quota and reserve (node.fetch.OpeningsStore)."""
         from node.fetch import OpeningsStore
 
-        return OpeningsStore(self.openings_dir, self.node.openings_quota_bytes, self.node.openings_reserve_bytes)
+        return OpeningsStore(self.openings_dir, self.node.openings_quota_bytes, self.node.openings_reserve_bytes,
+                             self.node.openings_miner_share)
 
     @property
     def database_url(self) -> str:

@@ -1,17 +1,20 @@
 """Where the node's downloads may go: a miner names the URL, so every address it resolves to is
 checked before any connection, and the connection goes to that checked address (the name stays in
 the Host header and TLS SNI). Loopback, private, link-local, metadata, multicast, reserved and
-their IPv6 forms are refused unless the operator's allow-list opens them.
+their IPv6 forms (every form that embeds an IPv4 address included) are refused unless the
+operator's allow-list opens them. Names are looked up on threads shared out per miner
+(ResolverSlots): a miner whose names never answer holds its own slots only.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import socket
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -49,9 +52,23 @@ _V6_BLOCKED: tuple[tuple[str, str], ...] = (
     ("ff00::/8", "multicast"),
 )
 _BLOCKED = tuple((ipaddress.ip_network(n), why) for n, why in _V4_BLOCKED + _V6_BLOCKED)
-_MAPPED = ipaddress.ip_network("::ffff:0:0/96")
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
-_6TO4 = ipaddress.ip_network("2002::/16")
+_net = ipaddress.IPv6Network
+# IPv6 prefixes that carry an IPv4 address, with where it sits: "low" (the last 32 bits), "6to4"
+# (bits 16-47), "teredo" (the client: the last 32 bits inverted), "rfc6052-48" (bits 48-63 and
+# 72-87, around the u octet). A translator or tunnel may deliver such an address to that IPv4 host.
+_EMBEDDING: tuple[tuple[ipaddress.IPv6Network, str, str], ...] = (
+    (_net("::ffff:0:0/96"), "low", "IPv4-mapped"),
+    (_net("::ffff:0:0:0/96"), "low", "IPv4-translated (SIIT)"),
+    (_net("64:ff9b::/96"), "low", "NAT64"),
+    (_net("64:ff9b:1::/48"), "rfc6052-48", "local-use NAT64"),
+    (_net("2002::/16"), "6to4", "6to4"),
+    (_net("2001::/32"), "teredo", "Teredo"),
+    (_net("::/96"), "low", "IPv4-compatible"),
+)
+# The forms refused whatever they embed: deprecated or network-specific, no public prover needs them.
+_REFUSED_FORMS = frozenset({"IPv4-compatible", "Teredo", "local-use NAT64"})
+# Allow-list networks broader than these cover most of the internal space at once (fetch.allow_broad).
+MIN_ALLOW_PREFIX = {4: 8, 6: 16}
 
 
 class EgressRefused(Exception):
@@ -63,23 +80,43 @@ class EgressRefused(Exception):
         self.retryable = retryable  # a name that did not resolve may resolve later; a refused address not
 
 
-def embedded_v4(ip: IPAddress) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 one stands for (mapped, NAT64 well-known prefix, 6to4), if any."""
-    if isinstance(ip, ipaddress.IPv4Address):
+def embedding(ip: IPAddress) -> tuple[str, ipaddress.IPv4Address] | None:
+    """(the form's name, the IPv4 address) an IPv6 address embeds, if it is of such a form."""
+    if isinstance(ip, ipaddress.IPv4Address) or ip == ipaddress.IPv6Address("::") or ip == ipaddress.IPv6Address("::1"):
         return None
-    if ip in _MAPPED or ip in _NAT64:
-        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
-    if ip in _6TO4:
-        return ipaddress.IPv4Address((int(ip) >> 80) & 0xFFFFFFFF)
+    n = int(ip)
+    for net, where, form in _EMBEDDING:
+        if ip not in net:
+            continue
+        if where == "low":
+            v4 = n & 0xFFFFFFFF
+        elif where == "6to4":
+            v4 = (n >> 80) & 0xFFFFFFFF
+        elif where == "teredo":
+            v4 = ~n & 0xFFFFFFFF
+        else:  # rfc6052-48: 16 bits before the u octet (bits 64-71), 16 after it
+            v4 = ((n >> 64) & 0xFFFF) << 16 | (n >> 40) & 0xFFFF
+        return form, ipaddress.IPv4Address(v4)
     return None
+
+
+def embedded_v4(ip: IPAddress) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one stands for (mapped, translated, NAT64, 6to4, Teredo, compatible), if any."""
+    found = embedding(ip)
+    return None if found is None else found[1]
 
 
 def forbidden(ip: IPAddress) -> str | None:
     """Why `ip` is refused by default (a short name), or None for a globally routable address."""
-    v4 = embedded_v4(ip)
-    if v4 is not None:
+    found = embedding(ip)
+    if found is not None:
+        form, v4 = found
         inner = forbidden(v4)
-        return None if inner is None else f"{inner} (as {ip})"
+        if inner is not None:
+            return f"{inner} (as {form} {ip})"
+        if form in _REFUSED_FORMS:
+            return f"{form} (embedding {v4})"
+        return None  # a public IPv4 host reached through a translator: judged as that host
     for net, why in _BLOCKED:
         if ip.version == net.version and ip in net:
             return why
@@ -88,8 +125,26 @@ def forbidden(ip: IPAddress) -> str | None:
     return None
 
 
-def parse_allow(entries: Iterable[str]) -> tuple[tuple[IPNetwork, ...], frozenset[str]]:
-    """Split allow-list entries into networks (an address or a CIDR) and host names; ValueError names a bad one."""
+def _too_broad(net: IPNetwork) -> str | None:
+    """Why an allow-list network opens too much at once, or None."""
+    least = MIN_ALLOW_PREFIX[net.version]
+    if net.prefixlen < least:
+        covered = sorted({why for n, why in _BLOCKED if n.version == net.version and n.subnet_of(net)})  # type: ignore[arg-type]
+        return (f"a /{net.prefixlen} network, broader than /{least}: it opens "
+                + (", ".join(covered) if covered else "a large part of the address space") + " addresses")
+    if net.version == 6:
+        for emb, _where, form in _EMBEDDING:
+            if emb.subnet_of(net):  # type: ignore[arg-type]
+                return f"it covers the whole {form} prefix {emb}, that is every IPv4 address in that form"
+    return None
+
+
+def parse_allow(entries: Iterable[str], *, broad: bool = False) -> tuple[tuple[IPNetwork, ...], frozenset[str]]:
+    """Split allow-list entries into networks (an address or a CIDR) and host names; ValueError names a bad one.
+
+    A network broader than /8 (IPv4) or /16 (IPv6), or one covering a whole IPv4-embedding IPv6
+    prefix, is refused unless `broad` (fetch.allow_broad) says the operator means it.
+    """
     nets: list[IPNetwork] = []
     names: set[str] = set()
     for raw in entries:
@@ -97,10 +152,16 @@ def parse_allow(entries: Iterable[str]) -> tuple[tuple[IPNetwork, ...], frozense
         if not entry:
             continue
         try:
-            nets.append(ipaddress.ip_network(entry.strip("[]"), strict=False))
-            continue
+            net = ipaddress.ip_network(entry.strip("[]"), strict=False)
         except ValueError:
-            pass
+            net = None
+        if net is not None:
+            why = None if broad else _too_broad(net)
+            if why is not None:
+                raise ValueError(f"allow-list entry {entry[:80]!r} is too broad: {why}; name the networks the "
+                                 f"provers are on, or set fetch.allow_broad = true to open it anyway")
+            nets.append(net)
+            continue
         name = entry.lower().rstrip(".")
         if not name or len(name) > 253 or not all(c.isalnum() or c in "-._" for c in name):
             raise ValueError(f"allow-list entry {entry[:80]!r} is neither an address, a CIDR network nor a host name")
@@ -122,7 +183,93 @@ def system_resolver(host: str, port: int) -> list[str]:
     return out
 
 
-_DNS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="pot-dns")
+class ResolverSlots:
+    """Where name lookups run: a thread each, at most `per_owner` at once for one owner (a miner)
+    and `total` for all owners together, each lookup within its deadline.
+
+    A lookup that has not answered by its deadline is abandoned: its caller gets a retryable
+    refusal, and its thread, while it lasts, keeps a slot of its own owner (and of the total),
+    never another owner's. An owner whose slots are all held waits for one until its deadline,
+    alone. The addresses each name last resolved to are remembered (at most `remember` names), so
+    that the scheduler can count two names of one server as one (`known`).
+    """
+
+    def __init__(self, per_owner: int = 2, total: int = 64, remember: int = 4096) -> None:
+        if per_owner < 1 or total < per_owner:
+            raise ValueError(f"resolver slots: need 1 <= per_owner <= total, got per_owner={per_owner}, total={total}")
+        self.per_owner, self.total, self.remember = per_owner, total, remember
+        self._cond = threading.Condition()
+        self._busy: dict[str, int] = {}
+        self._running = 0
+        self._seen: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+
+    def busy(self, owner: str | None = None) -> int:
+        """Lookup threads running (an owner's, or all), abandoned ones included."""
+        with self._cond:
+            return self._running if owner is None else self._busy.get(owner, 0)
+
+    def known(self, name: str) -> tuple[str, ...]:
+        """The addresses `name` (lower case, no trailing dot) last resolved to here; () if none yet."""
+        with self._cond:
+            return self._seen.get(name, ())
+
+    def _release(self, owner: str) -> None:
+        with self._cond:
+            self._running -= 1
+            n = self._busy.get(owner, 0) - 1
+            if n > 0:
+                self._busy[owner] = n
+            else:
+                self._busy.pop(owner, None)
+            self._cond.notify_all()
+
+    def lookup(self, owner: str, resolver: Resolver, name: str, port: int, timeout_s: float) -> list[str]:
+        """resolver(name, port) on a slot of `owner`, within `timeout_s` in all (the wait for a slot
+        included); EgressRefused (retryable) when it does not answer in time."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while self._busy.get(owner, 0) >= self.per_owner or self._running >= self.total:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    held = self._busy.get(owner, 0)
+                    why = (f"its miner's {held} lookup slot(s) are all held by lookups still unanswered"
+                           if held >= self.per_owner else f"all {self.total} lookup slots of the node are held")
+                    raise EgressRefused(f"{name[:100]} not looked up within {timeout_s:g} s: {why}", retryable=True)
+                self._cond.wait(left)
+            self._busy[owner] = self._busy.get(owner, 0) + 1
+            self._running += 1
+        box: dict[str, object] = {}
+        done = threading.Event()
+
+        def body() -> None:
+            try:
+                box["addrs"] = resolver(name, port)
+            except BaseException as exc:  # handed to the caller, if it still waits
+                box["error"] = exc
+            finally:
+                self._release(owner)
+                done.set()
+
+        try:
+            threading.Thread(target=body, daemon=True, name="pot-dns").start()
+        except BaseException:
+            self._release(owner)
+            raise
+        if not done.wait(max(0.0, deadline - time.monotonic())):
+            raise EgressRefused(f"{name[:100]} did not resolve within {timeout_s:g} s", retryable=True)
+        if "error" in box:
+            raise box["error"]  # type: ignore[misc]
+        addrs = list(box["addrs"])  # type: ignore[call-overload]
+        with self._cond:
+            self._seen[name] = tuple(str(a) for a in addrs)
+            self._seen.move_to_end(name)
+            while len(self._seen) > self.remember:
+                self._seen.popitem(last=False)
+        return addrs
+
+
+# One set of slots for the whole process: every policy shares it unless given its own.
+DEFAULT_SLOTS = ResolverSlots()
 
 
 @dataclass(frozen=True)
@@ -133,14 +280,17 @@ class EgressPolicy:
     allow_hosts: frozenset[str] = frozenset()
     resolver: Resolver = system_resolver
     dns_timeout_s: float = 5.0
+    slots: ResolverSlots = field(default=DEFAULT_SLOTS, compare=False)
 
     @classmethod
-    def from_allow(cls, entries: Iterable[str], **kw) -> EgressPolicy:
-        nets, names = parse_allow(entries)
+    def from_allow(cls, entries: Iterable[str], *, broad: bool = False, **kw) -> EgressPolicy:
+        nets, names = parse_allow(entries, broad=broad)
         return cls(nets, names, **kw)
 
     def _allowed(self, ip: IPAddress) -> bool:
-        candidates = [ip] + ([v] if (v := embedded_v4(ip)) is not None else [])
+        # A translated form is opened by its IPv4 address; the forms refused whole only by their own.
+        found = embedding(ip)
+        candidates = [ip] + ([found[1]] if found is not None and found[0] not in _REFUSED_FORMS else [])
         return any(c.version == n.version and c in n for c in candidates for n in self.allow_networks)
 
     def check_address(self, ip: IPAddress, host: str) -> None:
@@ -148,8 +298,9 @@ class EgressPolicy:
         if why is not None and not self._allowed(ip):
             raise EgressRefused(f"{host[:100]} resolves to {ip}, a {why} address outside the allow-list")
 
-    def resolve(self, host: str, port: int) -> list[IPAddress]:
-        """The addresses to connect to for `host`: every one checked, or EgressRefused (nothing connected)."""
+    def resolve(self, host: str, port: int, owner: str = "") -> list[IPAddress]:
+        """The addresses to connect to for `host`: every one checked, or EgressRefused (nothing connected).
+        The lookup runs on a slot of `owner` (the miner whose URL it is; "" for unattributed)."""
         name = host.strip("[]").lower().rstrip(".")
         try:
             literal: IPAddress | None = ipaddress.ip_address(name.split("%", 1)[0])
@@ -160,10 +311,7 @@ class EgressPolicy:
             return [literal]
         checked = name not in self.allow_hosts  # the operator trusts an allowed name wherever it points
         try:
-            addrs = _DNS.submit(self.resolver, name, port).result(timeout=self.dns_timeout_s)
-        except FutureTimeout:
-            raise EgressRefused(f"{name[:100]} did not resolve within {self.dns_timeout_s:g} s",
-                                retryable=True) from None
+            addrs = self.slots.lookup(owner, self.resolver, name, port, self.dns_timeout_s)
         except (OSError, UnicodeError) as exc:
             raise EgressRefused(f"{name[:100]} does not resolve: {exc}", retryable=True) from None
         ips = []
@@ -180,4 +328,5 @@ class EgressPolicy:
         return ips
 
 
-__all__ = ["EgressPolicy", "EgressRefused", "embedded_v4", "forbidden", "parse_allow", "system_resolver"]
+__all__ = ["DEFAULT_SLOTS", "MIN_ALLOW_PREFIX", "EgressPolicy", "EgressRefused", "ResolverSlots", "embedded_v4",
+           "embedding", "forbidden", "parse_allow", "system_resolver"]

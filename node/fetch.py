@@ -10,11 +10,12 @@ resumes with an HTTP Range request. Files appear atomically (commitments.files.p
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -25,7 +26,7 @@ import httpx
 
 from commitments.files import publish
 from commitments.retry import Backoff
-from node.egress import EgressPolicy, EgressRefused
+from node.egress import EgressPolicy, EgressRefused, embedding
 
 CHUNK = 1 << 20
 # Kinds of FetchError. All of them reveal the same refusal class (challenges.refused): which one
@@ -61,6 +62,7 @@ class FetchPolicy:
     backoff_max_s: float = 15.0
     egress: EgressPolicy = field(default_factory=EgressPolicy)
     proxy: str = ""  # an operator's proxy; the environment's HTTP(S)_PROXY are never read
+    owner: str = ""  # whose download this is ("miner:<account>"): its name lookups run on that miner's slots
 
     @cached_property
     def _backoff(self) -> Backoff:
@@ -175,7 +177,8 @@ def _get(client: httpx.Client, url: str, policy: FetchPolicy, headers: dict[str,
         raise FetchError("bad_uri", f"{url[:200]!r} is not a URL: {exc}") from None
     port = target.port or (443 if target.scheme == "https" else 80)
     try:
-        addrs = policy.egress.resolve(target.host, port)
+        # The ASCII (IDNA) form is what is looked up: the name the scheduler's endpoint key counts.
+        addrs = policy.egress.resolve(target.raw_host.decode("ascii"), port, policy.owner)
     except EgressRefused as exc:
         raise FetchError("dns" if exc.retryable else "refused_address", f"GET {url}: {exc.reason}",
                          retryable=exc.retryable) from None
@@ -366,6 +369,49 @@ def fetch_bytes(url: str, *, max_bytes: int, policy: FetchPolicy | None = None) 
     raise last  # type: ignore[misc]
 
 
+# --- who a download counts against ----------------------------------------------------------------
+
+
+def _canonical_ip(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
+    """An address as one spelling: an IPv6 form that carries an IPv4 address is that address."""
+    found = embedding(ip)
+    if found is not None and found[0] in ("IPv4-mapped", "IPv4-translated (SIIT)", "IPv4-compatible"):
+        ip = found[1]
+    return str(ip) if ip.version == 4 else f"[{ip.compressed}]"
+
+
+def endpoint_owners(url: str, known: Callable[[str], Iterable[str]] | None = None) -> tuple[str, ...]:
+    """The owner keys of the server `url` names, one spelling each: `endpoint:<host>:<port>` with
+    the host lower-cased, without its trailing dot, in IDNA form, an IP literal in one notation and
+    the default port explicit; then `addr:<ip>:<port>` for each address the host is `known` (a
+    name's last lookup, see node.egress.ResolverSlots.known) or written to be. () for a URL with
+    no host (the fetch refuses it; its job still counts by miner)."""
+    try:
+        target = httpx.URL(url)
+        host = target.raw_host.decode("ascii").strip("[]").lower().rstrip(".")
+    except (httpx.InvalidURL, UnicodeError, ValueError):
+        return ()
+    if not host or target.scheme not in ("http", "https"):
+        return ()
+    port = target.port or (443 if target.scheme == "https" else 80)
+    try:
+        literal = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        literal = None
+    if literal is not None:
+        name = _canonical_ip(literal)
+        return (f"endpoint:{name}:{port}", f"addr:{name}:{port}")
+    addrs: list[str] = []
+    for a in known(host) if known is not None else ():
+        try:
+            key = f"addr:{_canonical_ip(ipaddress.ip_address(a))}:{port}"
+        except ValueError:
+            continue
+        if key not in addrs:
+            addrs.append(key)
+    return (f"endpoint:{host[:253]}:{port}", *sorted(addrs)[:16])
+
+
 # --- the openings folder --------------------------------------------------------------------------
 
 
@@ -374,14 +420,62 @@ class OpeningsFull(Exception):
     The node's own condition, not the miner's: the job waits and is never refused for it."""
 
 
+class ShareFull(OpeningsFull):
+    """One miner's downloads hold its share of the openings folder: that miner's next download
+    waits (for its own files to be removed when their challenges resolve); no other miner's does."""
+
+
+def _challenge_of(name: str) -> str:
+    return name.split(".", 1)[0]
+
+
 @dataclass(frozen=True)
 class OpeningsStore:
     """The folder downloads go to (its own volume where the operator gives one), with a quota on
-    what it holds and a reserve of free space it never eats into."""
+    what it holds and a reserve of free space it never eats into. `miner_share` is the part of
+    the capacity (the quota, or without one what the disk can give above its reserve) one
+    miner's downloads may hold together (`for_miner`)."""
 
     path: Path
     quota_bytes: int = 0  # 0: no quota (the reserve still applies)
     reserve_bytes: int = 0
+    miner_share: float = 1.0
+    # Downloads in progress: their file -> (owner, the size they were given room for).
+    _pending: dict[str, tuple[str, int]] = field(default_factory=dict, compare=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.miner_share <= 1:
+            raise ValueError(f"openings store: miner_share must be in (0, 1], got {self.miner_share}")
+
+    def for_miner(self, owner: str, challenges: Iterable[str]) -> MinerShare:
+        """This store as one miner's download sees it: `challenges` are the hex ids of that miner's
+        challenges whose files may be here (they count against its share)."""
+        return MinerShare(self, owner, frozenset(challenges))
+
+    def sizes(self) -> dict[str, int]:
+        """Bytes held per challenge id (openings, leaf lists and partial files together)."""
+        out: dict[str, int] = {}
+        for folder in (self.path, self.path / "leaves"):
+            try:
+                entries = list(os.scandir(folder))
+            except OSError:
+                continue
+            for entry in entries:
+                try:
+                    if entry.is_file(follow_symlinks=False):
+                        cid = _challenge_of(entry.name)
+                        out[cid] = out.get(cid, 0) + entry.stat(follow_symlinks=False).st_size
+                except OSError:
+                    pass  # removed meanwhile
+        return out
+
+    def capacity(self) -> int:
+        """What the folder may hold: the quota, or what it holds plus the disk's free space above the reserve."""
+        if self.quota_bytes:
+            return self.quota_bytes
+        st = os.statvfs(self.path)
+        return max(0, self.used() + st.f_bavail * st.f_frsize - self.reserve_bytes)
 
     def used(self) -> int:
         total = 0
@@ -406,6 +500,10 @@ class OpeningsStore:
             raise OpeningsFull(f"the disk of {self.path} has {free} bytes free; {incoming} more would pass its "
                                f"reserve of {self.reserve_bytes} (node.openings_reserve_bytes)")
 
+    def room_for(self, file: str | os.PathLike[str]) -> Callable[[int], None]:
+        """`room` as one file's download asks it (fetch_to_file's `room` callback)."""
+        return self.room
+
     def prune(self, keep: set[str]) -> int:
         """Remove the downloads (openings, leaf lists, partial files) of every challenge whose hex id
         is not in `keep`; the count. Other files are left alone."""
@@ -421,5 +519,70 @@ class OpeningsStore:
                     removed += 1
         return removed
 
-__all__ = ["KINDS", "FetchError", "FetchPolicy", "FetchStopped", "OpeningsFull", "OpeningsStore", "SizeGate",
-           "fetch_bytes", "fetch_to_file", "resolve_uri"]
+
+@dataclass
+class MinerShare:
+    """One miner's view of the openings store: `room` checks the store's quota and reserve, then
+    the miner's share. A file that alone needs more than the share is refused (FetchError
+    too_large: no room will ever come); one that fits alone but not beside the miner's other
+    files raises ShareFull (the job waits). Each file given room is reserved at its full size
+    until `release`, so that one miner's downloads running at once cannot pass the share together."""
+
+    store: OpeningsStore
+    owner: str
+    challenges: frozenset[str]
+    _mine: set[str] = field(default_factory=set)
+
+    @property
+    def path(self) -> Path:
+        return self.store.path
+
+    def share_bytes(self) -> int:
+        return int(self.store.miner_share * self.store.capacity())
+
+    def room(self, incoming: int, file: str | os.PathLike[str] | None = None) -> None:
+        """Raise unless `incoming` more bytes of `file` (a path in the store) fit; reserve them."""
+        self.store.room(incoming)
+        if self.store.miner_share >= 1:
+            return
+        capacity = self.store.capacity()
+        share = int(self.store.miner_share * capacity)
+        key = str(file) if file is not None else ""
+        with self.store._lock:
+            sizes = self.store.sizes()
+            held: dict[str, int] = {}  # per file-or-challenge: what it holds or was given room for
+            for cid, n in sizes.items():
+                if cid in self.challenges:
+                    held[cid] = n
+            for f, (owner, n) in self.store._pending.items():
+                if owner == self.owner:
+                    cid = _challenge_of(Path(f).name)
+                    held[cid] = max(held.get(cid, 0), n) if f != key else held.get(cid, 0)
+            this_cid = _challenge_of(Path(key).name) if key else ""
+            this = (held.pop(this_cid, 0) if this_cid else 0) + incoming
+            if this > share:
+                raise FetchError("too_large", f"{this} bytes for one challenge of {self.owner}, over the {share} "
+                                              f"bytes one miner's downloads may hold (node.openings_miner_share "
+                                              f"{self.store.miner_share:g} of {capacity})")
+            others = sum(held.values())
+            if others + this > share:
+                raise ShareFull(f"{self.owner}'s downloads hold {others} bytes; {this} more would pass its share of "
+                                f"{share} bytes of the openings folder (node.openings_miner_share)")
+            if key:
+                self.store._pending[key] = (self.owner, this)
+                self._mine.add(key)
+
+    def room_for(self, file: str | os.PathLike[str]) -> Callable[[int], None]:
+        """`room` for one file, as fetch_to_file's `room` callback."""
+        return lambda n: self.room(n, file)
+
+    def release(self) -> None:
+        """Drop this view's reservations (its downloads ended; their files count as they are)."""
+        with self.store._lock:
+            for key in self._mine:
+                self.store._pending.pop(key, None)
+            self._mine.clear()
+
+
+__all__ = ["KINDS", "FetchError", "FetchPolicy", "FetchStopped", "MinerShare", "OpeningsFull", "OpeningsStore",
+           "ShareFull", "SizeGate", "endpoint_owners", "fetch_bytes", "fetch_to_file", "resolve_uri"]

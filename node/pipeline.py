@@ -11,7 +11,7 @@ import multiprocessing
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +53,8 @@ class StageOutcome:
 
 def stage_fetch(*, uri: str, endpoint: str, run_id: bytes, dest: Path, leaves_dest: Path | None, max_opening_bytes: int,
                 max_leaves_bytes: int, policy, stop=None, facts: ChainFacts | None = None,
-                store=None, manifest_only: bool = False, mirrors: tuple[str, ...] = ()) -> StageOutcome:
+                store=None, manifest_only: bool = False, mirrors: tuple[str, ...] = (),
+                owner: str | None = None) -> StageOutcome:
     """Download the opening to `dest` and the run's leaf list to `leaves_dest` (best effort; None: not).
 
     The opening is tried at `uri`, then at each of `mirrors` in order, each address with the
@@ -67,18 +68,42 @@ def stage_fetch(*, uri: str, endpoint: str, run_id: bytes, dest: Path, leaves_de
     condition, never a refusal. `manifest_only` (with `facts`; a node whose replays run on a
     cluster) stops the download once the manifest passed those checks and keeps no file: data
     "bytes" is then the opening's exact size and data "spec" its spec.
+
+    `owner` ("miner:<account>") is whose download this is: its name lookups run on that miner's
+    resolver slots (node.egress.ResolverSlots). A `store` of one miner (OpeningsStore.for_miner)
+    holds the downloads to that miner's share. A failure where every address failed for a reason
+    that may pass (a lookup or connection timeout, a refused connection, HTTP 5xx) sets data
+    "retryable": the daemon tries again while the window has room before it reveals the refusal.
     """
+    from node.fetch import MinerShare
+
+    if owner:
+        policy = replace(policy, owner=owner)
+    try:
+        return _fetch_stage(uri=uri, endpoint=endpoint, run_id=run_id, dest=dest, leaves_dest=leaves_dest,
+                            max_opening_bytes=max_opening_bytes, max_leaves_bytes=max_leaves_bytes, policy=policy,
+                            stop=stop, facts=facts, store=store, manifest_only=manifest_only, mirrors=mirrors)
+    finally:
+        if isinstance(store, MinerShare):
+            store.release()  # the files count as they are from now on
+
+
+def _fetch_stage(*, uri: str, endpoint: str, run_id: bytes, dest: Path, leaves_dest: Path | None,
+                 max_opening_bytes: int, max_leaves_bytes: int, policy, stop, facts: ChainFacts | None, store,
+                 manifest_only: bool, mirrors: tuple[str, ...]) -> StageOutcome:
     from challenges.opening import OpeningGate, OpeningRefused
     from node.fetch import FetchError, fetch_to_file, resolve_uri
 
     out = StageOutcome(Stage.FETCH, time.time())
     if store is not None:
         store.room(0)  # a full openings disk stops new downloads before any connection
+    room = None if store is None else store.room_for(dest)
     addresses = [uri, *mirrors]
     part = dest.with_name(dest.name + ".part")
     tried: list[str] = []
     refusal: tuple[str, str] | None = None  # (class, reason) of an address that served a refused opening
     served = False
+    passing = True  # every failure so far may pass if tried again later
     for i, address in enumerate(addresses):
         if i > 0:
             part.unlink(missing_ok=True)  # another server: its bytes are not resumed onto the last one's
@@ -90,13 +115,15 @@ def stage_fetch(*, uri: str, endpoint: str, run_id: bytes, dest: Path, leaves_de
             url = where = resolve_uri(address, endpoint)
             out.data["url"] = url
             out.data["bytes"] = fetch_to_file(url, dest, max_bytes=max_opening_bytes, policy=policy, stop=stop,
-                                              size_of=size_of, room=None if store is None else store.room)
+                                              size_of=size_of, room=room)
         except _ManifestRead as read:
             out.data["bytes"], out.data["spec"] = read.size, gate.spec  # type: ignore[union-attr]
         except FetchError as exc:
+            passing = passing and exc.retryable
             tried.append(f"{where[:300]}: {exc.kind}: {exc.reason}" if len(addresses) > 1 else f"{exc.kind}: {exc.reason}")
             continue
         except OpeningRefused as exc:
+            passing = False
             klass = exc.refusal_class or "malformed"
             reason = f"too_large: {exc.reason}" if klass == "unavailable" else exc.reason
             refusal = refusal or (klass, reason)
@@ -110,6 +137,7 @@ def stage_fetch(*, uri: str, endpoint: str, run_id: bytes, dest: Path, leaves_de
         out.ok = False
         out.refusal_class = refusal[0] if refusal is not None else fetch_refusal_class("unreachable")
         out.reason = "; ".join(tried)[:4000]
+        out.data["retryable"] = passing and refusal is None
         out.finished_at = time.time()
         return out
     if manifest_only:
@@ -147,7 +175,7 @@ def fetch_leaves(out: StageOutcome, *, run_id: bytes, endpoint: str, dest: Path,
         leaves_url = resolve_uri(f"runs/{run_id.hex()}/leaves", endpoint)
         data = fetch_bytes(leaves_url, max_bytes=max_bytes, policy=policy)
         if store is not None:
-            store.room(len(data))
+            store.room_for(dest)(len(data))
         atomic_write_bytes(dest, data)
         out.data["leaves_bytes"] = len(data)
     except FetchError as exc:

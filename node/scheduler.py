@@ -97,6 +97,17 @@ class Budgets:
             left *= self.fetch_share
         return min(self.cap(stage), left)
 
+    def retry_delay(self, *, head: int, commit_deadline: int, clock: BlockClock, attempt: int, backoff,
+                    min_s: float) -> float | None:
+        """The wait before fetch retry `attempt` (0-based; `backoff`'s full-jitter delay), cut so
+        that the retry still gets a fetch budget of `min_s`; None when even a retry started now
+        would not: the failure then stands (the latest safe moment, with the commit margin kept)."""
+        if self.budget("fetch", head=head, commit_deadline=commit_deadline, clock=clock) < min_s:
+            return None
+        left = clock.seconds(commit_deadline - head - self.margin_blocks)
+        latest = left - min_s / self.fetch_share  # a later start leaves the fetch under min_s
+        return max(0.0, min(backoff.delay(attempt), latest))
+
     @staticmethod
     def send_budget(*, head: int, deadline: int, clock: BlockClock, cap_s: float) -> float:
         """How long one commit or reveal submission may take: never past its window's last block."""
