@@ -46,7 +46,7 @@ from commitments.retry import Backoff
 from node import journal, stake
 from node.config import NodeConfig, Secrets
 from node.db import chain_cursor, chain_events, challenges, count_ignored, runs, stage_log, txs
-from node.fetch import FetchPolicy, FetchStopped, OpeningsFull
+from node.fetch import FetchPolicy, FetchStopped, OpeningsFull, endpoint_owners
 from node.logs import log_event
 from node.pipeline import (
     ChainFacts,
@@ -67,6 +67,8 @@ MAX_REPLAY_ATTEMPTS = 3
 # replay that failed, a tx the chain connection did not take.
 LOOP_BACKOFF = Backoff(0.5, 30.0)
 STAGE_BACKOFF = Backoff(1.0, 5.0)
+# Between fetches of one opening that failed for a reason that may pass, within the commit window.
+FETCH_RETRY_BACKOFF = Backoff(1.0, 20.0)
 SEND_BACKOFF = Backoff(0.5, 3.0)
 # The protocol-state snapshot is rewritten every SNAPSHOT_MIN_BLOCKS blocks, or more rarely when it
 # is large (about SNAPSHOT_BYTES_PER_BLOCK of snapshot per block, amortised), but at least every
@@ -167,6 +169,7 @@ class VerifierNode:
         self.failures = 0
         self._confirmed_commit = False
         self.stage_failures: dict[bytes, int] = {}  # stage thread errors in a row, per job (retry backoff)
+        self.fetch_retries: dict[bytes, int] = {}  # fetches that failed and may pass, per job (retry backoff)
         self.snapshot_block: int | None = None  # the block the database's snapshot is of (None: none yet)
         self.snapshot_bytes = 0
         self._bond_due = True  # check the bond once caught up (set again after a reconnect)
@@ -653,18 +656,22 @@ class VerifierNode:
                 .where(challenges.c.stage.in_(WORK_STAGES))
                 .order_by(challenges.c.commit_deadline, challenges.c.challenge_id)))
 
-    @staticmethod
-    def _owners(job) -> tuple[str, ...]:
-        """Who a job's work counts against: the run's miner and the prover endpoint it is fetched from."""
-        url = job.opening_uri if urlsplit(job.opening_uri or "").netloc else job.endpoint
+    def _owners(self, job) -> tuple[str, ...]:
+        """Who a job's work counts against: the run's miner and the prover server it is fetched from,
+        one key per server whatever the URL's spelling (node.fetch.endpoint_owners), with the
+        addresses its name last resolved to."""
         try:
-            endpoint = urlsplit(url or "").netloc.lower()
+            url = job.opening_uri if urlsplit(job.opening_uri or "").netloc else job.endpoint
         except ValueError:  # an unparsable URL: the fetch refuses it; it still counts once, by miner
-            endpoint = ""
-        owners = [f"miner:{job.miner}"]
-        if endpoint:
-            owners.append(f"endpoint:{endpoint[:300]}")
-        return tuple(owners)
+            url = ""
+        return (f"miner:{job.miner}", *endpoint_owners(url or "", self.policy.egress.slots.known))
+
+    def _miner_store(self, job):
+        """The openings store as this job's miner sees it: its share, counted over its challenges' files."""
+        with self.engine.connect() as conn:
+            cids = conn.execute(select(challenges.c.challenge_id).select_from(
+                challenges.join(runs, runs.c.run_id == challenges.c.run_id)).where(runs.c.miner == job.miner)).scalars()
+            return self.openings.for_miner(f"miner:{job.miner}", [bytes(c).hex() for c in cids])
 
     def schedule(self) -> None:
         """Start the next piece of work of jobs that have none running, round-robin across miners.
@@ -703,6 +710,10 @@ class VerifierNode:
                 continue
             budget = self.budgets.budget(stage, head=self.head, commit_deadline=job.commit_deadline,
                                          clock=self.clock)
+            if budget <= 0 and stage == Stage.FETCH and job.refusal_class:
+                # fetches that failed and may have passed were retried until now: the failure stands
+                self._refuse_fetch(job, f"{job.refusal_reason} (retried until the commit window's last safe moment)")
+                continue
             if budget <= 0:
                 self._miss(job, f"{job.commit_deadline - self.head} block(s) left in the commit window: "
                                 f"too late to start {stage}")
@@ -732,7 +743,8 @@ class VerifierNode:
                 dest=opening_path, leaves_dest=leaves_path, max_opening_bytes=self.cfg.fetch.max_opening_bytes,
                 max_leaves_bytes=self.cfg.fetch.max_leaves_bytes, policy=policy,
                 stop=lambda: self.stop.is_set() or time.monotonic() > deadline, facts=self._facts(job),
-                store=self.openings, manifest_only=self.cluster, mirrors=self._mirrors(job))
+                store=self._miner_store(job), manifest_only=self.cluster, mirrors=self._mirrors(job),
+                owner=f"miner:{job.miner}")
         elif stage == Stage.VALIDATE:
             fut = _run_on_thread("pot-validate", stage_validate, opening_path, self._facts(job),
                                  max_bytes=self.cfg.fetch.max_opening_bytes)
@@ -765,6 +777,7 @@ class VerifierNode:
                          .values(stage=Stage.MISSED, status=why, updated_at=now))
             self._log_stage(conn, cid, job.stage, job.updated_at, now, why)
         self.stage_failures.pop(cid, None)
+        self.fetch_retries.pop(cid, None)
         log_event(log, "challenge_missed", level=logging.WARNING, challenge_id=cid.hex(), stage=job.stage, reason=why)
 
     def collect(self) -> None:
@@ -799,7 +812,11 @@ class VerifierNode:
         exc = task.future.exception()
         if exc is None:
             self.stage_failures.pop(cid, None)
-            self._persist(cid, task.future.result())
+            outcome = task.future.result()
+            if not (outcome.stage == Stage.FETCH and not outcome.ok and outcome.data.get("retryable")
+                    and self._retry_fetch(cid, outcome)):
+                self.fetch_retries.pop(cid, None)
+                self._persist(cid, outcome)
             return
         if isinstance(exc, FetchStopped):
             if self.stop.is_set():
@@ -841,6 +858,38 @@ class VerifierNode:
         self._set(cid, next_attempt_at=time.time() + STAGE_BACKOFF.delay(failures),
                   status=f"{stage} failed: {error}"[:2000])
 
+    def _retry_fetch(self, cid: bytes, o: StageOutcome) -> bool:
+        """A fetch that failed for a reason that may pass: keep the job at fetch and try again after
+        a backoff, if a retry would still get a useful budget (the commit margin kept); the failure
+        is kept with the job, to be refused with if no retry serves. False: no room, refuse now."""
+        with self.engine.connect() as conn:
+            job = self._job(conn, cid)
+        if job is None or job.stage != Stage.FETCH:
+            return False
+        attempt = self.fetch_retries.get(cid, 0)
+        delay = self.budgets.retry_delay(head=self.head, commit_deadline=job.commit_deadline, clock=self.clock,
+                                         attempt=attempt, backoff=FETCH_RETRY_BACKOFF,
+                                         min_s=self.policy.connect_timeout_s)
+        if delay is None:
+            return False
+        self.fetch_retries[cid] = attempt + 1
+        self._set(cid, next_attempt_at=time.time() + delay, refusal_class=o.refusal_class, refusal_reason=o.reason,
+                  status=f"fetch attempt {attempt + 1} failed, retrying in {delay:.1f} s: {o.reason}"[:2000])
+        with self.engine.begin() as conn:
+            self._log_stage(conn, cid, Stage.FETCH, o.started_at, o.finished_at,
+                            f"failed, retried in {delay:.1f} s: {o.reason}")
+        log_event(log, "fetch_retry", level=logging.WARNING, challenge_id=cid.hex(), attempt=attempt + 1,
+                  retry_in_s=round(delay, 2), reason=(o.reason or "")[:300])
+        return True
+
+    def _refuse_fetch(self, job, why: str) -> None:
+        """The refusal a job's failed fetches leave, once no retry has room: committed like any other."""
+        cid = bytes(job.challenge_id)
+        self.fetch_retries.pop(cid, None)
+        now = time.time()
+        self._persist(cid, StageOutcome(Stage.FETCH, now, now, ok=False, refusal_class=job.refusal_class,
+                                        reason=why[:4000]))
+
     def _overran(self, cid: bytes, task: _Task) -> None:
         """Work past its budget: a fetch refuses the opening as unavailable (the prover did not
         deliver in time); a validation is missed (nothing can be said of the opening); unfinished
@@ -868,8 +917,9 @@ class VerifierNode:
         values: dict[str, Any] = {}
         detail = o.reason
         if o.stage == Stage.FETCH and o.ok:
+            # a failure kept from an earlier attempt (retried) is no longer the job's
             values.update(opening_path=str(self._paths(cid)[0]), opening_bytes=o.data.get("bytes"),
-                          opening_source=o.data.get("url"))
+                          opening_source=o.data.get("url"), refusal_class=None, refusal_reason=None)
             detail = f"{o.data.get('bytes')} bytes from {o.data.get('url')}" + (
                 f" after {len(o.data['tried'])} failed address(es): {'; '.join(o.data['tried'])}"
                 if o.data.get("tried") else "") + (
