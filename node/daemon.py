@@ -34,9 +34,15 @@ from chain import protocol as P
 from chain.calls import IGNORE_REASONS, BondVerifier
 from chain.network import NetworkParamsError, read_network, seeded_state, start_params
 from chain.protocol import ProtocolState, SnapshotError
-from chain.protocol.events import BondReleased, VerifierBonded, VerifierPenalized, VerifierUnbonding
+from chain.protocol.events import (
+    BlockWorkFailed,
+    BondReleased,
+    VerifierBonded,
+    VerifierPenalized,
+    VerifierUnbonding,
+)
 from chain.transport import Block, Transport, TransportError
-from chain.view import ChainView
+from chain.view import ChainView, SnapshotKeyError, open_snapshot, seal_snapshot, snapshot_key
 from challenges.losschecks import LossCheckConfig
 from challenges.refused import REFUSED_BUCKET, fetch_refusal_class, refused_pair
 from challenges.witness import new_salt
@@ -46,6 +52,7 @@ from commitments.retry import Backoff
 from node import journal, stake
 from node.config import NodeConfig, Secrets
 from node.db import chain_cursor, chain_events, challenges, count_ignored, runs, stage_log, txs
+from node.faults import count_block_fault
 from node.fetch import FetchPolicy, FetchStopped, OpeningsFull, endpoint_owners
 from node.logs import log_event
 from node.pipeline import (
@@ -80,6 +87,23 @@ SNAPSHOT_BYTES_PER_BLOCK = 64 * 1024
 # passed without the chain showing it (it may still be on its way: a second one would bond twice).
 BOND_RESEND_FACTOR = 4
 LAZY_PROOF_DOMAIN = "pot/fault/lazy-proof/v1"
+# The database's protocol-state snapshot: CBOR [domain, state, keyed digest] under the node's
+# snapshot key (chain.view.snapshot_key: SNAPSHOT_KEY_FILE in the data dir, 0600, made on first use).
+NODE_SNAPSHOT_DOMAIN = "pot/node-snapshot/v1"
+
+
+def seal_state(state: ProtocolState, key: bytes) -> bytes:
+    """The bytes of the database's snapshot column for `state`."""
+    return seal_snapshot(key, NODE_SNAPSHOT_DOMAIN, state.to_cbor())
+
+
+def read_snapshot(data: bytes, key: bytes) -> ProtocolState:
+    """The state in a snapshot column, once its digest checks under `key` and every field is what
+    a node writes; else SnapshotError naming what is wrong."""
+    (state_bytes,) = open_snapshot(key, bytes(data), NODE_SNAPSHOT_DOMAIN, 1)
+    if not isinstance(state_bytes, bytes):
+        raise SnapshotError("its state is not a byte string")
+    return ProtocolState.from_cbor(state_bytes)
 
 
 @dataclass
@@ -140,6 +164,10 @@ class VerifierNode:
         self.stop = stop or threading.Event()
         self.data_dir = cfg.data_dir
         make_private_dir(self.data_dir)  # 0700 when new: it holds the database and downloads
+        try:
+            self.snapshot_key = snapshot_key(self.data_dir)  # authenticates the database's snapshot
+        except SnapshotKeyError as exc:
+            raise StartupError(str(exc)) from None
         # Downloads live apart from the database (their own volume where given), under a quota.
         self.openings = cfg.openings_store()
         make_private_dir(self.openings.path)
@@ -210,24 +238,18 @@ class VerifierNode:
         with self.engine.connect() as conn:
             row = conn.execute(select(chain_cursor).where(chain_cursor.c.id == 1)).first()
         if row is None:
-            start = self.cfg.chain.start_block
-            head = self.transport.finalized_head()
-            try:
-                # Up to the head: the pin is checked against what the chain has in effect now, even
-                # when the node follows from an earlier block.
-                rec = read_network(self.transport, head, authority=self.cfg.chain.authority or None,
-                                   at=min(start, head))
-                params = start_params(rec, self.pinned, pin_name="this node's [protocol] section")
-            except NetworkParamsError as exc:
-                raise StartupError(str(exc)) from None
-            log_event(log, "network_params", source=rec.source(), authority=rec.authority,
-                      params_digest=params.digest().hex(), pinned=self.pinned is not None)
-            return ChainView(self.transport, params, cursor=start, state=seeded_state(rec, params),
-                             keep_events=False)
+            return self._start_view()
         try:
-            state = ProtocolState.from_cbor(bytes(row.snapshot))
+            state: ProtocolState | None = read_snapshot(row.snapshot, self.snapshot_key)
+            if state is not None and state.head > row.block:
+                raise SnapshotError(f"it is of block {state.head}, after the database's cursor {row.block}")
         except SnapshotError as exc:
-            raise StartupError(f"the database's protocol snapshot is unusable: {exc}") from None
+            # Never trusted, never fatal: the state is derived again from the start block.
+            log_event(log, "snapshot_discarded", level=logging.WARNING, reason=str(exc), cursor=row.block,
+                      start_block=self.cfg.chain.start_block,
+                      detail="the database's protocol snapshot is refused; the state is derived again from the "
+                             "chain from the start block")
+            state = None
         if row.block_hash is not None:
             head = self.transport.finalized_head()
             if head < row.block:
@@ -236,30 +258,54 @@ class VerifierNode:
             if self.transport.block(row.block).hash != bytes(row.block_hash):
                 raise StartupError(f"block {row.block} of this chain differs from the one in the database: "
                                    f"the database belongs to another chain")
-        snapshot_block = state.head
-        if snapshot_block > row.block:
-            raise StartupError(f"the database's protocol snapshot is of block {snapshot_block}, after its cursor "
-                               f"{row.block}")
-        if self.pinned is not None and self.pinned != state.params:
-            raise StartupError(
-                "this node's [protocol] section disagrees with the protocol parameters its database follows "
-                f"(those of the chain at block {state.head}): "
-                + "; ".join(f"{d} (pinned != chain)" for d in self.pinned.differences(state.params)))
-        authority = self.cfg.chain.authority or None
-        if authority is not None and state.authority is not None and state.authority != authority:
-            raise StartupError(f"the database follows a network configured by {state.authority}, "
-                               f"[chain] authority is {authority}")
-        view = ChainView(self.transport, state.params, cursor=state.head, state=state, keep_events=False)
-        # The snapshot may be a few blocks older than the cursor: re-derive them (their events and
-        # jobs are in the database already).
+        if state is None:
+            view = self._start_view()
+            if view.cursor > row.block:
+                raise StartupError(f"the database's cursor {row.block} is before [chain] start_block "
+                                   f"{view.cursor}: the state cannot be derived again under this configuration")
+            snapshot_block = None  # the next block writes a fresh snapshot
+        else:
+            snapshot_block = state.head
+            if self.pinned is not None and self.pinned != state.params:
+                raise StartupError(
+                    "this node's [protocol] section disagrees with the protocol parameters its database follows "
+                    f"(those of the chain at block {state.head}): "
+                    + "; ".join(f"{d} (pinned != chain)" for d in self.pinned.differences(state.params)))
+            authority = self.cfg.chain.authority or None
+            if authority is not None and state.authority is not None and state.authority != authority:
+                raise StartupError(f"the database follows a network configured by {state.authority}, "
+                                   f"[chain] authority is {authority}")
+            view = ChainView(self.transport, state.params, cursor=state.head, state=state, keep_events=False)
+        # The snapshot may be a few blocks older than the cursor (or gone): re-derive them (their
+        # events and jobs are in the database already).
+        since = view.cursor
         while view.cursor < row.block:
             view.process(self.transport.block(view.cursor + 1))
-        if row.block > snapshot_block:
+        if row.block > since:
             log_event(log, "snapshot_rederived", snapshot_block=snapshot_block, cursor=row.block,
-                      blocks=row.block - snapshot_block)
+                      blocks=row.block - since)
         view.cursor_hash = bytes(row.block_hash) if row.block_hash is not None else None
-        self.snapshot_block, self.snapshot_bytes = snapshot_block, len(row.snapshot)
+        self.snapshot_block, self.snapshot_bytes = snapshot_block, len(row.snapshot or b"")
         return view
+
+    def _start_view(self) -> ChainView:
+        """The view of a node starting at [chain] start_block: the network's parameters and record
+        as of that block (chain.network), nothing derived yet."""
+        assert self.transport is not None
+        start = self.cfg.chain.start_block
+        head = self.transport.finalized_head()
+        try:
+            # Up to the head: the pin is checked against what the chain has in effect now, even
+            # when the node follows from an earlier block.
+            rec = read_network(self.transport, head, authority=self.cfg.chain.authority or None,
+                               at=min(start, head))
+            params = start_params(rec, self.pinned, pin_name="this node's [protocol] section")
+        except NetworkParamsError as exc:
+            raise StartupError(str(exc)) from None
+        log_event(log, "network_params", source=rec.source(), authority=rec.authority,
+                  params_digest=params.digest().hex(), pinned=self.pinned is not None)
+        return ChainView(self.transport, params, cursor=start, state=seeded_state(rec, params),
+                         keep_events=False)
 
     def _reconnect(self, why: str) -> None:
         log_event(log, "chain_reconnect", level=logging.WARNING, reason=why)
@@ -420,12 +466,12 @@ class VerifierNode:
         """Move the cursor to `block`; with the snapshot too when one is due (its size, else None)."""
         assert self.view is not None
         values: dict[str, Any] = dict(block=block.number, block_hash=block.hash, updated_at=time.time())
-        snapshot = self.view.state.to_cbor() if self._snapshot_due(block.number) else None
+        snapshot = seal_state(self.view.state, self.snapshot_key) if self._snapshot_due(block.number) else None
         if snapshot is not None:
             values["snapshot"] = snapshot
         if conn.execute(update(chain_cursor).where(chain_cursor.c.id == 1).values(**values)).rowcount == 0:
             if snapshot is None:
-                snapshot = values["snapshot"] = self.view.state.to_cbor()
+                snapshot = values["snapshot"] = seal_state(self.view.state, self.snapshot_key)
             conn.execute(chain_cursor.insert().values(id=1, **values))
         return None if snapshot is None else len(snapshot)
 
@@ -437,7 +483,7 @@ class VerifierNode:
         try:
             with self.engine.begin() as conn:
                 conn.execute(update(chain_cursor).where(and_(chain_cursor.c.id == 1, chain_cursor.c.block == view.cursor))
-                             .values(snapshot=view.state.to_cbor()))
+                             .values(snapshot=seal_state(view.state, self.snapshot_key)))
         except Exception as exc:  # the older snapshot still stands; the next start re-derives from it
             log_event(log, "snapshot_write_failed", level=logging.WARNING, error=type(exc).__name__)
 
@@ -522,6 +568,14 @@ class VerifierNode:
                 count_ignored(conn, ev.reason if ev.reason in IGNORE_REASONS else "other")
                 log_event(log, "remark_ignored", block=ev.block, position=ev.position, origin=ev.origin,
                           reason=ev.reason, detail=ev.detail)
+            elif isinstance(ev, BlockWorkFailed):
+                # The determinism alarm of the follower: the protocol failed on its own work at
+                # this block. It was undone and the node goes on; every honest node records the
+                # same event, so a node that records it alone computes differently.
+                count_block_fault(conn, ev.stage)
+                log_event(log, "block_work_failed", level=logging.ERROR, block=ev.block, stage=ev.stage,
+                          subject=ev.subject, error_type=ev.error_type,
+                          detail="protocol work failed inside the protocol: undone and recorded, the node goes on")
             elif isinstance(ev, P.CallRefused) and ev.refusal == P.ProtocolError.code:
                 count_ignored(conn, "apply_fault")
                 log_event(log, "call_failed", level=logging.ERROR, block=ev.block, origin=ev.origin, call=ev.call,

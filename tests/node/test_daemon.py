@@ -176,7 +176,8 @@ def test_watchdog_rebuilds_the_connection(tmp_path):
 def test_node_reads_past_hostile_remarks_and_still_verifies_from_a_mirror(tmp_path):
     """Hostile remarks around an honest run whose opening URI on chain is dead: the node ignores
     the remarks, fetches the opening from the mirror the opening names, and verifies."""
-    from chain.protocol import ProtocolState
+    from chain.view import snapshot_key
+    from node.daemon import read_snapshot
     from node.db import ignored_counts
     from tests.chain.test_containment import HOSTILE, _bignum_remark, _value_sharing_remark
 
@@ -214,7 +215,8 @@ def test_node_reads_past_hostile_remarks_and_still_verifies_from_a_mirror(tmp_pa
         assert counts["bad_cbor"] == sum(r == "bad_cbor" for _, r in HOSTILE.values()) + 2
         assert sum(counts.values()) == len(HOSTILE) + 2
         # A graceful stop leaves the snapshot of the cursor itself.
-        assert ProtocolState.from_cbor(bytes(cursor.snapshot)).head == cursor.block
+        key = snapshot_key(tmp_path / "v1-data")
+        assert read_snapshot(cursor.snapshot, key).head == cursor.block
     finally:
         net.close()
 
@@ -241,7 +243,7 @@ def test_the_snapshot_is_written_every_few_blocks_and_rederived_on_start(tmp_pat
     assert writes == [1, 1 + daemon.SNAPSHOT_MIN_BLOCKS]  # the first block, then every 16th
     with engine.connect() as c:
         row = c.execute(sa.select(chain_cursor)).one()
-    assert row.block == head and ProtocolState.from_cbor(bytes(row.snapshot)).head == writes[-1]
+    assert row.block == head and daemon.read_snapshot(row.snapshot, node.snapshot_key).head == writes[-1]
     state_before = node.view.state.to_cbor()
     node.transport.close()  # a crash: no shutdown, so no final snapshot
 
@@ -252,5 +254,5 @@ def test_the_snapshot_is_written_every_few_blocks_and_rederived_on_start(tmp_pat
     again.shutdown()  # a graceful stop writes the snapshot of the cursor itself
     with engine.connect() as c:
         row = c.execute(sa.select(chain_cursor)).one()
-    assert ProtocolState.from_cbor(bytes(row.snapshot)).head == head
+    assert daemon.read_snapshot(row.snapshot, again.snapshot_key).head == head
     engine.dispose()
