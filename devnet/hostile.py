@@ -586,17 +586,6 @@ def _rebinding(lab: Lab) -> tuple[bool, str, str]:
     return True, "api", "a foreign Host is refused; the node's own name is served"
 
 
-# The second round's probes (docs/redteam.md), one module per finding; importing one registers its
-# probes here, after the first round's, so the table keeps its order.
-from devnet import (  # noqa: E402,F401
-    hostile_follower,
-    hostile_isolation,
-    hostile_memory,
-    hostile_params,
-    hostile_sealing,
-)
-
-
 def _main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "read-chain":
         print("ready", flush=True)

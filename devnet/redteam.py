@@ -16,6 +16,17 @@ from chain.transport import TransportError
 from challenges.opening import OpeningRefused, load_opening
 from commitments.errors import CommitmentError
 from commitments.hashing import h
+
+# The second round's probes (docs/redteam.md), one module per finding: importing one registers its
+# probes in devnet.hostile.PROBES, after the first round's (each imports devnet.hostile, so that
+# module cannot import them).
+from devnet import (  # noqa: F401
+    hostile_follower,
+    hostile_isolation,
+    hostile_memory,
+    hostile_params,
+    hostile_sealing,
+)
 from devnet.forge import EDITS, Attempt, max_opening_bytes
 from devnet.hostile import PROBES
 from devnet.lab import CHALLENGED, SPEC, STEPS, Lab, RedTeamError
