@@ -24,13 +24,16 @@ KINDS = {
     "an oversized or zip-bomb payload", "a malformed CBOR manifest", "an opening with NaNs",
 }
 HOSTILE_KINDS = {"a hostile remark", "a hostile registration", "a hostile endpoint or prover", "a poison manifest",
-                 "a hostile API request"}
+                 "a hostile API request", "a miner starving a shared resource",
+                 "a block or snapshot the follower chokes on"}
 # Where each hostile input must be stopped.
 HOSTILE_STAGES = {
     "bignum-remark": "chain", "value-sharing-remark": "chain", "deep-nesting-remark": "chain",
     "oversized-spec-registration": "chain", "ssrf-endpoint": "fetch", "redirect-to-internal": "fetch",
     "gzip-bomb-unwritten": "fetch", "oversize-opening-for-spec": "fetch", "slowloris-prover": "fetch",
     "poison-manifest": "validate", "early-disclosure-get": "api", "host-header-rebinding": "api",
+    "dns-staller-one-miner": "fetch", "siit-metadata-address": "fetch", "endpoint-spellings-one-owner": "fetch",
+    "on-block-failure-contained": "chain", "tampered-snapshot-rederived": "chain",
 }
 
 
