@@ -306,6 +306,26 @@ def test_one_miners_downloads_hold_at_most_its_share(body_server, tmp_path):
                          room=a.room_for(tmp_path / "ac.opening")) == 900
 
 
+def test_the_fetch_stage_refuses_an_opening_over_the_share_and_waits_beside_the_miners_files(body_server, tmp_path):
+    from node.pipeline import stage_fetch
+
+    store = OpeningsStore(tmp_path, quota_bytes=10_000, miner_share=0.3)  # 3,000 bytes a miner
+
+    def fetch(body: bytes, cid: str, share):
+        return stage_fetch(uri=body_server(body), endpoint="", run_id=RUN_ID, dest=tmp_path / f"{cid}.opening",
+                           leaves_dest=None, max_opening_bytes=1 << 20, max_leaves_bytes=1 << 20, policy=OPEN,
+                           store=share, owner="miner:a")
+
+    out = fetch(bytes(3_500), "aa", store.for_miner("miner:a", ["aa", "ab"]))
+    assert not out.ok and out.refusal_class == "unavailable" and out.data["retryable"] is False
+    assert out.reason.startswith("too_large: 3500 bytes for one challenge of miner:a")
+    (tmp_path / "ab.opening").write_bytes(bytes(2_000))
+    with pytest.raises(ShareFull):
+        fetch(bytes(1_500), "aa", store.for_miner("miner:a", ["aa", "ab"]))
+    assert not store._pending  # the stage gave its reservations back
+    assert fetch(bytes(1_500), "ba", store.for_miner("miner:b", ["ba"])).ok
+
+
 def test_a_miners_downloads_running_at_once_cannot_pass_its_share_together(tmp_path):
     store = OpeningsStore(tmp_path, quota_bytes=10_000, miner_share=0.4)
     first = store.for_miner("miner:a", ["aa", "ab"])
@@ -401,8 +421,8 @@ def _job(engine, cid):
         return c.execute(sa.select(challenges).where(challenges.c.challenge_id == cid)).one()
 
 
-def _drive(node, engine, cid, until, *, advance_head: bool = False, timeout: float = 60.0):
-    """The daemon's loop (schedule, collect), moving the head on a block per fetch failure if asked."""
+def _drive(node, engine, cid, until, *, advance_head: int = 0, timeout: float = 60.0):
+    """The daemon's loop (schedule, collect), moving the head on `advance_head` blocks per fetch failure."""
     deadline = time.monotonic() + timeout
     seen = 0
     while not until(_job(engine, cid)):
@@ -411,7 +431,7 @@ def _drive(node, engine, cid, until, *, advance_head: bool = False, timeout: flo
         node.collect()
         if advance_head and node.fetch_retries.get(cid, 0) > seen:
             seen = node.fetch_retries[cid]
-            node.head += 1
+            node.head += advance_head
         time.sleep(0.02)
 
 
@@ -438,13 +458,15 @@ def test_a_starved_fetch_is_retried_within_its_window_and_then_served(tmp_path, 
 
 def test_a_failure_that_lasts_is_refused_at_the_latest_safe_moment(tmp_path, run):
     prover = FlakyProver(b"never", fail=10**6)
-    # 14 blocks of 1 s left, 2 kept for the commit: retries while a fetch can still get 1 s.
+    # 14 blocks of 1 s left, 2 kept for the commit: retries while a fetch can still get 1 s, i.e.
+    # up to block 110; three blocks pass with each failed try.
     node, engine, cid = _fetch_job(tmp_path, run, prover, commit_deadline=114)
     try:
-        _drive(node, engine, cid, lambda j: j.stage != "fetch", advance_head=True)
+        _drive(node, engine, cid, lambda j: j.stage != "fetch", advance_head=3)
         job = _job(engine, cid)
         assert job.stage == "witness" and job.refusal_class == "unavailable" and "HTTP 503" in job.refusal_reason
-        assert prover.requests >= 3, "refused without retrying"
+        assert prover.requests == 4, "refused without retrying, or retried past the window"
+        assert "retried until the commit window's last safe moment" in job.refusal_reason
         # It left the fetch while the window still had its commit margin, never as missed.
         assert node.head <= job.commit_deadline - 2
     finally:
