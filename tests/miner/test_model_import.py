@@ -8,6 +8,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from chain.dev import DevTransport
 from commitments.spec import Spec
 from miner.cli import model_app
 from oracle import importer
@@ -63,6 +64,7 @@ def test_train_refuses_a_fine_tune_without_its_parameters_file(tmp_path):
     r = runner.invoke(model_app, ["import", str(tmp_path / "hf"), "--from", "hf-llama", "--out",
                                   str(tmp_path / "init.safetensors")])
     (tmp_path / "spec.toml").write_text(r.stdout[r.stdout.index("[model]"):] + "\n[batch]\nbatch_size = 2\nseq_len = 16\n")
+    DevTransport(tmp_path / "chain.db").close()  # the chain exists: `pot miner train` never creates one
     r = runner.invoke(miner_app, ["train", "--spec", str(tmp_path / "spec.toml"), "--data", str(corpus(tmp_path)),
                                   "--out", str(tmp_path / "run"), "--chain", f"dev://{tmp_path / 'chain.db'}",
                                   "--account", "miner", "--no-serve"])
