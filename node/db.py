@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     Column,
     Float,
@@ -39,6 +40,10 @@ SCHEMA_NAME = "pot-verifier-node"
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 
 metadata = MetaData()
+# Block numbers, deadlines, stakes, amounts, penalties and sizes are BigInteger (64-bit): the
+# protocol's parameters let them reach 2^62 and more (chain/protocol/params.py derives the bounds),
+# past PostgreSQL's 32-bit INTEGER. Steps, tree sizes, indexes, rounds, buckets and counters stay
+# Integer: their caps are below 2^31.
 
 node_meta = Table(
     "node_meta", metadata,
@@ -53,7 +58,7 @@ node_meta = Table(
 chain_cursor = Table(
     "chain_cursor", metadata,
     Column("id", Integer, primary_key=True),
-    Column("block", Integer, nullable=False),
+    Column("block", BigInteger, nullable=False),
     Column("block_hash", LargeBinary, nullable=True),
     Column("snapshot", LargeBinary, nullable=False),
     Column("updated_at", Float, nullable=False),
@@ -62,7 +67,7 @@ chain_cursor = Table(
 chain_events = Table(
     "chain_events", metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("block", Integer, nullable=False),
+    Column("block", BigInteger, nullable=False),
     Column("position", Integer, nullable=False),
     Column("name", String(64), nullable=False),
     Column("challenge_id", LargeBinary, nullable=True),
@@ -83,8 +88,8 @@ runs = Table(
     Column("initial_hash", LargeBinary, nullable=False),
     Column("schedule_commitment", LargeBinary, nullable=False),
     Column("dataset_hash", LargeBinary, nullable=False),
-    Column("registered_block", Integer, nullable=False),
-    Column("slashed", Integer, nullable=False, default=0),
+    Column("registered_block", BigInteger, nullable=False),
+    Column("slashed", BigInteger, nullable=False, default=0),
 )
 
 challenges = Table(
@@ -97,10 +102,10 @@ challenges = Table(
     Column("size", Integer, nullable=False),
     Column("mode", String(16), nullable=False),
     Column("endpoint", Text, nullable=False),
-    Column("issued_block", Integer, nullable=False),
-    Column("opening_deadline", Integer, nullable=False),
-    Column("commit_deadline", Integer, nullable=False),
-    Column("reveal_deadline", Integer, nullable=False),
+    Column("issued_block", BigInteger, nullable=False),
+    Column("opening_deadline", BigInteger, nullable=False),
+    Column("commit_deadline", BigInteger, nullable=False),
+    Column("reveal_deadline", BigInteger, nullable=False),
     # A node.stages.Stage value (the stages and their order are documented there). `status` says
     # why a job stopped or waits.
     Column("stage", String(STAGE_WIDTH), nullable=False),
@@ -108,26 +113,26 @@ challenges = Table(
     Column("opening_uri", Text, nullable=True),
     Column("leaf", LargeBinary, nullable=True),
     Column("leaf_hash", LargeBinary, nullable=True),
-    Column("opening_block", Integer, nullable=True),
+    Column("opening_block", BigInteger, nullable=True),
     Column("opening_path", Text, nullable=True),
-    Column("opening_bytes", Integer, nullable=True),
+    Column("opening_bytes", BigInteger, nullable=True),
     Column("refusal_class", String(32), nullable=True),
     Column("refusal_reason", Text, nullable=True),
     Column("loss_checks", Text, nullable=True),  # JSON report
     Column("replay_leaf", LargeBinary, nullable=True),
     Column("replay_state_digest", LargeBinary, nullable=True),
-    Column("replay_loss_bits", Integer, nullable=True),
+    Column("replay_loss_bits", BigInteger, nullable=True),
     Column("matches_leaf", Boolean, nullable=True),
     Column("value_hash", LargeBinary, nullable=True),
     Column("norm_bucket", Integer, nullable=True),
     Column("fault", String(16), nullable=True),
     Column("verdict", String(16), nullable=True),
     Column("verdict_reason", Text, nullable=True),
-    Column("resolved_block", Integer, nullable=True),
+    Column("resolved_block", BigInteger, nullable=True),
     Column("winning_value", Text, nullable=True),
     Column("in_winning_cluster", Boolean, nullable=True),
     Column("outlier", Boolean, nullable=True),
-    Column("miner_slashed", Integer, nullable=True),
+    Column("miner_slashed", BigInteger, nullable=True),
     Column("status", Text, nullable=True),
     # Protocol v2 (revision 0003): the round of the challenge, its first round's id, its
     # committee (JSON list of accounts) and whether this node sits on it; the next round's id once
@@ -142,7 +147,7 @@ challenges = Table(
     Column("opening_source", Text, nullable=True),
     Column("replay_proof_hash", LargeBinary, nullable=True),
     Column("proof_hash", LargeBinary, nullable=True),
-    Column("penalty", Integer, nullable=True),
+    Column("penalty", BigInteger, nullable=True),
     Column("penalty_why", String(16), nullable=True),
     Column("attempts", Integer, nullable=False, default=0),
     Column("next_attempt_at", Float, nullable=False, default=0.0),
@@ -204,12 +209,12 @@ Index("ix_witness_conflicts_challenge", witness_conflicts.c.challenge_id)
 stake_events = Table(
     "stake_events", metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("block", Integer, nullable=False),
+    Column("block", BigInteger, nullable=False),
     Column("name", String(32), nullable=False),
     Column("verifier", String(128), nullable=False),
-    Column("amount", Integer, nullable=False),
-    Column("bond", Integer, nullable=True),
-    Column("release_block", Integer, nullable=True),
+    Column("amount", BigInteger, nullable=False),
+    Column("bond", BigInteger, nullable=True),
+    Column("release_block", BigInteger, nullable=True),
     Column("challenge_id", LargeBinary, nullable=True),
     Column("why", String(16), nullable=True),
     Column("created_at", Float, nullable=False),
@@ -228,8 +233,8 @@ txs = Table(
     Column("payload", LargeBinary, nullable=False),
     Column("state", String(16), nullable=False),
     Column("tx_hash", LargeBinary, nullable=True),
-    Column("sent_block", Integer, nullable=True),  # finalized head when last sent
-    Column("block", Integer, nullable=True),  # block that included it
+    Column("sent_block", BigInteger, nullable=True),  # finalized head when last sent
+    Column("block", BigInteger, nullable=True),  # block that included it
     Column("sends", Integer, nullable=False, default=0),
     Column("last_error", Text, nullable=True),
     Column("created_at", Float, nullable=False),
