@@ -30,7 +30,7 @@ from node import queries as Q
 from node.config import NodeConfig, normalize_host
 from node.db import challenges, current_revision, head_revision, open_database, stage_log, witness_conflicts
 from node.logs import log_event
-from node.stages import STAGES, WORK_STAGES, Stage
+from node.stages import WORK_STAGES, Stage
 from node.stake import stake_status
 
 log = logging.getLogger("node.api")
@@ -251,7 +251,9 @@ class ChallengeOut(_Model):
     run_id: str
     index: int
     step: int
-    stage: str = Field(description="Where this node's job is: awaiting_opening ... done, or missed/skipped.")
+    stage: str = Field(description="Where this node's job is: awaiting_opening ... done, or missed/skipped. Until "
+                       "witness_disclosed, a challenge this node sits on shows only awaiting_opening (no opening on "
+                       "chain), sealed, or reveal (this node's commit is on chain).")
     status: Literal["honest", "fraud", "inconclusive", "pending"] = Field(
         description="The chain's verdict, or pending before resolution.")
     verdict: str | None
@@ -264,8 +266,10 @@ class ChallengeOut(_Model):
                                       "witness_disclosed.")
     witness_disclosed: bool = Field(description=(
         "False until this node's reveal is confirmed on chain (every account it journaled a witness with) "
-        "or the chain resolved the challenge. Until then the witness and everything that tells it (value, "
-        "norm bucket, match, refusal, replay results, their timeline details) is null for every caller."))
+        "or the chain resolved the challenge. Until then a challenge this node sits on is sealed for every "
+        "caller: only the chain's public facts about it are shown (ids, step, blocks, committee, the "
+        "opening's announcement, the others' reveals); its stage states and times, sizes, sources, errors, "
+        "check results and witness are null, and it counts by its shown stage only."))
     issued_block: int
     resolved_block: int | None
     round: int | None = Field(None, description="The challenge's round: 1, or a re-challenge's 2, 3, ...")
@@ -277,7 +281,7 @@ class ChallengeOut(_Model):
     penalty_why: str | None = Field(None, description="no_commit, no_reveal or outlier.")
     note: str | None = Field(description="Why a job stopped or is waiting (a retry, a missed window, a re-challenge).")
     created_at: float
-    updated_at: float
+    updated_at: float | None = Field(description="Null while sealed (when the job last moved tells how).")
 
 
 class ChallengePage(_Model):
@@ -315,7 +319,8 @@ class RunDetailOut(RunOut):
 class TimelineEntry(_Model):
     stage: str
     label: str = Field(examples=["opening fetched"])
-    state: Literal["done", "running", "pending", "not reached"]
+    state: Literal["done", "running", "pending", "not reached", "sealed"] = Field(
+        description="sealed (with no times and no detail) until witness_disclosed.")
     started_at: float | None
     finished_at: float | None
     duration_s: float | None
@@ -660,7 +665,7 @@ def create_app(db: str | Engine, config: NodeConfig | None = None, *, node: Any 
                           Query(description="The chain's verdict, or pending.", examples=["fraud"])] = None,
         run: Annotated[str | None, Query(pattern=ID_PATTERN, description="Only this run's challenges.",
                                          examples=[EXAMPLE_RUN])] = None,
-        stage: Annotated[Literal[STAGES] | None,  # type: ignore[valid-type]
+        stage: Annotated[Literal[Q.SHOWN_STAGES] | None,  # type: ignore[valid-type]
                          Query(description="Only jobs at this stage of this node.", examples=["done"])] = None,
         limit: Annotated[int, Query(ge=1, le=500, description="Page size.", examples=[50])] = 50,
         cursor: Annotated[str | None, Query(pattern=Q.CURSOR_PATTERN, description="next_cursor of the previous page.",

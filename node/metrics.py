@@ -17,7 +17,6 @@ from chain.protocol.events import BLOCK_WORK_STAGES
 from node import queries as Q
 from node.db import ignored_counts
 from node.faults import block_fault_counts
-from node.stages import STAGES
 from node.stake import stake_status
 
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
@@ -59,8 +58,9 @@ class NodeCollector:
         up.add_metric([], 1.0)
         yield up
 
-        g = GaugeMetricFamily("pot_challenges", "Challenge jobs by the stage they are at.", labels=["stage"])
-        for stage in STAGES:
+        g = GaugeMetricFamily("pot_challenges", "Challenge jobs by the stage they are at (a sealed one, until this "
+                              "node's reveal is on chain, by the stage it shows).", labels=["stage"])
+        for stage in Q.SHOWN_STAGES:
             g.add_metric([stage], stages.get(stage, 0))
         yield g
 

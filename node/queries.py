@@ -2,8 +2,13 @@
 
 Queries take a Connection and return plain JSON-ready dicts; the deciding bits (timelines,
 clusters, detection probability, pagination cursors) are pure functions tested on their own.
-Until this node's reveal of a challenge is on chain, its witness (the value, the norm bucket and
-whether the replay matched the leaf) is sealed here: every reader of these views sees nulls.
+Until this node's reveal of a challenge it sits on is on chain, the challenge is sealed here: every
+view of it passes through `seal_challenge`, which keeps only the chain's public facts about it (an
+allowlist, so a new field is sealed by default) and blanks everything this node did with it (stage,
+timeline, sizes, sources, errors, checks, the witness). Counts and sums over challenges (stages,
+durations, transactions, the loss curve, the fingerprint) leave sealed challenges' private parts out
+the same way, through `sealed_clause`. `tests/node/test_sealing.py` compares every view of a refused
+and a replayed challenge before the reveal.
 """
 
 from __future__ import annotations
@@ -15,8 +20,9 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select, true
+from sqlalchemy import and_, case, exists, func, literal, or_, select, true
 from sqlalchemy.engine import Connection
+from sqlalchemy.sql.elements import ColumnElement
 
 from node.db import chain_cursor, chain_events, challenges, runs, stage_log, txs, witness_conflicts, witnesses
 from node.stages import RESOLUTION, STAGES, STOPPED, Stage
@@ -41,11 +47,13 @@ TIMELINE = (
 )
 
 
-# Stages whose stage-log detail names the witness or the refusal behind it ("matches leaf t",
-# "value 5f3c... bucket 12", a fetch failure that fixes the refused value): sealed like the fields.
-SEALED_STAGES = (Stage.REPLAY, Stage.WITNESS)
-REFUSAL_STAGES = (Stage.FETCH, Stage.VALIDATE)
 SEALED = "withheld until this node's reveal is on chain"
+# The stage a sealed challenge shows once its opening is on chain and before this node's commit is:
+# the stage the job is really at would tell whether the opening was refused (a refused opening skips
+# the replay). Before the opening, awaiting_opening; after this node's commit is on chain, reveal.
+SEALED_STAGE = "sealed"
+# The stages a view shows (and filters and counts by): the job stages and the sealed one.
+SHOWN_STAGES: tuple[str, ...] = (*STAGES, SEALED_STAGE)
 
 
 class BadQuery(ValueError):
@@ -161,51 +169,122 @@ def _json_list(text: str | None) -> list[Any]:
     return v if isinstance(v, list) else []
 
 
-def challenge_summary(row: Any, *, disclosed: bool = False) -> dict[str, Any]:
-    """One challenge row; `disclosed` (see `disclosed_ids`) unseals what tells this node's witness:
-    whether the replay matched the leaf, the refusal class (it fixes the refused value) and the
-    cluster membership the chain recorded."""
-    seal = (lambda v: v) if disclosed else (lambda _v: None)
-    return {
-        "challenge_id": _hex(row.challenge_id), "run_id": _hex(row.run_id), "index": row.idx, "step": row.step,
-        "stage": row.stage, "status": row.verdict or "pending", "verdict": row.verdict,
-        "verdict_reason": row.verdict_reason, "in_winning_cluster": seal(row.in_winning_cluster),
-        "outlier": seal(row.outlier), "refusal_class": seal(row.refusal_class), "matches_leaf": seal(row.matches_leaf),
-        "witness_disclosed": disclosed,
-        "issued_block": row.issued_block, "resolved_block": row.resolved_block,
-        "round": row.round, "first_id": _hex(row.first_id), "rechallenge": _hex(row.rechallenge),
-        "on_committee": row.on_committee, "penalty": row.penalty, "penalty_why": row.penalty_why,
-        "note": row.status, "created_at": row.created_at, "updated_at": row.updated_at,
-    }
+# --- disclosure and the sealed view ------------------------------------------------------------
+
+
+def _confirmed(kind: str, verifier: Any = None) -> ColumnElement[bool]:
+    """A confirmed `kind` tx of the challenge row in the enclosing query (of `verifier`, if given)."""
+    t = txs.alias()
+    conds = [t.c.challenge_id == challenges.c.challenge_id, t.c.kind == kind, t.c.state == "confirmed"]
+    if verifier is not None:
+        conds.append(t.c.verifier == verifier)
+    return exists().where(*conds)
+
+
+def disclosed_clause() -> ColumnElement[bool]:
+    """The challenge row's witness may be shown: the chain resolved it (no commit or reveal can
+    follow), or every account that journaled a witness for it has a confirmed reveal tx (the value
+    is on chain) and there is at least one."""
+    w = witnesses.alias()
+    unrevealed = exists().where(w.c.challenge_id == challenges.c.challenge_id, ~_confirmed("reveal", w.c.verifier))
+    return or_(challenges.c.resolved_block.is_not(None), and_(_confirmed("reveal"), ~unrevealed))
+
+
+def sealed_clause() -> ColumnElement[bool]:
+    """The challenge row is sealed: this node sits on it (its committee has this node's account, an
+    older row does not say, or the node journaled a witness for it) and it is not disclosed."""
+    w = witnesses.alias()
+    seated = or_(challenges.c.on_committee.is_not(False), challenges.c.on_committee.is_(None),
+                 exists().where(w.c.challenge_id == challenges.c.challenge_id))
+    return and_(seated, ~disclosed_clause())
+
+
+def shown_stage() -> ColumnElement[str]:
+    """The stage a view shows: the job's own unless sealed; a sealed one shows only what the chain
+    says (no opening yet; this node's commit on chain) and SEALED_STAGE in between."""
+    return case((sealed_clause(), case((challenges.c.opening_block.is_(None), literal(str(Stage.AWAITING_OPENING))),
+                                       (_confirmed("commit"), literal(str(Stage.REVEAL))),
+                                       else_=literal(SEALED_STAGE))),
+                else_=challenges.c.stage)
+
+
+def _challenge_rows(where: Any = true()):
+    """select() of challenges with the view columns: view_disclosed, view_sealed, view_stage."""
+    return select(challenges, disclosed_clause().label("view_disclosed"), sealed_clause().label("view_sealed"),
+                  shown_stage().label("view_stage")).where(where)
 
 
 def disclosed_ids(conn: Connection, ids: Iterable[bytes]) -> set[bytes]:
-    """The challenges among `ids` whose witness this node may show: the chain resolved them (no
-    commit or reveal can follow), or every account that journaled a witness for one has a confirmed
-    reveal tx (the value is on chain). Anything else is sealed, whoever asks."""
+    """The challenges among `ids` whose witness this node may show (`disclosed_clause`). Anything
+    else is withheld, whoever asks."""
     wanted = list({bytes(i) for i in ids})
     out: set[bytes] = set()
     for k in range(0, len(wanted), 500):  # bounded IN lists
         chunk = wanted[k:k + 500]
         out |= {bytes(c) for (c,) in conn.execute(select(challenges.c.challenge_id).where(
-            challenges.c.challenge_id.in_(chunk), challenges.c.resolved_block.is_not(None)))}
-        revealed: dict[bytes, set[str]] = {}
-        for c, v in conn.execute(select(txs.c.challenge_id, txs.c.verifier).where(
-                txs.c.challenge_id.in_(chunk), txs.c.kind == "reveal", txs.c.state == "confirmed")):
-            revealed.setdefault(bytes(c), set()).add(v)
-        journaled: dict[bytes, set[str]] = {}
-        for c, v in conn.execute(select(witnesses.c.challenge_id, witnesses.c.verifier)
-                                 .where(witnesses.c.challenge_id.in_(chunk))):
-            journaled.setdefault(bytes(c), set()).add(v)
-        out |= {c for c, who in revealed.items() if journaled.get(c, set()) <= who}
+            challenges.c.challenge_id.in_(chunk), disclosed_clause()))}
     return out
 
 
-def seal_timeline(timeline: list[dict[str, Any]], *, refused: bool) -> list[dict[str, Any]]:
-    """Blank the stage-log details that name the witness (replay, witness) and, for a refused
-    opening, the fetch/validate reason that fixes the refused value. States and times stay."""
-    sealed = SEALED_STAGES + (REFUSAL_STAGES if refused else ())
-    return [{**e, "detail": SEALED} if e["stage"] in sealed and e["detail"] is not None else e for e in timeline]
+# What a sealed challenge shows: the chain's own facts about it (issuance, committee, the opening's
+# announcement, the others' reveals, a resolution), never what this node did with it. A key not
+# named here is sealed: None (a list: empty; one of the always-present FIXED_SHAPE dicts: its keys
+# with None), so that neither a value nor whether there is one shows.
+PUBLIC_FIELDS = frozenset({
+    "challenge_id", "run_id", "index", "step", "status", "verdict", "verdict_reason", "witness_disclosed",
+    "issued_block", "resolved_block", "round", "first_id", "rechallenge", "on_committee", "penalty", "penalty_why",
+    "created_at", "mode", "root", "size", "endpoint", "deadlines", "committee", "winning_value", "miner_slashed",
+    "clusters", "committed_value", "reveals", "quorum",
+})
+PUBLIC_OPENING = frozenset({"digest", "uri", "block", "leaf_hash", "mirrors"})  # the OpeningSubmitted event
+PUBLIC_TX = frozenset({"kind", "state", "block", "tx_hash"})  # of a tx confirmed on chain only
+PUBLIC_TIMELINE = frozenset({"stage", "label"})
+FIXED_SHAPE = frozenset({"replay", "witness"})
+
+
+def _blank(key: str, value: Any) -> Any:
+    if key in FIXED_SHAPE and isinstance(value, dict):
+        return {k: None for k in value}
+    return [] if isinstance(value, list) else None
+
+
+def _only(entry: dict[str, Any], public: frozenset[str], **fixed: Any) -> dict[str, Any]:
+    return {k: (v if k in public else fixed.get(k)) for k, v in entry.items()}
+
+
+def seal_challenge(view: dict[str, Any], *, sealed: bool, stage: str) -> dict[str, Any]:
+    """The one gate of every challenge view (list item, detail, run page, dashboard): a sealed
+    challenge keeps only PUBLIC_FIELDS, its `stage` becomes the shown stage, and everything else
+    (stage states and times, sizes, sources, errors, checks, the witness, a key added later) is
+    blanked. An unsealed one is returned as it is."""
+    if not sealed:
+        return view
+    out = {k: (v if k in PUBLIC_FIELDS else _blank(k, v)) for k, v in view.items()}
+    out["stage"] = stage
+    if "opening" in view:
+        out["opening"] = _only(view["opening"], PUBLIC_OPENING)
+    if "timeline" in view:
+        out["timeline"] = [_only(e, PUBLIC_TIMELINE, state="sealed") for e in view["timeline"]]
+    if "txs" in view:
+        out["txs"] = [_only(t, PUBLIC_TX) for t in view["txs"] if t.get("state") == "confirmed"]
+    return out
+
+
+def challenge_summary(row: Any) -> dict[str, Any]:
+    """One challenge row of `_challenge_rows`, through `seal_challenge`."""
+    disclosed = bool(row.view_disclosed)
+    withheld = (lambda v: v) if disclosed else (lambda _v: None)  # a job of a committee it is not on
+    return seal_challenge({
+        "challenge_id": _hex(row.challenge_id), "run_id": _hex(row.run_id), "index": row.idx, "step": row.step,
+        "stage": row.stage, "status": row.verdict or "pending", "verdict": row.verdict,
+        "verdict_reason": row.verdict_reason, "in_winning_cluster": withheld(row.in_winning_cluster),
+        "outlier": withheld(row.outlier), "refusal_class": withheld(row.refusal_class),
+        "matches_leaf": withheld(row.matches_leaf), "witness_disclosed": disclosed,
+        "issued_block": row.issued_block, "resolved_block": row.resolved_block,
+        "round": row.round, "first_id": _hex(row.first_id), "rechallenge": _hex(row.rechallenge),
+        "on_committee": row.on_committee, "penalty": row.penalty, "penalty_why": row.penalty_why,
+        "note": row.status, "created_at": row.created_at, "updated_at": row.updated_at,
+    }, sealed=bool(row.view_sealed), stage=row.view_stage)
 
 
 def _verdict_counts(rows: Iterable[Any]) -> dict[str, int]:
@@ -239,23 +318,21 @@ def list_challenges(conn: Connection, *, status: str | None = None, run: bytes |
         conds.append(challenges.c.verdict == status)
     if run is not None:
         conds.append(challenges.c.run_id == run)
-    if stage is not None:
-        conds.append(challenges.c.stage == stage)
+    if stage is not None:  # the shown stage: a sealed job is not found by the stage it is really at
+        conds.append(shown_stage() == stage)
     total = conn.execute(select(func.count()).select_from(challenges).where(and_(true(), *conds))).scalar_one()
     page_conds = list(conds)
     if cursor is not None:
         block, key = decode_cursor(cursor)
         page_conds.append(or_(challenges.c.issued_block < block,
                               and_(challenges.c.issued_block == block, challenges.c.challenge_id < key)))
-    rows = conn.execute(select(challenges).where(and_(true(), *page_conds))
+    rows = conn.execute(_challenge_rows(and_(true(), *page_conds))
                         .order_by(challenges.c.issued_block.desc(), challenges.c.challenge_id.desc())
                         .limit(limit + 1)).all()
     more = len(rows) > limit
     rows = rows[:limit]
     nxt = encode_cursor(rows[-1].issued_block, bytes(rows[-1].challenge_id)) if more else None
-    open_ = disclosed_ids(conn, (r.challenge_id for r in rows))
-    return {"items": [challenge_summary(r, disclosed=bytes(r.challenge_id) in open_) for r in rows],
-            "total": total, "next_cursor": nxt}
+    return {"items": [challenge_summary(r) for r in rows], "total": total, "next_cursor": nxt}
 
 
 def list_runs(conn: Connection, *, miner: str | None = None, limit: int = 50,
@@ -282,10 +359,11 @@ def list_runs(conn: Connection, *, miner: str | None = None, limit: int = 50,
 
 def _committed_losses(challenge_rows: Sequence[Any]) -> tuple[list[float | None], str | None, list[Any]]:
     """The longest committed loss list among the run's challenges (the root only grows), its source
-    challenge and that challenge's loss-check findings."""
+    challenge and that challenge's loss-check findings. A sealed challenge's are left out: that its
+    leaves were fetched tells that its opening was."""
     best: tuple[list[float | None], str | None, list[Any]] = ([], None, [])
     for c in sorted(challenge_rows, key=lambda c: -c.size):
-        if not c.loss_checks:
+        if c.view_sealed or not c.loss_checks:
             continue
         try:
             report = json.loads(c.loss_checks)
@@ -301,17 +379,16 @@ def get_run(conn: Connection, run_id: bytes) -> dict[str, Any] | None:
     row = conn.execute(select(runs).where(runs.c.run_id == run_id)).first()
     if row is None:
         return None
-    rows = conn.execute(select(challenges).where(challenges.c.run_id == run_id)
+    rows = conn.execute(_challenge_rows(challenges.c.run_id == run_id)
                         .order_by(challenges.c.step, challenges.c.idx)).all()
     out = _run_summary(row, rows)
-    open_ = disclosed_ids(conn, (c.challenge_id for c in rows))
     losses, source, findings = _committed_losses(rows)
     out.update(
         initial_hash=_hex(row.initial_hash), dataset_hash=_hex(row.dataset_hash),
         schedule_commitment=_hex(row.schedule_commitment),
         loss_curve={"losses": [{"step": t, "loss": x} for t, x in enumerate(losses, start=1)],
                     "source_challenge": source, "findings": findings},
-        challenge_list=[challenge_summary(c, disclosed=bytes(c.challenge_id) in open_) for c in rows],
+        challenge_list=[challenge_summary(c) for c in rows],
     )
     return out
 
@@ -321,7 +398,7 @@ def _own_accounts(conn: Connection, cid: bytes) -> set[str]:
 
 
 def get_challenge(conn: Connection, cid: bytes, *, now: float | None = None) -> dict[str, Any] | None:
-    row = conn.execute(select(challenges).where(challenges.c.challenge_id == cid)).first()
+    row = conn.execute(_challenge_rows(challenges.c.challenge_id == cid)).first()
     if row is None:
         return None
     now = time.time() if now is None else now
@@ -354,12 +431,12 @@ def get_challenge(conn: Connection, cid: bytes, *, now: float | None = None) -> 
         loss_report = None
     if isinstance(loss_report, dict):
         loss_report = {k: v for k, v in loss_report.items() if k != "losses"}
-    disclosed = bool(disclosed_ids(conn, [cid]))
+    disclosed = bool(row.view_disclosed)
     seal = (lambda v: v) if disclosed else (lambda _v: None)
     timeline = build_timeline(stage_rows, current_stage=row.stage, current_since=row.updated_at, now=now)
-    if not disclosed:
-        timeline = seal_timeline(timeline, refused=row.refusal_class is not None)
-    out = challenge_summary(row, disclosed=disclosed)
+    if not disclosed:  # a job this node is not on has no witness; its details are blanked all the same
+        timeline = [{**e, "detail": SEALED} if e["detail"] is not None else e for e in timeline]
+    out = challenge_summary(row)
     outliers = list(resolved.get("outliers") or []) if resolved else []
     out.update(
         mode=row.mode, root=_hex(row.root), size=row.size, endpoint=row.endpoint,
@@ -389,7 +466,7 @@ def get_challenge(conn: Connection, cid: bytes, *, now: float | None = None) -> 
               "last_error": t.last_error} for t in tx_rows],
         witness_conflicts=witness_conflicts_of(conn, cid, disclosed=disclosed),
     )
-    return out
+    return seal_challenge(out, sealed=bool(row.view_sealed), stage=row.view_stage)
 
 
 def verdict_counts(conn: Connection) -> dict[str, int]:
@@ -397,9 +474,11 @@ def verdict_counts(conn: Connection) -> dict[str, int]:
 
 
 def stage_counts(conn: Connection) -> dict[str, int]:
-    counts = {s: 0 for s in STAGES}
-    for stage, n in conn.execute(select(challenges.c.stage, func.count()).group_by(challenges.c.stage)):
-        counts[stage] = int(n)
+    """Jobs by the stage a view shows (a sealed job by its shown stage, `shown_stage`)."""
+    counts = {s: 0 for s in SHOWN_STAGES}
+    shown = shown_stage().label("shown")
+    for stage, n in conn.execute(select(shown, func.count()).group_by(shown)):
+        counts[stage] = counts.get(stage, 0) + int(n)
     return counts
 
 
@@ -432,12 +511,16 @@ def cursor_state(conn: Connection, *, now: float | None = None) -> dict[str, Any
 
 def fingerprint(conn: Connection) -> str:
     """Changes whenever a run or challenge changes: the live view re-renders a page when it does.
-    The cursor block is left out on purpose (it moves every block; the header shows it apart)."""
-    n, last = conn.execute(select(func.count(), func.max(challenges.c.updated_at)).select_from(challenges)).one()
+    The cursor block is left out on purpose (it moves every block; the header shows it apart). A
+    sealed challenge counts by its shown stage, never by when it last changed."""
+    sealed = sealed_clause()
+    n, last = conn.execute(select(func.count(), func.max(case((sealed, None), else_=challenges.c.updated_at)))
+                           .select_from(challenges)).one()
+    shown = ",".join(f"{k}:{v}" for k, v in stage_counts(conn).items() if v)
     runs_n = conn.execute(select(func.count()).select_from(runs)).scalar_one()
     conflicts = conn.execute(select(func.count(), func.max(witness_conflicts.c.acknowledged_at))
                              .select_from(witness_conflicts)).one()
-    return f"{n}-{runs_n}-{last or 0:.6f}-{conflicts[0]}-{conflicts[1] or 0:.6f}"
+    return f"{n}-{runs_n}-{last or 0:.6f}-{conflicts[0]}-{conflicts[1] or 0:.6f}-{shown}"
 
 
 def _conflict(row, disclosed: bool) -> dict[str, Any]:
@@ -475,17 +558,24 @@ def conflict_summary(conn: Connection, *, latest: int = 5) -> dict[str, Any]:
 
 
 def stage_durations(conn: Connection) -> dict[str, tuple[int, float]]:
-    """Per stage: (count, total seconds) of finished stage_log rows."""
+    """Per stage: (count, total seconds) of finished stage_log rows, a sealed challenge's left out
+    until it is disclosed (which stages it went through tells whether its opening was refused)."""
     out = {}
     for stage, n, total in conn.execute(
             select(stage_log.c.stage, func.count(), func.sum(stage_log.c.finished_at - stage_log.c.started_at))
-            .where(stage_log.c.finished_at.is_not(None)).group_by(stage_log.c.stage)):
+            .select_from(stage_log.join(challenges, challenges.c.challenge_id == stage_log.c.challenge_id))
+            .where(stage_log.c.finished_at.is_not(None), ~sealed_clause()).group_by(stage_log.c.stage)):
         out[stage] = (int(n), float(total or 0.0))
     return out
 
 
 def tx_counts(conn: Connection) -> dict[str, int]:
-    return {state: int(n) for state, n in conn.execute(select(txs.c.state, func.count()).group_by(txs.c.state))}
+    """Journaled txs by state; of a sealed challenge only those confirmed on chain (when this node
+    journaled and sent one tells how long it took, i.e. whether it replayed)."""
+    hidden = select(challenges.c.challenge_id).where(sealed_clause())
+    keep = or_(txs.c.state == "confirmed", txs.c.challenge_id.not_in(hidden))
+    return {state: int(n) for state, n in conn.execute(select(txs.c.state, func.count()).where(keep)
+                                                       .group_by(txs.c.state))}
 
 
 def run_count(conn: Connection) -> int:
@@ -503,7 +593,8 @@ def stuck_replays(conn: Connection, *, timeout_s: float, now: float | None = Non
 __all__ = [
     "CURSOR_PATTERN", "FAKE_SHARES", "SEALED", "STATUSES", "TIMELINE", "VERDICTS", "BadQuery", "agreement",
     "build_timeline", "challenge_summary", "conflict_summary", "cursor_state", "decode_cursor", "detection_probability",
-    "disclosed_ids", "encode_cursor", "seal_timeline",
+    "disclosed_clause", "disclosed_ids", "encode_cursor", "seal_challenge", "sealed_clause", "shown_stage",
+    "PUBLIC_FIELDS", "SEALED_STAGE", "SHOWN_STAGES",
     "fingerprint", "get_challenge", "get_run", "list_challenges", "list_runs", "parse_id", "reveal_clusters",
     "run_count", "stage_counts", "stage_durations", "stuck_replays", "tx_counts", "verdict_counts", "witness_conflicts_of",
 ]

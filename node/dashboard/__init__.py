@@ -17,7 +17,6 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from node import queries as Q
 from node.dashboard.svg import VERDICT_COLORS, format_duration, loss_curve_svg, timeline_svg
-from node.stages import STAGES
 from node.stake import stake_status
 
 HERE = Path(__file__).resolve().parent
@@ -40,7 +39,7 @@ def _environment() -> Environment:
     env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]),
                       trim_blocks=True, lstrip_blocks=True)
     env.filters.update(short=_short, when=_when, pct=_pct, duration=format_duration)
-    env.globals.update(verdict_colors=VERDICT_COLORS, statuses=Q.STATUSES, all_stages=STAGES)
+    env.globals.update(verdict_colors=VERDICT_COLORS, statuses=Q.STATUSES, all_stages=Q.SHOWN_STAGES)
     return env
 
 
@@ -69,8 +68,8 @@ def mount_dashboard(app: FastAPI, ctx: Any) -> None:
         status, run, stage, cursor = (v or None for v in (status, run, stage, cursor))
         if status is not None and status not in Q.STATUSES:
             return error(400, f"status must be one of {', '.join(Q.STATUSES)}, got {status!r}")
-        if stage is not None and stage not in STAGES:
-            return error(400, f"stage must be one of {', '.join(STAGES)}, got {stage!r}")
+        if stage is not None and stage not in Q.SHOWN_STAGES:
+            return error(400, f"stage must be one of {', '.join(Q.SHOWN_STAGES)}, got {stage!r}")
         try:
             run_id = None if run is None else Q.parse_id(run, "run")
             with ctx.engine.connect() as conn:

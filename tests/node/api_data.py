@@ -56,6 +56,8 @@ def _challenge(conn, c: bytes, run_id: bytes, *, step: int, block: int, stage: s
                 commit_deadline=block + 30, reveal_deadline=block + 38, stage=stage, attempts=0,
                 next_attempt_at=0.0, created_at=now - 100, updated_at=now - 50, round=1,
                 committee=json.dumps(COMMITTEE), on_committee=True)
+    if stage != "awaiting_opening":  # the daemon records the opening's block as it moves a job on
+        base["opening_block"] = block + 2
     base.update(values)
     conn.execute(challenges.insert().values(**base))
 

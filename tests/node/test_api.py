@@ -71,7 +71,8 @@ def test_status_counts_and_agreement(client, engine, seeded):
     s = client.get("/api/v1/status").json()
     assert s["cursor"]["block"] == 50 and s["runs"] == 2
     assert s["challenges_by_status"] == {"honest": 1, "fraud": 1, "inconclusive": 1, "pending": 9}
-    assert s["challenges_by_stage"] == {"done": 2, "replay": 1, "missed": 2, "awaiting_opening": 7}
+    # The retrying and the open missed job sit on their committee, unrevealed: they count as sealed.
+    assert s["challenges_by_stage"] == {"done": 2, "sealed": 2, "missed": 1, "awaiting_opening": 7}
     assert s["agreement"] == {"agreed": 2, "disagreed": 0, "outliers": 0, "ratio": 1.0}
     with engine.begin() as conn:
         conn.execute(sa.update(challenges).where(challenges.c.challenge_id == seeded.fraud)
@@ -106,7 +107,10 @@ def test_challenge_filters_and_cursor_pagination(client, seeded):
     pend = client.get("/api/v1/challenges", params={"status": "pending", "run": RUN_A.hex()}).json()
     assert pend["total"] == 7 and all(c["status"] == "pending" and c["run_id"] == RUN_A.hex() for c in pend["items"])
     missed = client.get("/api/v1/challenges", params={"stage": "missed"}).json()
-    assert {c["challenge_id"] for c in missed["items"]} == {seeded.missed_fetch.hex(), seeded.missed_commit.hex()}
+    assert {c["challenge_id"] for c in missed["items"]} == {seeded.missed_commit.hex()}  # the other is sealed
+    sealed = client.get("/api/v1/challenges", params={"stage": "sealed"}).json()
+    assert {c["challenge_id"] for c in sealed["items"]} == {seeded.missed_fetch.hex(), seeded.retrying.hex()}
+    assert client.get("/api/v1/challenges", params={"stage": "replay"}).json()["total"] == 0
 
     seen, cursor, pages = [], None, 0
     while True:
@@ -159,7 +163,7 @@ def test_the_stake_shows_bond_unbonding_and_penalties(client, engine, seeded):
     assert "release at block 100" in html
 
 
-def test_challenge_detail_timeline_and_clusters(client, seeded):
+def test_challenge_detail_timeline_and_clusters(client, engine, seeded):
     d = client.get(f"/api/v1/challenges/{seeded.honest.hex()}").json()
     assert [e["label"] for e in d["timeline"]] == [
         "issued", "opening fetched", "validated", "loss checks", "replayed", "witness journaled", "committed",
@@ -182,6 +186,11 @@ def test_challenge_detail_timeline_and_clusters(client, seeded):
     assert {t["kind"]: t["state"] for t in d["txs"]} == {"commit": "confirmed", "reveal": "confirmed"}
     assert "losses" not in d["loss_checks"]
 
+    waiting = client.get(f"/api/v1/challenges/{seeded.retrying.hex()}").json()  # sealed: on its committee
+    assert {e["state"] for e in waiting["timeline"]} == {"sealed"} and waiting["note"] is None
+    with engine.begin() as conn:  # resolved while the job still waited: unsealed
+        conn.execute(sa.update(challenges).where(challenges.c.challenge_id == seeded.retrying)
+                     .values(verdict="inconclusive", resolved_block=49))
     waiting = client.get(f"/api/v1/challenges/{seeded.retrying.hex()}").json()
     states = {e["stage"]: e["state"] for e in waiting["timeline"]}
     assert states["fetch"] == "done" and states["replay"] == "running" and states["commit"] == "pending"
@@ -259,20 +268,19 @@ def test_no_witness_is_shown_before_this_nodes_reveal_is_on_chain(client, engine
             assert secret not in text.lower(), f"{url} shows {secret} before the reveal"
     for c in (sealed.replayed, sealed.refused):
         d = client.get(f"/api/v1/challenges/{c.hex()}").json()
-        assert d["witness_disclosed"] is False and d["stage"] == "reveal"
+        assert d["witness_disclosed"] is False and d["stage"] == "reveal"  # its commit is on chain
         assert d["matches_leaf"] is None and d["refusal_class"] is None and d["refusal_reason"] is None
         assert set(d["witness"].values()) == {None} and set(d["replay"].values()) == {None}
         assert d["in_winning_cluster"] is None and d["outlier"] is None
-        # The timeline keeps its states and times; the details that name the witness are withheld.
+        # The timeline keeps its stages and labels only: states, times and details are withheld.
         by = {e["stage"]: e for e in d["timeline"]}
-        assert by["witness"]["state"] == "done" and by["witness"]["detail"] == Q.SEALED
+        assert by["witness"] == {**by["witness"], "state": "sealed", "started_at": None, "detail": None}
         assert "unavailable" not in str(d) and "connection refused" not in str(d)
         for item in client.get("/api/v1/challenges", params={"stage": "reveal"}).json()["items"]:
             assert item["matches_leaf"] is None and item["refusal_class"] is None
     d = client.get(f"/api/v1/challenges/{sealed.replayed.hex()}").json()
-    assert {e["stage"]: e["detail"] for e in d["timeline"]}["fetch"] == "5000 bytes"  # not a refusal: shown
-    [conflict] = d["witness_conflicts"]
-    assert conflict["disclosed"] is False and set(conflict["journaled"].values()) == {None}
+    assert {e["stage"]: e["detail"] for e in d["timeline"]}["fetch"] is None and d["opening"]["bytes"] is None
+    assert d["witness_conflicts"] == []  # a sealed challenge lists none; the alarm below still counts it
     ready = client.get("/readyz").json()["checks"]["determinism"]
     assert ready["ok"] is False and "withheld until this node's reveal is on chain" in ready["detail"]
     page = views[f"/challenges/{sealed.replayed.hex()}"]
