@@ -34,6 +34,7 @@ HOSTILE_STAGES = {
     "poison-manifest": "validate", "early-disclosure-get": "api", "host-header-rebinding": "api",
     "dns-staller-one-miner": "fetch", "siit-metadata-address": "fetch", "endpoint-spellings-one-owner": "fetch",
     "on-block-failure-contained": "chain", "tampered-snapshot-rederived": "chain",
+    "sealed-refused-looks-replayed": "api", "range-5000-digits": "api", "hostile-config-file": "api",
 }
 
 
