@@ -69,8 +69,13 @@ def dev(
     inspect: bool = typer.Option(False, "--inspect", help="Print the chain's state and check its hashes."),
     params: Path = typer.Option(None, "--params", help="TOML of protocol parameters to record in the file."),
     as_json: bool = typer.Option(False, "--json", help="With --inspect: one JSON object."),
+    authority: str = typer.Option(None, "--authority", help="A new file: the account that configures the network "
+                                  "(default alice); an existing file: checked against the one it records."),
 ) -> None:
-    """Run a dev chain (instant sealing, or --interval S), or --inspect one."""
+    """Run a dev chain (instant sealing, or --interval S), or --inspect one.
+
+    The file records the network's authority when it is made: only that account's
+    configure_network records count on the chain."""
     from chain.dev import DevTransport
     from chain.transport import TransportError
 
@@ -81,9 +86,13 @@ def dev(
     if interval is not None and not interval > 0:
         _fail(f"--interval must be a positive number of seconds, got {interval}")
     try:
-        t = DevTransport(db, sealing=None if inspect else ("interval" if interval else "instant"))
+        t = DevTransport(db, authority or "alice", sealing=None if inspect else ("interval" if interval else "instant"))
+        recorded_authority = t.network_authority()
     except TransportError as exc:
         _fail(str(exc))
+    if authority is not None and recorded_authority != authority:
+        _fail(f"{db}: the chain's authority is {recorded_authority or '(none recorded: an older file)'}, not "
+              f"{authority}; it is fixed when the file is made")
     if params is not None:
         recorded = t.protocol_params()
         pinned = load_params(params)
@@ -125,10 +134,9 @@ def _inspect(t: Any, url: str, as_json: bool) -> None:
                    "params": rec.current.to_dict() if rec.current is not None else None,
                    "scheduled": [[b, at] for b, at, _ in rec.state.schedule]}
         if rec.initial is not None:  # the chain's state, derived from its blocks as any follower does
-            from chain.protocol import ProtocolState
             from chain.view import ChainView
 
-            view = ChainView(t, rec.initial, state=ProtocolState(params=rec.initial), keep_events=False)
+            view = ChainView(t, rec.initial, keep_events=False)  # a fresh state: the chain's own authority
             view.sync(until=head)
             protocol = view.summary()
     info = {
@@ -233,7 +241,7 @@ def events(
         transport = connect(chain, key=key or "//Alice", kind=kind)
     except (TransportError, ValueError) as exc:  # bad URL, unreachable node, unusable key
         _fail(str(exc))
-    from chain.network import BlockMemo, NetworkParamsError, check_pinned, read_network
+    from chain.network import BlockMemo, NetworkParamsError, check_pinned, network_authority, read_network
     from chain.protocol import ProtocolState
 
     pinned = load_params(params)
@@ -248,7 +256,8 @@ def events(
         transport.close()
         _fail(str(exc))
     initial = rec.initial or pinned
-    view = ChainView(memo, initial, state=ProtocolState(params=initial, authority=authority),  # type: ignore[arg-type]
+    view = ChainView(memo, initial,  # type: ignore[arg-type]
+                     state=ProtocolState(params=initial, authority=network_authority(memo, authority)),
                      keep_events=False)
     failures = 0
     backoff = Backoff(base_s=poll, cap_s=30.0)
@@ -291,14 +300,14 @@ def configure(
 ) -> None:
     """Record the network's protocol parameters on chain (a configure_network call).
 
-    The first record names the network's authority (its sender); later ones, from the authority
-    only, change the parameters from a later block. Nodes, miners and `pot chain events` read them.
+    Only the network's authority sends them (a dev chain's creator; on a Substrate chain the account
+    its nodes pin as [chain] authority); each changes the parameters from a later block. Nodes,
+    miners and `pot chain events` read them.
     """
     from chain.calls import ConfigureNetwork
     from chain.connect import connect
     from chain.network import NetworkParamsError, read_network
     from chain.outcome import submit_and_read
-    from chain.protocol import ProtocolState
     from chain.transport import TransportError
     from chain.view import ChainView
 
@@ -319,7 +328,7 @@ def configure(
                                      f"its records would be refused")
         # The chain as `pot chain events` derives it, to read what the protocol made of the record.
         initial = rec.initial or pinned
-        view = ChainView(transport, initial, state=ProtocolState(params=initial), keep_events=False)
+        view = ChainView(transport, initial, keep_events=False)  # a fresh state: the chain's own authority
         outcome = submit_and_read(transport, [ConfigureNetwork(params=pinned.to_cbor(), effective_block=at)], view,
                                   timeout=timeout)
     except (TransportError, NetworkParamsError) as exc:

@@ -5,6 +5,10 @@ pending transaction, either at once on submit ("instant") or from a sealer loop 
 ("interval", `pot chain dev --db FILE --interval 1.0`). A block is final when sealed. Its hash is
 BLAKE3 over (parent hash, number, timestamp, transactions): dev randomness is NOT secure — whoever
 submits can grind it — and is meant for development and tests only.
+
+The account that creates the file (the first DevTransport to open it, `pot chain dev --authority`)
+is recorded with its genesis as the network's authority: every participant of the chain reads it
+from the file, so only its configure_network records count, whoever sends one first.
 """
 
 from __future__ import annotations
@@ -60,8 +64,11 @@ def _now_ms() -> int:
 class DevChain:
     """One dev-chain file: schema, sealing, reading. Thread-safe; one connection per instance."""
 
-    def __init__(self, path: str | Path, *, sealing: str | None = None, busy_timeout: float = BUSY_TIMEOUT_S):
+    def __init__(self, path: str | Path, *, sealing: str | None = None, busy_timeout: float = BUSY_TIMEOUT_S,
+                 creator: str | None = None):
         self.path = Path(path)
+        if creator is not None and not ACCOUNT_RE.match(creator):
+            raise TransportError(f"dev account names are 1-64 of [A-Za-z0-9._-], got {creator!r}")
         if sealing is not None and sealing not in SEALINGS:
             raise TransportError(f"dev chain sealing must be one of {SEALINGS}, got {sealing!r}")
         self._lock = threading.RLock()
@@ -75,14 +82,16 @@ class DevChain:
             if mode.lower() != "wal":
                 raise TransportError(f"{self.path}: SQLite refused WAL mode (got {mode!r})")
             self._db.execute("PRAGMA synchronous = NORMAL")
-            self._init_schema(sealing)
+            self._init_schema(sealing, creator)
         except sqlite3.DatabaseError as exc:
             raise TransportError(f"{self.path}: not a usable dev chain file: {exc}") from None
         except OSError as exc:
             raise TransportError(f"{self.path}: cannot open dev chain file: {exc}") from None
 
     # --- schema ---------------------------------------------------------------------------
-    def _init_schema(self, sealing: str | None) -> None:
+    def _init_schema(self, sealing: str | None, creator: str | None = None) -> None:
+        """Create the tables, genesis and metadata of a new file (its creator, if named, becomes the
+        network's authority: meta 'authority'), or check an existing file's schema."""
         with self._write() as db:
             tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if tables and "meta" not in tables:
@@ -93,6 +102,8 @@ class DevChain:
             if schema is None:
                 db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA,))
                 db.execute("INSERT INTO blocks VALUES (0, ?, ?, ?)", (genesis_hash(), bytes(32), _now_ms()))
+                if creator is not None:
+                    db.execute("INSERT INTO meta VALUES ('authority', ?)", (creator,))
             elif schema[0] != SCHEMA:
                 raise TransportError(f"{self.path}: dev chain schema {schema[0]!r}, this node reads {SCHEMA!r}")
             if sealing is not None:
@@ -260,7 +271,7 @@ class DevTransport(Transport):
             raise TransportError(f"dev account names are 1-64 of [A-Za-z0-9._-], got {account!r}")
         self._account = account
         self._poll = poll
-        self.chain = DevChain(path, sealing=sealing, busy_timeout=busy_timeout)
+        self.chain = DevChain(path, sealing=sealing, busy_timeout=busy_timeout, creator=account)
 
     @property
     def account(self) -> str:
@@ -324,6 +335,16 @@ class DevTransport(Transport):
             return ProtocolParams.from_dict(cbor.decode(raw))
         except (CommitmentError, TypeError, ValueError, KeyError) as exc:
             raise TransportError(f"{self.chain.path}: recorded protocol params are unusable: {exc}") from None
+
+    def network_authority(self) -> str | None:
+        """The account that created the chain file (recorded with its genesis), or None for a file
+        made before dev chains recorded one (its first accepted record names the authority)."""
+        raw = self.chain.meta("authority")
+        if raw is None:
+            return None
+        if not isinstance(raw, str) or not ACCOUNT_RE.match(raw):
+            raise TransportError(f"{self.chain.path}: the recorded authority {raw!r} is not a dev account name")
+        return raw
 
     def record_params(self, params: ProtocolParams) -> None:
         self.chain.set_meta("params", cbor.encode(params.to_dict()))

@@ -1,9 +1,12 @@
 """A network's one rulebook: the protocol parameters its chain records, and the check every
 participant (node, miner, `pot chain events`) makes before it follows the chain.
 
-The parameters are chain state. They are fixed by `configure_network` records (chain.calls): the
-first accepted record names the network's authority (its sender, or the authority a participant
-pins), and each record takes effect at its stated block, after the block that carries it. A dev
+The parameters are chain state. They are fixed by `configure_network` records (chain.calls) of
+the network's authority, and each takes effect at its stated block, after the block that carries
+it. The authority is the account the chain names (`Transport.network_authority`: a dev chain's
+creator) or the one a participant pins (`[chain] authority`, `--authority`); they must agree. Only
+a participant with neither (a reader of a Substrate chain with no pin) lets the first accepted
+record name it; a node refuses to start that way. A dev
 chain file may also record parameters of its own (`pot chain dev --params`): those hold from
 genesis. `read_network` replays only these records up to a block; `resolve_params` compares them
 with what a participant pins and refuses, naming every difference, when they disagree or when the
@@ -74,6 +77,7 @@ def read_network(transport: Transport, upto: int, *, authority: str | None = Non
     applied: the records depend on nothing else). `authority` pins who may configure. With `at`
     (since - 1 <= at <= upto), the record as of block `at` is kept too, as `.at`."""
     genesis = transport.protocol_params()
+    authority = network_authority(transport, authority)
     state = ProtocolState(params=genesis or ProtocolParams(), authority=authority)
     rec = NetworkRecord(upto, genesis, None, state)
     first = max(1, since)
@@ -93,6 +97,17 @@ def read_network(transport: Transport, upto: int, *, authority: str | None = Non
     if rec.at is None:
         rec.at = rec
     return rec
+
+
+def network_authority(transport: Transport, pinned: str | None = None) -> str | None:
+    """The account whose configure_network records count: the one the chain names, else the pin
+    (None: neither, and the first accepted record names it). NetworkParamsError when the pin
+    disagrees with the chain."""
+    named = transport.network_authority()
+    if named is not None and pinned is not None and pinned != named:
+        raise NetworkParamsError(f"the pinned authority {pinned} is not the network's: the chain names {named} "
+                                 f"as the account that configures it; drop the pin or fix it")
+    return named if named is not None else pinned
 
 
 def _frozen(rec: NetworkRecord, n: int) -> NetworkRecord:
@@ -181,5 +196,5 @@ class BlockMemo:
         return b
 
 
-__all__ = ["BlockMemo", "NetworkParamsError", "NetworkRecord", "check_pinned", "read_network", "resolve_params",
-           "seeded_state", "start_params"]
+__all__ = ["BlockMemo", "NetworkParamsError", "NetworkRecord", "check_pinned", "network_authority", "read_network",
+           "resolve_params", "seeded_state", "start_params"]

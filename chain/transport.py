@@ -105,5 +105,14 @@ class Transport(abc.ABC):
         """
         return None
 
+    def network_authority(self) -> str | None:
+        """The account the chain itself names as the network's authority (the only origin whose
+        configure_network records count), or None where the chain names none.
+
+        A dev chain file names the account that created it; Substrate chains name none, so their
+        participants pin one (`[chain] authority`, `--authority`).
+        """
+        return None
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""

@@ -125,7 +125,10 @@ class ChainView:
         self.transport = transport
         if state is not None and params is not None and state.params != params:
             raise SnapshotError("the snapshot was made with other protocol parameters than the ones given")
-        self.state = state if state is not None else new_state(params)
+        if state is None:  # a fresh state knows the authority the chain names (a dev chain's creator)
+            state = new_state(params)
+            state.authority = transport.network_authority()
+        self.state = state
         self.cursor = cursor
         self.cursor_hash: bytes | None = None  # hash of block `cursor`, when known
         self.keep_events = keep_events

@@ -153,6 +153,7 @@ class Demo:
         self._transports: list[Any] = []  # connections this process opened, closed at the end
         self.start_block = 0
         self.addresses: dict[str, str] = {}  # Substrate key URI -> account address
+        self.authority: str | None = None  # Substrate: the account that configures the network
         self.chain_url = ""
         self.bonds_before: dict[str, int] = {}  # verifier account -> active bond once all are bonded
 
@@ -233,11 +234,13 @@ class Demo:
             raise DemoError(f"cannot read the network record of {self.chain_arg}: {exc}") from None
         if rec.state.configured_at is not None and rec.current == self.params and not rec.state.schedule:
             self.say(f"network parameters: in effect already ({rec.source()})")
+            self.authority = rec.authority  # the nodes pin it: a Substrate chain names none
             return
         if rec.authority is not None and rec.authority != t.account:
             raise DemoError(f"{self.chain_arg}: the network is configured by {rec.authority}; the demo's key "
                             f"{SUBSTRATE_KEYS[0]} ({t.account}) cannot change its parameters")
         effective = head + 4  # room for the record to land first: a change is never retroactive
+        self.authority = t.account
         try:
             receipt = t.submit([ConfigureNetwork(params=self.params.to_cbor(), effective_block=effective)],
                                timeout=60.0)
@@ -269,6 +272,7 @@ class Demo:
             atomic_write_text(secrets, to_toml({"key": {"uri": key}}), mode=PRIVATE)
             node["secrets_file"] = str(secrets)
             chain["start_block"] = self.start_block
+            chain["authority"] = self.authority
             self.verifier_accounts[self.addresses[key]] = name
         # [verifier] bond: the node bonds on start, before any challenge it is to sit on is drawn.
         doc = {"node": node, "chain": chain, "database": {"url": ""}, "verifier": {"bond": DEMO_BOND},

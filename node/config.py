@@ -62,7 +62,8 @@ class ChainSection(_Section):
     account: str = ""  # dev chains: the account name; Substrate: the key comes from the secrets file
     kind: Literal["remark", "pallet"] = "remark"
     start_block: int = Field(0, ge=0)  # a fresh database follows the chain from the block after this
-    # The account that configures the network (configure_network); empty: the first record's sender.
+    # The account that configures the network (configure_network). A dev chain names its own (the
+    # file's creator; a pin must agree); on a Substrate chain a node refuses to start without one.
     authority: str = ""
     poll_s: float = Field(0.5, gt=0, le=60)
     watchdog_s: float = Field(60.0, gt=0)
@@ -475,6 +476,16 @@ def load_secrets(path: str | os.PathLike[str] | None, env: dict[str, str] | None
         return Secrets.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_explain(exc, f"secrets {path or '(environment)'} are invalid")) from None
+
+
+def check_authority(cfg: NodeConfig) -> None:
+    """A Substrate chain names no authority of its own: the node must pin it, or the first sender of
+    a configure_network record would set the network's parameters."""
+    if not cfg.chain.url.startswith("dev://") and not cfg.chain.authority:
+        raise ConfigError(
+            "chain.authority (POT_CHAIN_AUTHORITY) is not set: on a Substrate chain a node pins the account "
+            "whose configure_network records set the network's parameters, e.g.\n  [chain]\n  authority = "
+            "\"5GrwvaEF5zXb26Fz9rcQpDWS57CtERHpNehXCPcNoHGKutQY\"  # the SS58 address that configures the network")
 
 
 def check_signer(cfg: NodeConfig, secrets: Secrets) -> None:

@@ -50,7 +50,7 @@ from commitments.files import make_private_dir
 from commitments.hashing import digest
 from commitments.retry import Backoff
 from node import journal, stake
-from node.config import NodeConfig, Secrets
+from node.config import ConfigError, NodeConfig, Secrets, check_authority
 from node.db import chain_cursor, chain_events, challenges, count_ignored, runs, stage_log, txs
 from node.faults import count_block_fault
 from node.fetch import FetchPolicy, FetchStopped, OpeningsFull, endpoint_owners
@@ -217,6 +217,10 @@ class VerifierNode:
     # --- start-up -----------------------------------------------------------------------------
     def start(self) -> None:
         """Connect and load the view; refuses a chain or parameters the database does not match."""
+        try:
+            check_authority(self.cfg)  # before connecting: an unpinned Substrate node follows no one's records
+        except ConfigError as exc:
+            raise StartupError(str(exc)) from None
         self.transport = connect_transport(self.cfg, self.secrets)
         self.account = self.transport.account
         self.view = self._load_view()

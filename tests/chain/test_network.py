@@ -193,7 +193,7 @@ def test_dev_chain_processes_configure_check_and_show_every_refusal(tmp_path):
     url = f"dev://{db}"
     (tmp_path / "base.toml").write_text(to_toml({"protocol": BASE.to_dict()}))
     (tmp_path / "other.toml").write_text(to_toml({"protocol": OTHER.to_dict()}))
-    DevTransport(db).close()  # as `pot chain dev --db` does: configure never creates a chain
+    DevTransport(db, "authority").close()  # `pot chain dev --db --authority authority`: its creator configures it
     r = _pot("chain", "configure", "--chain", url, "--account", "authority", "--params",
              str(tmp_path / "base.toml"), "--effective", "2", "--json")
     assert r.returncode == 0, r.stderr
@@ -393,7 +393,8 @@ def test_chopsticks_configure_check_and_show_every_refusal(tmp_path, chopsticks)
         secrets.chmod(0o600)
         cfg_path = tmp_path / "v1.toml"
         cfg_path.write_text(to_toml({"node": {"data_dir": str(tmp_path / "v1"), "secrets_file": str(secrets)},
-                                     "chain": {"url": chopsticks.url}, "protocol": OTHER.to_dict()}))
+                                     "chain": {"url": chopsticks.url, "authority": auth.account},
+                                     "protocol": OTHER.to_dict()}))
         cfg = load_config(cfg_path, env={})
         engine = open_database(cfg.database_url, init=True)
         node = VerifierNode(cfg, load_secrets(cfg.node.secrets_file, env={}), engine)

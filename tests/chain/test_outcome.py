@@ -93,11 +93,11 @@ def test_submit_and_read_refuses_bad_arguments(chain):
 
 
 def test_configure_reports_a_refused_record_and_exits_1(tmp_path, chain):
-    auth = DevTransport(chain.chain.path, "authority")
+    auth = DevTransport(chain.chain.path, "v1")  # the chain's creator, its authority
     for i in range(MAX_SCHEDULED_CHANGES):
         auth.submit([ConfigureNetwork(params=PARAMS.to_cbor(), effective_block=100 + i)])
     (tmp_path / "p.toml").write_text(to_toml({"protocol": PARAMS.to_dict()}))
-    r = CliRunner().invoke(app, ["configure", "--chain", f"dev://{chain.chain.path}", "--account", "authority",
+    r = CliRunner().invoke(app, ["configure", "--chain", f"dev://{chain.chain.path}", "--account", "v1",
                                  "--params", str(tmp_path / "p.toml"), "--effective", "500", "--json"])
     assert r.exit_code == 1, r.output
     got = json.loads(r.stdout)
@@ -105,7 +105,7 @@ def test_configure_reports_a_refused_record_and_exits_1(tmp_path, chain):
     assert f"error: configure_network refused in block {MAX_SCHEDULED_CHANGES + 1}: TooMany" in r.stderr
 
     fresh = tmp_path / "fresh.db"
-    DevTransport(fresh).close()
+    DevTransport(fresh, "authority").close()
     r = CliRunner().invoke(app, ["configure", "--chain", f"dev://{fresh}", "--account", "authority",
                                  "--params", str(tmp_path / "p.toml"), "--effective", "5"])
     assert r.exit_code == 0, r.output

@@ -25,7 +25,7 @@ KINDS = {
 }
 HOSTILE_KINDS = {"a hostile remark", "a hostile registration", "a hostile endpoint or prover", "a poison manifest",
                  "a hostile API request", "a miner starving a shared resource",
-                 "a block or snapshot the follower chokes on"}
+                 "a block or snapshot the follower chokes on", "a hostile authority record"}
 # Where each hostile input must be stopped.
 HOSTILE_STAGES = {
     "bignum-remark": "chain", "value-sharing-remark": "chain", "deep-nesting-remark": "chain",
@@ -35,6 +35,8 @@ HOSTILE_STAGES = {
     "dns-staller-one-miner": "fetch", "siit-metadata-address": "fetch", "endpoint-spellings-one-owner": "fetch",
     "on-block-failure-contained": "chain", "tampered-snapshot-rederived": "chain",
     "sealed-refused-looks-replayed": "api", "range-5000-digits": "api", "hostile-config-file": "api",
+    "opening-deadline-out-of-range": "chain", "unbonding-delay-out-of-range": "chain",
+    "max-rounds-out-of-range": "chain", "unpinned-authority-record": "chain",
 }
 
 

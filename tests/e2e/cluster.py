@@ -142,6 +142,8 @@ class Cluster:
         cfg.write_text("\n".join([
             "[node]", f'data_dir = "{name}-data"', "loop_interval_s = 0.1", f'fault = "{fault}"', secrets,
             "[chain]", f'url = "{self.url}"', f'account = "{name}"', "poll_s = 0.2",
+            # a Substrate node pins the network's authority (this cluster's network records none)
+            f'authority = "{self.account("authority")}"' if self.chopsticks is not None else "",
             f"start_block = {self.start_block}", "watchdog_s = 120.0", "resend_after_blocks = 6",
             "[fetch]", 'allow = ["127.0.0.1"]',
             *[f"{k} = {v}" for k, v in {"attempts": 4, "backoff_base_s": 0.2, "backoff_max_s": 2.0,

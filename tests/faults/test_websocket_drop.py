@@ -39,13 +39,14 @@ NONCE = b"\x61" * 16
 LEAVES = [bytes([i]) * 40 for i in range(9)]
 
 
-def _config(tmp, proxy_url: str, start_block: int):
+def _config(tmp, proxy_url: str, start_block: int, authority: str):
     data = tmp / "node"
     data.mkdir()
     secrets = tmp / "secrets.toml"
     atomic_write_text(secrets, to_toml({"key": {"uri": unique_key("verifier")}}), mode=0o600)
     doc = {"node": {"data_dir": str(data), "log_level": "info", "loop_interval_s": 0.1, "secrets_file": str(secrets)},
            "chain": {"url": proxy_url, "start_block": start_block, "poll_s": 0.1, "watchdog_s": 10.0,
+                     "authority": authority,  # a Substrate node pins it (this chain records no parameters)
                      "rpc_timeout_s": 5.0},
            "database": {"url": ""}, "http": {"listen": f"127.0.0.1:{free_port()}"},
            # The node follows the chain; it bonds nothing (a Substrate bond carries a transfer).
@@ -64,7 +65,7 @@ def test_node_resumes_from_its_cursor_after_the_socket_is_cut(tmp_path, chopstic
     proc = None
     try:
         chopsticks.fund([writer.account])
-        config, db_path = _config(tmp_path, proxy.url, base)
+        config, db_path = _config(tmp_path, proxy.url, base, writer.account)
         proc = subprocess.Popen([sys.executable, "-m", "pot", "node", "run", "--config", str(config), "--init"],
                                 cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
                                 env={**os.environ, "PYTHONPATH": str(REPO)})
