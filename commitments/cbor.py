@@ -7,13 +7,21 @@ canonical encoding our encoder writes. Anything else is refused with a typed err
 (`MalformedCBOR`, `NonCanonicalCBOR`, `CBORLimitExceeded`) naming the offset and the rule broken.
 Work is linear in the input: a claimed length or item count is checked against the bytes that
 remain before anything is built, and no message ever formats a value taken from the input.
+Memory is bounded by bytes, not items: the decoder charges what each Python object it builds
+costs, before building it, against a budget of `memory_budget(len(input))` (four times the input
+plus a small fixed allowance, at most `MAX_DECODE_MEMORY`), and refuses with `CBORLimitExceeded`
+(rule `too-much-memory`) as soon as the next object would not fit. `decode_byte_strings` reads
+an array of byte strings into one compact `ByteStrings` (the document's bytes and an offsets
+array) instead of one object per item.
 """
 
 from __future__ import annotations
 
 import math
 import struct
-from typing import Any
+from array import array
+from collections.abc import Iterator, Sequence
+from typing import Any, overload
 
 from commitments.errors import CBORLimitExceeded, MalformedCBOR, NonCanonicalCBOR
 
@@ -23,6 +31,57 @@ MAX_DECODE_BYTES = 256 * 1024 * 1024
 # costing tens of bytes of memory per input byte. A leaf list of 512 MiB holds far fewer items.
 MAX_DECODE_ITEMS = 1 << 24
 MAX_STRING_BYTES = MAX_DECODE_BYTES
+
+# The memory budget: the decoded objects of a document of n bytes may take MEMORY_RATIO * n bytes,
+# plus MEMORY_SLACK (the fixed cost of small documents, and nesting at full depth: 64 nested
+# one-entry maps are charged 26 KiB), and never more than MAX_DECODE_MEMORY. A caller whose honest documents need more
+# (or that wants less) passes max_memory.
+MEMORY_RATIO = 4
+MEMORY_SLACK = 32 * 1024
+MAX_DECODE_MEMORY = 1 << 30
+
+# What each decoded object costs, charged before it is built. Measured on CPython 3.11 (64-bit):
+# sys.getsizeof for the object, tracemalloc for what building it allocates (peak included), each
+# rounded up to pymalloc's 16-byte blocks so that the charge also covers the allocator's rounding.
+#   sys.getsizeof([]) == 56 (GC header included); a list sized at its head holds 8 bytes a slot:
+#   tracemalloc, 10^5 lists of k preallocated slots: 56 + 8k each.
+_LIST = 56
+_SLOT = 8
+#   sys.getsizeof({}) == 64. Filling a dict allocates its key table as it grows: tracemalloc, 2000
+#   dicts of k int keys: 224 bytes each for k = 1..5, 349 for 6..10, then 54 bytes an entry; one
+#   dict of 87,382 entries peaks at 90 bytes an entry, while a resize holds the old and new tables.
+#   Charged: 64 + 96 * max(k, 2) (the key and value objects are items of their own).
+_MAP = 64
+_ENTRY = 96
+#   sys.getsizeof(b"") == 33: a byte string of n bytes costs 33 + n (the empty and the one-byte
+#   strings are shared, and are charged anyway).
+_BYTES = 33
+#   sys.getsizeof("") == 49 for ASCII text: 49 + n. Other text costs up to 80 + 4n (one 4-byte
+#   character makes every character 4 bytes wide: 300,064 + 100,000 bytes for "a" * 99,996 + an
+#   emoji), and decoding it peaks at 6n while CPython widens its buffer (tracemalloc, mixed 1-, 2-
+#   and 4-byte characters: 6.0n), beside the n-byte copy of the UTF-8.
+_ASCII = 49
+_TEXT = 80
+_TEXT_WIDEN = 6
+#   Integers 0..256 and -5..-1 are shared: nothing. sys.getsizeof(2**30 - 1) == 28,
+#   sys.getsizeof(2**30) == 32, sys.getsizeof(2**64 - 1) == 36.
+_SMALL_INT = 32
+_BIG_INT = 48
+#   sys.getsizeof(1.5) == 24. false, true and null are shared: nothing.
+_FLOAT = 32
+#   The decoder's frame for an open container: a six-slot list, sys.getsizeof == 104.
+_FRAME = 112
+
+
+def _r16(n: int) -> int:
+    return (n + 15) & -16
+
+
+def memory_budget(size: int, ratio: int = MEMORY_RATIO) -> int:
+    """The memory the objects decoded from a document of `size` bytes may take: by default four
+    times the input (a caller whose honest documents cost more passes its own `ratio`), plus
+    MEMORY_SLACK, at most MAX_DECODE_MEMORY."""
+    return min(ratio * size + MEMORY_SLACK, MAX_DECODE_MEMORY)
 
 
 def _head(major: int, n: int) -> bytes:
@@ -137,47 +196,117 @@ _NOKEY = object()  # a map frame waiting for its next key
 _HEAD_FLOOR = {25: 1 << 8, 26: 1 << 16, 27: 1 << 32}  # smallest argument each head width may carry
 _FLOAT_FORMS = {25: (2, struct.Struct(">e")), 26: (4, struct.Struct(">f")), 27: (8, struct.Struct(">d"))}
 _KIND = {2: "a byte string", 3: "a text string", 4: "an array", 5: "a map"}
+_ANY_KIND = {0: "an integer", 1: "an integer", 6: "a tag", 7: "a float or simple value", **_KIND}
+
+
+def _long_arg(data: bytes, start: int, major: int, ai: int, n: int) -> tuple[int, int]:
+    """The argument of the head at `start` (major type 0-5) whose additional information `ai` is 24
+    or more, and the offset after the head; refuses a truncated, non-shortest, indefinite-length or
+    reserved head with the decoder's rules."""
+    pos = start + 1
+    if ai == 24:
+        if pos >= n:
+            raise _truncated(start, "an item head")
+        arg = data[pos]
+        if arg < 24:
+            raise _noncanonical(start, "head-form", "an argument not in its shortest form")
+        return arg, pos + 1
+    if ai < 28:
+        width = 1 << (ai - 24)
+        if pos + width > n:
+            raise _truncated(start, "an item head")
+        arg = int.from_bytes(data[pos:pos + width], "big")
+        if arg < _HEAD_FLOOR[ai]:
+            raise _noncanonical(start, "head-form", "an argument not in its shortest form")
+        return arg, pos + width
+    if ai == 31:
+        if major >= 2:
+            raise _noncanonical(start, "indefinite-length", f"{_KIND[major]} of indefinite length")
+        raise _bad(start, "reserved", "additional information 31 on an integer")
+    raise _bad(start, "reserved", "reserved additional information (28-30)")
+
+
+def _too_much_memory(offset: int, budget: int) -> CBORLimitExceeded:
+    return _limit(offset, "too-much-memory", f"decoding it would take more than the memory limit of {budget} bytes")
+
+
+def _check_limits(**limits: Any) -> None:
+    for name, v in limits.items():
+        if v is None and name == "max_memory":
+            continue
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise ValueError(f"{name} must be a non-negative integer" + (" or None" if name == "max_memory" else ""))
+
+
+def _document(data: Any, max_bytes: int) -> tuple[bytes, int]:
+    """The input as bytes within `max_bytes`, and what a copy of it cost (0 for bytes)."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise MalformedCBOR(f"expected bytes, got {type(data).__name__}", rule="not-bytes")
+    size = data.nbytes if isinstance(data, memoryview) else len(data)
+    if size > max_bytes:
+        raise CBORLimitExceeded(f"CBOR document of {size} bytes exceeds the limit of {max_bytes}",
+                                rule="too-large", offset=0)
+    copied = 0 if isinstance(data, bytes) else _r16(_BYTES + size)
+    data = bytes(data)
+    if not data:
+        raise MalformedCBOR("empty input is not a CBOR item", rule="empty", offset=0)
+    return data, copied
 
 
 class Decoder:
     """The strict decoder with its limits. `steps` counts the work of the last `decode` call
     (one per item head, one per payload byte copied, one per map-key byte compared), whether it
-    returned or refused, so tests can check that work stays linear in the input."""
+    returned or refused, so tests can check that work stays linear in the input; `memory` is what
+    it charged for the objects it built (the peak, for a refusal)."""
 
-    __slots__ = ("max_bytes", "max_depth", "max_items", "max_string", "steps")
+    __slots__ = ("max_bytes", "max_depth", "max_items", "max_memory", "max_string", "memory", "steps")
 
     def __init__(self, *, max_bytes: int = MAX_DECODE_BYTES, max_items: int = MAX_DECODE_ITEMS,
-                 max_depth: int = MAX_DEPTH, max_string: int = MAX_STRING_BYTES) -> None:
-        for name, v in (("max_bytes", max_bytes), ("max_items", max_items), ("max_depth", max_depth),
-                        ("max_string", max_string)):
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise ValueError(f"{name} must be a non-negative integer")
+                 max_depth: int = MAX_DEPTH, max_string: int = MAX_STRING_BYTES,
+                 max_memory: int | None = None) -> None:
+        _check_limits(max_bytes=max_bytes, max_items=max_items, max_depth=max_depth, max_string=max_string,
+                      max_memory=max_memory)
         self.max_bytes, self.max_items, self.max_depth, self.max_string = max_bytes, max_items, max_depth, max_string
+        self.max_memory = max_memory
         self.steps = 0
+        self.memory = 0
 
-    def decode(self, data: bytes) -> Any:
-        """Decode canonical CBOR; refuse anything else with a reason."""
-        self.steps = 0
-        if not isinstance(data, (bytes, bytearray, memoryview)):
-            raise MalformedCBOR(f"expected bytes, got {type(data).__name__}", rule="not-bytes")
-        size = data.nbytes if isinstance(data, memoryview) else len(data)
-        if size > self.max_bytes:
-            raise CBORLimitExceeded(f"CBOR document of {size} bytes exceeds the limit of {self.max_bytes}",
-                                    rule="too-large", offset=0)
-        data = bytes(data)
-        if not data:
-            raise MalformedCBOR("empty input is not a CBOR item", rule="empty", offset=0)
-        return self._run(data)
+    def budget(self, size: int) -> int:
+        """The memory the objects decoded from `size` bytes may take: `max_memory` when given,
+        else `memory_budget(size)`."""
+        return memory_budget(size) if self.max_memory is None else self.max_memory
 
-    def _run(self, data: bytes) -> Any:  # noqa: C901 - one loop on purpose: no recursion, no per-item calls
-        n = len(data)
+    def decode(self, data: bytes, *, start: int = 0, end: int | None = None) -> Any:
+        """Decode canonical CBOR; refuse anything else with a reason. With `start`/`end`, the
+        document is data[start:end], read in place (no copy of a `bytes` input); offsets in
+        refusals then count from the start of `data`."""
+        self.steps = self.memory = 0
+        if start or end is not None:
+            if not isinstance(data, bytes):
+                raise MalformedCBOR(f"a window needs bytes, got {type(data).__name__}", rule="not-bytes")
+            end = len(data) if end is None else end
+            if not (isinstance(start, int) and isinstance(end, int) and 0 <= start <= end <= len(data)):
+                raise ValueError(f"the window {start!r}:{end!r} is not inside the {len(data)} bytes given")
+            if end - start > self.max_bytes:
+                raise CBORLimitExceeded(f"CBOR document of {end - start} bytes exceeds the limit of "
+                                        f"{self.max_bytes}", rule="too-large", offset=start)
+            if start == end:
+                raise MalformedCBOR("empty input is not a CBOR item", rule="empty", offset=start)
+            return self._run(data, 0, self.budget(end - start), start, end)
+        data, copied = _document(data, self.max_bytes)
+        budget = self.budget(len(data))
+        if copied > budget:
+            raise _too_much_memory(0, budget)
+        return self._run(data, copied, budget, 0, len(data))
+
+    def _run(self, data: bytes, used: int, budget: int, pos: int, n: int) -> Any:  # noqa: C901 - one loop, no recursion
         max_items, max_depth, max_string = self.max_items, self.max_depth, self.max_string
-        pos = 0
         items = 0  # items begun
         owed = 0  # items the open containers still promise; each needs at least one byte
         steps = 0
-        # Open containers, innermost last: [container, items left, is_map, pending key, previous
-        # key's bytes, pending key's offset].
+        # `used` is what the objects built so far cost (charged before each is built), `budget` its limit.
+        # Open containers, innermost last: [container, items left, is_map, pending key (a map) or next
+        # slot (an array), previous key's bytes, pending key's offset].
         stack: list[list[Any]] = []
         try:
             while True:
@@ -203,6 +332,9 @@ class Decoder:
                         width, form = _FLOAT_FORMS[ai]
                         if pos + width > n:
                             raise _truncated(start, "a float")
+                        used += _FLOAT
+                        if used > budget:
+                            raise _too_much_memory(start, budget)
                         pos += width
                         value = form.unpack(data[start + 1:pos])[0]
                         if _float(value) != data[start:pos]:
@@ -220,33 +352,17 @@ class Decoder:
                 else:
                     if ai < 24:
                         arg = ai
-                    elif ai == 24:
-                        if pos >= n:
-                            raise _truncated(start, "an item head")
-                        arg = data[pos]
-                        pos += 1
-                        if arg < 24:
-                            raise _noncanonical(start, "head-form", "an argument not in its shortest form")
-                    elif ai < 28:
-                        width = 1 << (ai - 24)
-                        if pos + width > n:
-                            raise _truncated(start, "an item head")
-                        arg = int.from_bytes(data[pos:pos + width], "big")
-                        pos += width
-                        if arg < _HEAD_FLOOR[ai]:
-                            raise _noncanonical(start, "head-form", "an argument not in its shortest form")
-                    elif ai == 31:
-                        if major >= 2:
-                            raise _noncanonical(start, "indefinite-length",
-                                                f"{_KIND[major]} of indefinite length")
-                        raise _bad(start, "reserved", "additional information 31 on an integer")
                     else:
-                        raise _bad(start, "reserved", "reserved additional information (28-30)")
+                        arg, pos = _long_arg(data, start, major, ai, n)
 
                     if major == 0:
                         value = arg
+                        if arg > 256:
+                            used += _SMALL_INT if arg < 1 << 30 else _BIG_INT
                     elif major == 1:
                         value = -1 - arg
+                        if arg > 4:
+                            used += _SMALL_INT if arg < 1 << 30 else _BIG_INT
                     elif major <= 3:
                         if arg > max_string:
                             raise _limit(start, "string-too-long",
@@ -254,10 +370,25 @@ class Decoder:
                         if arg > n - pos:
                             raise _truncated(start, _KIND[major])
                         end = pos + arg
+                        cost = _r16(_BYTES + arg)
+                        if used + cost > budget:
+                            raise _too_much_memory(start, budget)
                         value = data[pos:end]
                         steps += arg
                         pos = end
-                        if major == 3:
+                        if major == 2:
+                            used += cost
+                        else:
+                            if value.isascii():
+                                text = _r16(_ASCII + arg)
+                                peak = text
+                            else:
+                                text = _r16(_TEXT + 4 * arg)
+                                peak = _r16(_TEXT + _TEXT_WIDEN * arg)
+                            # The UTF-8 copy is alive while the text is built, then dropped.
+                            if used + cost + peak > budget:
+                                raise _too_much_memory(start, budget)
+                            used += text
                             try:
                                 value = value.decode("utf-8")
                             except UnicodeDecodeError:
@@ -266,6 +397,9 @@ class Decoder:
                         if stack and stack[-1][2] and stack[-1][3] is _NOKEY:
                             raise _refused(start, "container-key", f"{_KIND[major]} as a map key is not allowed")
                         if arg == 0:
+                            used += _r16(_LIST) if major == 4 else _MAP
+                            if used > budget:
+                                raise _too_much_memory(start, budget)
                             value = [] if major == 4 else {}
                         else:
                             if len(stack) >= max_depth:
@@ -275,10 +409,21 @@ class Decoder:
                                 raise _truncated(start, f"{_KIND[major]} whose item count")
                             if items + owed > max_items:
                                 raise _limit(start, "too-many-items", f"more than {max_items} items")
-                            stack.append([[] if major == 4 else {}, arg, major == 5, _NOKEY, None, 0])
+                            # The whole container is charged at its head: an array's slots are
+                            # allocated there, a map's table as it fills.
+                            used += _FRAME + (_r16(_LIST + _SLOT * arg) if major == 4 else
+                                              _MAP + _ENTRY * max(arg, 2))
+                            if used > budget:
+                                raise _too_much_memory(start, budget)
+                            if major == 4:
+                                stack.append([[None] * arg, arg, False, 0, None, 0])
+                            else:
+                                stack.append([{}, arg, True, _NOKEY, None, 0])
                             continue
                 if items > max_items:
                     raise _limit(start, "too-many-items", f"more than {max_items} items")
+                if used > budget:
+                    raise _too_much_memory(start, budget)
 
                 # Hand the finished value to its container, closing every container it completes.
                 while stack:
@@ -293,6 +438,11 @@ class Decoder:
                                     raise _noncanonical(start, "duplicate-key", "a map key repeated")
                                 raise _noncanonical(start, "key-order",
                                                     "map keys not in the bytewise order of their encodings")
+                            # The key's encoding is kept until the next key: charged while it is.
+                            held = _r16(_BYTES + pos - start)
+                            used += held - (0 if prev is None else _r16(_BYTES + len(prev)))
+                            if used > budget:
+                                raise _too_much_memory(start, budget)
                             frame[3], frame[4], frame[5] = value, kb, start
                             break
                         d = frame[0]
@@ -303,11 +453,13 @@ class Decoder:
                             raise _noncanonical(frame[5], "duplicate-key", "a map key equal in value to an earlier one")
                         frame[3] = _NOKEY
                     else:
-                        frame[0].append(value)
+                        frame[0][frame[3]] = value
+                        frame[3] += 1
                     frame[1] -= 1
                     if frame[1]:
                         break
                     stack.pop()
+                    used -= _FRAME + (0 if frame[4] is None else _r16(_BYTES + len(frame[4])))
                     value = frame[0]
                 else:
                     if pos != n:
@@ -315,10 +467,162 @@ class Decoder:
                     return value
         finally:
             self.steps = steps
+            self.memory = used
 
 
 def decode(data: bytes, *, max_bytes: int = MAX_DECODE_BYTES, max_items: int = MAX_DECODE_ITEMS,
-           max_depth: int = MAX_DEPTH, max_string: int = MAX_STRING_BYTES) -> Any:
-    """Decode canonical CBOR within the given limits; refuse anything else with a typed reason."""
-    return Decoder(max_bytes=max_bytes, max_items=max_items, max_depth=max_depth,
-                   max_string=max_string).decode(data)
+           max_depth: int = MAX_DEPTH, max_string: int = MAX_STRING_BYTES, max_memory: int | None = None,
+           start: int = 0, end: int | None = None) -> Any:
+    """Decode canonical CBOR within the given limits; refuse anything else with a typed reason.
+    The decoded objects may take `max_memory` bytes (default: `memory_budget` of the document's
+    size); `start`/`end` decode data[start:end] in place (Decoder.decode)."""
+    return Decoder(max_bytes=max_bytes, max_items=max_items, max_depth=max_depth, max_string=max_string,
+                   max_memory=max_memory).decode(data, start=start, end=end)
+
+
+# --- an array of byte strings, compact -----------------------------------------------------------
+
+_HEAD_LEN = bytes(1 if ai < 24 else 1 + (1 << (ai - 24)) if ai < 28 else 1 for ai in range(32))
+# ByteStrings keeps the head offset of every _STRIDE-th item and walks the (already checked) heads
+# from there: 4 bytes of offsets per _STRIDE items, so even a list of one-byte items costs 1/4 of its size.
+_STRIDE = 16
+
+
+def _next_head(data: bytes, at: int) -> tuple[int, int]:
+    """(payload start, payload end) of the checked byte-string head at `at`."""
+    ai = data[at] & 0x1F
+    if ai < 24:
+        return at + 1, at + 1 + ai
+    begin = at + _HEAD_LEN[ai]
+    return begin, begin + int.from_bytes(data[at + 1:begin], "big")
+
+
+class ByteStrings(Sequence[bytes]):
+    """A decoded CBOR array of byte strings, read-only: the document's bytes and the offset of every
+    16th item's head (4 bytes each; 8 past 4 GiB), not one Python object per item. Items are
+    sliced out as they are read (iteration walks the heads; indexing walks at most 15 from the
+    nearest kept offset); a slice with step 1 is a view that shares the buffer."""
+
+    __slots__ = ("_data", "_marks", "_lo", "_hi")
+
+    def __init__(self, data: bytes, marks: array, count: int, lo: int = 0, hi: int | None = None) -> None:
+        # marks[k] is where item k * _STRIDE's head starts (the document's end for k * _STRIDE == count).
+        self._data, self._marks = data, marks
+        self._lo, self._hi = lo, count if hi is None else hi
+
+    def __len__(self) -> int:
+        return self._hi - self._lo
+
+    def _head(self, i: int) -> int:
+        data = self._data
+        at = self._marks[i // _STRIDE]
+        for _ in range(i % _STRIDE):
+            at = _next_head(data, at)[1]
+        return at
+
+    @overload
+    def __getitem__(self, index: int) -> bytes: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[bytes]: ...
+
+    def __getitem__(self, index: int | slice) -> bytes | Sequence[bytes]:
+        if isinstance(index, slice):
+            lo, hi, step = index.indices(len(self))
+            if step == 1:
+                return ByteStrings(self._data, self._marks, 0, self._lo + lo, self._lo + max(lo, hi))
+            return [self[i] for i in range(lo, hi, step)]
+        i = index.__index__()
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError("ByteStrings index out of range")
+        begin, end = _next_head(self._data, self._head(self._lo + i))
+        return self._data[begin:end]
+
+    def __iter__(self) -> Iterator[bytes]:
+        if self._lo >= self._hi:
+            return
+        data, lens = self._data, _HEAD_LEN
+        at = self._head(self._lo)
+        for _ in range(self._hi - self._lo):
+            ai = data[at] & 0x1F
+            if ai < 24:
+                begin, at = at + 1, at + 1 + ai
+            else:
+                begin = at + lens[ai]
+                at = begin + int.from_bytes(data[at + 1:begin], "big")
+            yield data[begin:at]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, (ByteStrings, list, tuple)):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"ByteStrings({len(self)} items)"
+
+    @property
+    def nbytes(self) -> int:
+        """The memory this holds beyond the document's bytes: its offsets array."""
+        return self._marks.itemsize * len(self._marks)
+
+
+def _foreign(start: int, ib: int, where: str) -> MalformedCBOR:
+    """The refusal of an item of the wrong type at `start`: a byte that no CBOR item may start with
+    (a break, reserved additional information) or a tag gets the decoder's own reason."""
+    major, ai = ib >> 5, ib & 0x1F
+    if major == 6:
+        return _refused(start, "tag", "CBOR tags are not allowed (the protocol uses none)")
+    if major == 7 and ai == 31:
+        return _bad(start, "break", "a break byte (0xff) outside an indefinite-length item")
+    if 28 <= ai <= 30 or (ai == 31 and major < 2):
+        return _bad(start, "reserved", "reserved additional information")
+    return _refused(start, "item-type", f"{_ANY_KIND[major]} {where}")
+
+
+def decode_byte_strings(data: bytes, *, max_bytes: int = MAX_DECODE_BYTES, max_items: int = MAX_DECODE_ITEMS,
+                        max_string: int = MAX_STRING_BYTES) -> ByteStrings:
+    """Decode a canonical CBOR array of byte strings into a compact `ByteStrings`, with the rules
+    and refusals of `decode`; an item of any other type is refused at its first byte (rule
+    `item-type`). Memory: the offsets array, 4 bytes per 16 items (an item is at least one byte),
+    and a copy of the input unless it is `bytes`."""
+    _check_limits(max_bytes=max_bytes, max_items=max_items, max_string=max_string)
+    data, _ = _document(data, max_bytes)
+    n = len(data)
+    ib = data[0]
+    major, ai = ib >> 5, ib & 0x1F
+    if major != 4:
+        raise _foreign(0, ib, "where an array of byte strings is due")
+    count, pos = (ai, 1) if ai < 24 else _long_arg(data, 0, 4, ai, n)
+    if count > n - pos:
+        raise _truncated(0, "an array whose item count")
+    if count + 1 > max_items:
+        raise _limit(0, "too-many-items", f"more than {max_items} items")
+    marks = array("I" if n < 1 << 32 else "Q")  # grows as items are read: nothing for what is refused
+    for i in range(count):
+        if pos >= n:
+            raise _truncated(pos, "an item")
+        start = pos
+        ib = data[pos]
+        if ib >> 5 != 2:
+            raise _foreign(start, ib, "in an array that holds only byte strings")
+        ai = ib & 0x1F
+        if ai < 24:
+            length, pos = ai, pos + 1
+        else:
+            length, pos = _long_arg(data, start, 2, ai, n)
+        if length > max_string:
+            raise _limit(start, "string-too-long", f"a byte string longer than the limit of {max_string} bytes")
+        if length > n - pos:
+            raise _truncated(start, "a byte string")
+        if not i % _STRIDE:
+            marks.append(start)
+        pos += length
+    if not count % _STRIDE:
+        marks.append(pos)
+    if pos != n:
+        raise _noncanonical(pos, "trailing-bytes", "trailing bytes after the CBOR item")
+    return ByteStrings(data, marks, count)

@@ -120,7 +120,10 @@ def test_nesting_past_the_depth_limit_is_refused_everywhere(levels):
             cbor.decode(data)
         assert info.value.rule == "too-deep"
         _quick(decode_call, CallDecodeError, "nested deeper", PREFIX + data)
-        _quick(decode_leaves, LeavesRefused, "nested deeper", data)
+        # A leaf list holds byte strings only: the first item that is not one is refused at its first byte.
+        exc = _quick(decode_leaves, LeavesRefused, "byte strings", data)
+        assert exc.reason.endswith("offset 1: an array in an array that holds only byte strings" if data[0] == 0x81
+                                   else "offset 0: a map where an array of byte strings is due")
         _quick(load_opening, OpeningRefused, "nested deeper", manifest_opening(data))
 
 
