@@ -15,6 +15,7 @@ TARGETS = (
     "remarks",
     "step_leaf",
     "leaf_list",
+    "byte_strings",
     "opening_file",
     "opening_manifest",
     "opening_gate",
