@@ -25,7 +25,8 @@ KINDS = {
 }
 HOSTILE_KINDS = {"a hostile remark", "a hostile registration", "a hostile endpoint or prover", "a poison manifest",
                  "a hostile API request", "a miner starving a shared resource",
-                 "a block or snapshot the follower chokes on", "a hostile authority record"}
+                 "a block or snapshot the follower chokes on", "a hostile authority record",
+                 "an amplification payload"}
 # Where each hostile input must be stopped.
 HOSTILE_STAGES = {
     "bignum-remark": "chain", "value-sharing-remark": "chain", "deep-nesting-remark": "chain",
@@ -37,6 +38,7 @@ HOSTILE_STAGES = {
     "sealed-refused-looks-replayed": "api", "range-5000-digits": "api", "hostile-config-file": "api",
     "opening-deadline-out-of-range": "chain", "unbonding-delay-out-of-range": "chain",
     "max-rounds-out-of-range": "chain", "unpinned-authority-record": "chain",
+    "leaf-list-of-empty-arrays": "losschecks", "manifest-of-empty-arrays": "fetch",
 }
 
 
