@@ -77,6 +77,9 @@ STAGE_BACKOFF = Backoff(1.0, 5.0)
 # Between fetches of one opening that failed for a reason that may pass, within the commit window.
 FETCH_RETRY_BACKOFF = Backoff(1.0, 20.0)
 SEND_BACKOFF = Backoff(0.5, 3.0)
+# A stop (SIGTERM, SIGINT) waits at most this long for a fetch to reach a point it resumes from and
+# for the sender to finish a send; nothing else is waited for (docs/operator.md, "First start").
+STOP_GRACE_S = 1.5
 # The protocol-state snapshot is rewritten every SNAPSHOT_MIN_BLOCKS blocks, or more rarely when it
 # is large (about SNAPSHOT_BYTES_PER_BLOCK of snapshot per block, amortised), but at least every
 # SNAPSHOT_MAX_BLOCKS blocks and at shutdown: the blocks since are re-derived from the chain on start.
@@ -362,25 +365,70 @@ class VerifierNode:
             self._reconnect(f"no new finalized block for {self.cfg.chain.watchdog_s:g} s")
 
     def shutdown(self) -> None:
+        """Stop within about STOP_GRACE_S: nothing durable is lost, and nothing waits on work that is redone.
+
+        Replays are stopped at once (a replay is redone after the restart, and the stopped attempt
+        does not count against MAX_REPLAY_ATTEMPTS); a fetch sees `stop` and keeps its partial file
+        to resume; validations and loss checks, which read their input and write nothing until they
+        end, are left running and start again on the next start. The sender gets the same grace to
+        finish its send: a tx it had begun is journaled in_progress and sent again on the next start,
+        as after a crash. Stage work that ended inside the grace is persisted; then the snapshot of the
+        cursor is written.
+        """
+        started = time.monotonic()
         self.stop.set()
         self._send_wake.set()
-        if self._sender is not None:
-            self._sender.join(self.cfg.chain.submit_timeout_s + 5)
-        # Stage threads see `stop` (a fetch keeps its partial file to resume); wait for them briefly.
-        until = time.monotonic() + 10.0
+        until = started + STOP_GRACE_S
+        replaying = list(self.replay_owners)
+        self.replays.shutdown()
+        self._replays_stopped(replaying)
         for task in [*self.tasks.values(), *(t for _, t in self.abandoned)]:
+            if task.stage != Stage.FETCH:
+                continue
             try:
                 task.future.exception(timeout=max(0.0, until - time.monotonic()))
-            except Exception:  # still running (a validation ignores `stop`): it dies with the process
+            except Exception:  # a fetch still inside one read: it ends with the process, its .part stays
                 pass
-        self.replays.shutdown()
+        if self._sender is not None:
+            self._sender.join(max(0.0, until - time.monotonic()))
+        try:
+            for cid, task in list(self.tasks.items()):
+                if task.future.done():
+                    del self.tasks[cid]
+                    self.in_flight.remove(task.owners)
+                    self._finished(cid, task)
+        except Exception as exc:  # the job stays at its stage and the work is done again on the next start
+            log_event(log, "stage_persist_failed", level=logging.WARNING, error=describe_error(exc, 500))
+        left = sorted(str(t.stage) for t in [*self.tasks.values(), *(t for _, t in self.abandoned)]
+                      if not t.future.done())
         self._final_snapshot()
         if self.transport is not None:
             try:
                 self.transport.close()
             except Exception:
                 pass
-        log_event(log, "node_stopped", account=self.account)
+        log_event(log, "node_stopped", account=self.account, seconds=round(time.monotonic() - started, 2),
+                  replays_stopped=len(replaying), stages_left=left,
+                  sender_left=self._sender is not None and self._sender.is_alive())
+
+    def _replays_stopped(self, cids: list[bytes]) -> None:
+        """The replays a stop ended: each job stays at replay, and the attempt is given back."""
+        if not cids:
+            return
+        try:
+            with self.engine.begin() as conn:
+                for cid in cids:
+                    conn.execute(update(challenges)
+                                 .where(and_(challenges.c.challenge_id == cid, challenges.c.stage == Stage.REPLAY,
+                                             challenges.c.attempts > 0))
+                                 .values(attempts=challenges.c.attempts - 1, updated_at=time.time(),
+                                         status="the replay was stopped by the node's shutdown; it runs again "
+                                                "on the next start"))
+        except Exception as exc:  # the attempt counts; the replay still runs again on the next start
+            log_event(log, "replay_stop_record_failed", level=logging.WARNING, error=describe_error(exc, 500))
+        for cid in cids:
+            log_event(log, "replay_stopped", challenge_id=cid.hex(),
+                      detail="stopped by the shutdown; the replay runs again on the next start")
 
     def _maybe_kill(self, point: str) -> None:
         """Test fault: die like a power cut right after `point` became durable."""

@@ -305,9 +305,10 @@ class _Worker:
         self.started = 0.0
         self.timeout_s = 0.0
 
-    def kill(self) -> None:
+    def kill(self, wait_s: float = 5.0) -> None:
+        """SIGKILL, then reap the process for up to `wait_s` (an unreaped one is gone all the same)."""
         self.proc.kill()
-        self.proc.join(5)
+        self.proc.join(wait_s)
         self.conn.close()
 
 
@@ -372,16 +373,25 @@ class ReplayPool:
                 self._workers[i] = _Worker(self._ctx, self.threads)
         return done
 
-    def shutdown(self) -> None:
+    def shutdown(self, grace_s: float = 0.5) -> None:
+        """Stop every worker within about `grace_s`: a replay is redone after a restart, so a busy
+        worker is killed at once; an idle one is asked to exit and killed if it has not within
+        `grace_s` (a worker still importing the oracle reads its pipe only once that is done)."""
+        until = time.monotonic() + grace_s
         for w in self._workers:
-            if w.key is None and w.proc.is_alive():
+            if w.key is not None:
+                w.proc.kill()
+            elif w.proc.is_alive():
                 try:
                     w.conn.send(None)
                 except (BrokenPipeError, OSError):
-                    pass
-                w.proc.join(2)
+                    w.proc.kill()
+        for w in self._workers:
+            w.proc.join(max(0.0, until - time.monotonic()))
             if w.proc.is_alive():
-                w.kill()
+                w.kill(0.5)
+            else:
+                w.conn.close()
         self._workers = []
 
 
