@@ -297,20 +297,95 @@ def manifest_size_bound(spec: Spec, spec_len: int) -> int:
 # beside it: its objects may take 3x the manifest (plus the decoder's slack), so that the fetch's
 # peak stays within 4x what it downloaded. An honest manifest is mostly 32-byte proof digests
 # (88 bytes charged for 33 on the wire: 2.67x) and token bytes (about 1x): 2.0-2.8x measured.
+# A spec of many short samples from a tiny dataset costs more per byte (up to about 16x): the
+# decode may always take what an honest manifest of the run's spec costs (honest_manifest_charge),
+# which the chain's spec bounds, so no memory limit ever refuses an honest opening.
 GATE_MEMORY_RATIO = 3
 
 
 def _decode_manifest(mb: bytes, start: int = 0, end: int | None = None, *,
-                     ratio: int = cbor.MEMORY_RATIO) -> dict[str, Any]:
-    """The manifest in mb[start:end] (read in place), decoded within `ratio` times its size."""
+                     ratio: int = cbor.MEMORY_RATIO, max_memory: int | None = None) -> dict[str, Any]:
+    """The manifest in mb[start:end] (read in place), decoded within `ratio` times its size (or
+    within `max_memory`)."""
     size = (len(mb) if end is None else end) - start
+    budget = cbor.memory_budget(size, ratio) if max_memory is None else max_memory
     try:
-        manifest = cbor.decode(mb, max_bytes=MAX_MANIFEST_BYTES, max_memory=cbor.memory_budget(size, ratio),
-                               start=start, end=end)
+        manifest = cbor.decode(mb, max_bytes=MAX_MANIFEST_BYTES, max_memory=budget, start=start, end=end)
     except CommitmentError as exc:
         raise OpeningRefused(f"the manifest is not canonical CBOR: {exc}", "malformed") from None
     _check_manifest(manifest)
     return manifest
+
+
+def _manifest_spec(doc: bytes, lo: int, hi: int) -> bytes:
+    """The spec bytes of the manifest doc[lo:hi], found without decoding the rest of it."""
+    try:
+        where = cbor.map_entry(doc, "spec", start=lo, end=hi)
+        if where is None:
+            raise OpeningRefused("manifest is missing field(s) spec", "malformed")
+        value = cbor.decode(doc, max_bytes=MAX_MANIFEST_BYTES, start=where[0], end=where[1])
+    except CommitmentError as exc:
+        raise OpeningRefused(f"the manifest is not canonical CBOR: {exc}", "malformed") from None
+    if not isinstance(value, bytes) or not value:
+        raise OpeningRefused("manifest field spec must be non-empty bytes", "malformed")
+    return value
+
+
+def _proof_len(n: Any) -> int:
+    """The most hashes an inclusion proof into a tree of `n` leaves holds (RFC 9162): ceil(log2 n)."""
+    if not _is_uint(n) or n < 2:
+        return 0
+    return min((n - 1).bit_length(), MAX_PROOF_LEN)
+
+
+def honest_manifest_charge(spec: Spec, spec_len: int, *, num_samples: Any = None, size: Any = None,
+                           steps: Any = None) -> int:
+    """The most the decoder charges for the objects of an honest manifest under `spec` whose
+    dataset, checkpoint tree and schedule have `num_samples`, `size` and `steps` leaves (each
+    proof at the depth its tree allows; an unknown size: MAX_PROOF_LEN), every other field at its
+    largest, with a quarter more and the decoder's slack on top. A manifest's decode may always
+    take this much, so a memory limit never refuses an honest opening whatever its spec's shape:
+    many short samples from a tiny dataset cost up to about 16 times their bytes, where proofs
+    and tokens cost 1 to 2.7 times theirs."""
+    digest_ = cbor.charge_bytes(DIGEST_SIZE)
+
+    def proof(n: Any) -> int:
+        d = MAX_PROOF_LEN if n is None else _proof_len(n)
+        return cbor.charge_array(d) + d * digest_
+
+    sample = cbor.charge_array(3) + cbor.CHARGE_INT + cbor.charge_bytes(4 * spec.sample_len) + proof(num_samples)
+    batch = spec.batch.batch_size
+    keys = sum(cbor.charge_text(len(f)) for f in FIELDS)
+    total = (cbor.charge_map(len(FIELDS)) + keys + len(FIELDS) * (cbor.CHARGE_INT + digest_)
+             + cbor.charge_array(batch) + batch * sample + proof(steps) + 2 * proof(size)
+             + 2 * cbor.charge_bytes(_LEAF_BOUND) + cbor.charge_bytes(spec_len) + cbor.charge_text(64))
+    return total + total // 4 + cbor.MEMORY_SLACK
+
+
+def _manifest_field(doc: bytes, lo: int, hi: int, name: str) -> Any:
+    """One field of the manifest doc[lo:hi], decoded alone (None: the manifest has no such key)."""
+    where = cbor.map_entry(doc, name, start=lo, end=hi)
+    return None if where is None else cbor.decode(doc, max_bytes=MAX_MANIFEST_BYTES, start=where[0], end=where[1])
+
+
+def _manifest_budget(doc: bytes, lo: int, hi: int, ratio: int, spec: Spec | None = None,
+                     spec_len: int = 0) -> int:
+    """The memory the decode of the manifest doc[lo:hi] may take: `ratio` times its size, or
+    what an honest manifest of its own spec and tree sizes costs, whichever is more (never more
+    than the decoder's cap). The spec and sizes are read alone first, building nothing else; a
+    manifest whose fields cannot be read so gets the ratio, and its decode says what is wrong."""
+    budget = cbor.memory_budget(hi - lo, ratio)
+    try:
+        if spec is None:
+            raw = _manifest_field(doc, lo, hi, "spec")
+            if not isinstance(raw, bytes):
+                return budget
+            spec, spec_len = Spec.from_cbor(raw), len(raw)
+        sizes = {name: _manifest_field(doc, lo, hi, name) for name in ("num_samples", "size", "steps")}
+    except CommitmentError:
+        return budget
+    honest = honest_manifest_charge(spec, spec_len, **sizes)
+    return min(max(budget, honest), cbor.MAX_DECODE_MEMORY)
 
 
 class OpeningGate:
@@ -334,24 +409,27 @@ class OpeningGate:
             raise OpeningRefused(f"manifest length {mlen} exceeds the limit of {MAX_MANIFEST_BYTES}", "malformed")
         if len(prefix) < _HEADER + mlen:
             return False, _HEADER + mlen
-        if isinstance(prefix, bytes):
-            manifest = _decode_manifest(prefix, _HEADER, _HEADER + mlen, ratio=GATE_MEMORY_RATIO)
-        else:
-            manifest = _decode_manifest(bytes(prefix[_HEADER:_HEADER + mlen]), ratio=GATE_MEMORY_RATIO)
-        got = manifest_digest(manifest)
-        if not _eq(got, self.expected_digest):
-            raise OpeningRefused(f"opening digest {_short(got)} != the digest on chain "
-                                 f"{_short(self.expected_digest)}", "invalid")
+        doc = prefix if isinstance(prefix, bytes) else bytes(prefix[:_HEADER + mlen])
+        lo, hi = _HEADER, _HEADER + mlen
+        # The spec first, read in place without decoding the rest: it must be the run's, and it
+        # sizes both the manifest and the memory its decode may take.
+        spec_bytes = _manifest_spec(doc, lo, hi)
         try:
-            spec = Spec.from_cbor(manifest["spec"])
+            spec = Spec.from_cbor(spec_bytes)
         except CommitmentError as exc:
             raise OpeningRefused(f"the opening's spec is not usable: {exc}", "invalid") from None
         if not _eq(spec.digest(), self.spec_digest):
             raise OpeningRefused(f"spec digest {_short(spec.digest())} != the run's spec digest "
                                  f"{_short(self.spec_digest)}", "invalid")
-        bound = manifest_size_bound(spec, len(manifest["spec"]))
+        bound = manifest_size_bound(spec, len(spec_bytes))
         if mlen > bound:
             raise OpeningRefused(f"the manifest is {mlen} bytes; its spec allows at most {bound}", "unavailable")
+        budget = _manifest_budget(doc, lo, hi, GATE_MEMORY_RATIO, spec, len(spec_bytes))
+        manifest = _decode_manifest(doc, lo, hi, max_memory=budget)
+        got = manifest_digest(manifest)
+        if not _eq(got, self.expected_digest):
+            raise OpeningRefused(f"opening digest {_short(got)} != the digest on chain "
+                                 f"{_short(self.expected_digest)}", "invalid")
         bound = state_size_bound(spec)
         if manifest["pre_state_len"] > bound:
             raise OpeningRefused(f"the manifest declares a pre-state of {manifest['pre_state_len']} bytes; "
@@ -455,7 +533,7 @@ def load_opening(data_or_path: bytes | bytearray | memoryview | str | os.PathLik
         raise OpeningRefused(f"truncated opening: the manifest needs {mlen} bytes, "
                              f"{len(data) - _HEADER} follow the header")
     mb = bytes(data[_HEADER:_HEADER + mlen])
-    manifest = _decode_manifest(mb)
+    manifest = _decode_manifest(mb, max_memory=_manifest_budget(mb, 0, len(mb), cbor.MEMORY_RATIO))
     pre_state = data[_HEADER + mlen:]  # a view of the map when read from a file: no copy
     if len(pre_state) != manifest["pre_state_len"]:
         raise OpeningRefused(f"pre-state length is {len(pre_state)} bytes, the manifest says "

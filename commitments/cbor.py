@@ -480,6 +480,109 @@ def decode(data: bytes, *, max_bytes: int = MAX_DECODE_BYTES, max_items: int = M
                    max_memory=max_memory).decode(data, start=start, end=end)
 
 
+# --- one entry of a top-level map, found without building anything --------------------------------
+
+
+def map_entry(data: bytes, key: str, *, start: int = 0, end: int | None = None) -> tuple[int, int] | None:
+    """Where the value of text key `key` lies in the top-level map data[start:end]: its (start, end)
+    offsets, or None when the map has no such key. Nothing is built: the walk keeps one count of
+    the items still owed, so it takes constant memory and time linear in the bytes walked, and
+    any document it does not refuse must still pass `decode` (this walk checks heads, lengths,
+    tags and reserved values, not canonical form). A caller uses it to read one small field (a
+    manifest's spec) that sizes the budget of the whole document's decode."""
+    if not isinstance(data, bytes):
+        raise MalformedCBOR(f"a map walk needs bytes, got {type(data).__name__}", rule="not-bytes")
+    n = len(data) if end is None else end
+    if not (isinstance(start, int) and isinstance(n, int) and 0 <= start <= n <= len(data)):
+        raise ValueError(f"the window {start!r}:{end!r} is not inside the {len(data)} bytes given")
+    pos = start
+    if pos >= n:
+        raise MalformedCBOR("empty input is not a CBOR item", rule="empty", offset=pos)
+    ib = data[pos]
+    if ib >> 5 != 5:
+        raise MalformedCBOR(f"the document is {_ANY_KIND[ib >> 5]}, not a map", rule="not-a-map", offset=pos)
+    entries, pos = (ib & 0x1F, pos + 1) if ib & 0x1F < 24 else _long_arg(data, pos, 5, ib & 0x1F, n)
+    if 2 * entries > n - pos:
+        raise _truncated(start, "a map whose item count")
+    wanted = key.encode("utf-8")
+    for _ in range(entries):
+        kstart = pos
+        pos = _skip_item(data, pos, n)
+        kb = data[kstart:pos]
+        vstart = pos
+        pos = _skip_item(data, pos, n)
+        ib = kb[0]
+        if ib >> 5 == 3:
+            arg_at = 1 if ib & 0x1F < 24 else 1 + (1 << ((ib & 0x1F) - 24))
+            if kb[arg_at:] == wanted:
+                return vstart, pos
+    if pos != n:
+        raise _noncanonical(pos, "trailing-bytes", "trailing bytes after the CBOR item")
+    return None
+
+
+def _skip_item(data: bytes, pos: int, n: int) -> int:
+    """The offset after the item at `pos` (and everything inside it), building nothing."""
+    owed = 1
+    while owed:
+        if pos >= n:
+            raise _truncated(pos, "an item")
+        start = pos
+        ib = data[pos]
+        pos += 1
+        owed -= 1
+        major, ai = ib >> 5, ib & 0x1F
+        if major == 7:
+            if ai in _FLOAT_FORMS:
+                pos += _FLOAT_FORMS[ai][0]
+                if pos > n:
+                    raise _truncated(start, "a float")
+            elif ai == 31:
+                raise _bad(start, "break", "a break byte (0xff) outside an indefinite-length item")
+            elif ai >= 28:
+                raise _bad(start, "reserved", "reserved additional information (28-30)")
+            continue
+        if major == 6:
+            raise _refused(start, "tag", "CBOR tags are not allowed (the protocol uses none)")
+        arg, pos = (ai, pos) if ai < 24 else _long_arg(data, start, major, ai, n)
+        if major in (2, 3):
+            if arg > n - pos:
+                raise _truncated(start, _KIND[major])
+            pos += arg
+        elif major >= 4:
+            owed += arg if major == 4 else 2 * arg
+            if owed > n - pos:
+                raise _truncated(start, f"{_KIND[major]} whose item count")
+    return pos
+
+
+# --- what the decoder charges, for callers that size a budget from a document's known shape -------
+
+
+def charge_bytes(n: int) -> int:
+    """What `decode` charges for a byte string of `n` bytes."""
+    return _r16(_BYTES + n)
+
+
+def charge_text(n: int) -> int:
+    """The most `decode` charges for an ASCII text string of `n` bytes once it is built."""
+    return _r16(_ASCII + n)
+
+
+def charge_array(items: int) -> int:
+    """What `decode` charges for an array of `items` items (its slots and its open frame), not
+    counting the items themselves."""
+    return _FRAME + _r16(_LIST + _SLOT * items) if items else _r16(_LIST)
+
+
+def charge_map(entries: int) -> int:
+    """What `decode` charges for a map of `entries` entries, not counting its keys and values."""
+    return _FRAME + _MAP + _ENTRY * max(entries, 2) if entries else _MAP
+
+
+CHARGE_INT = _BIG_INT  # the most `decode` charges for an integer
+
+
 # --- an array of byte strings, compact -----------------------------------------------------------
 
 _HEAD_LEN = bytes(1 if ai < 24 else 1 + (1 << (ai - 24)) if ai < 28 else 1 for ai in range(32))
