@@ -1,8 +1,11 @@
-"""Soak: a verifier node on a dev chain that carries a steady mix of hostile remarks and hostile
-provers (slowloris, a trickled body, an oversized body, a redirect to an internal address, a gzip
-bomb) beside honest runs, for a few minutes. Every honest challenge must still resolve honest, the
-node's cursor must keep up with the head, and its memory and disk must stay bounded. The figures
-are printed (run with -s) and logged. `POT_SOAK_S` sets the soak's length (default 150 s).
+"""Soak: a verifier node on a dev chain that carries a steady mix of hostile remarks (among them
+configure_network records by a stranger, out of range and in range) and hostile provers
+(slowloris, a trickled body, an oversized body, a redirect to an internal address, a gzip bomb,
+a leaf list and a manifest of 8 MiB of empty arrays, and endpoint names whose DNS never answers)
+beside honest runs, for a few minutes. Every honest challenge must still resolve honest, in its
+windows; the node's cursor must keep up with the head, its parameters stay the network's, and its
+memory and disk must stay bounded. The figures are printed (run with -s) and logged. `POT_SOAK_S`
+sets the soak's length (default 150 s).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import logging
 import os
 import random
 import sqlite3
+import struct
 import subprocess
 import threading
 import time
@@ -23,6 +27,7 @@ import pytest
 from chain import protocol as P
 from chain.calls import (
     BondVerifier,
+    ConfigureNetwork,
     StartTrainingCommitment,
     SubmitCheckpointRoot,
     SubmitOpening,
@@ -33,11 +38,12 @@ from chain.dev import DevTransport
 from chain.protocol import ProtocolParams
 from chain.view import ChainView
 from challenges.opening import MAGIC, build_opening, encode_leaves, load_opening
-from commitments import merkle
+from commitments import cbor, merkle
 from commitments.hashing import digest
 from commitments.spec import Spec
 from devnet import hostile
 from devnet.lab import Prover, Serve
+from tests.e2e import dns
 from tests.miner.helpers import corpus, tiny_spec, walk
 from tests.node.harness import Network
 
@@ -62,6 +68,22 @@ STUCK_S = 25.0  # a lag over the bound for this long ends the soak early: the cu
 MAX_RSS_MIB = 1200
 MAX_RSS_GROWTH_MIB = 200  # last third of the soak over its first third
 MAX_DISK_MIB = 96
+AMPLIFIED_BYTES = 8 << 20  # a leaf list or manifest of this many one-byte empty arrays
+STALL_DOMAIN = "soak.test"  # names under it go to the silent name server
+
+
+def empty_arrays(n: int) -> bytes:
+    """A canonical CBOR array of `n` empty arrays: one byte of input per item decoded."""
+    return hostile._head(4, n) + b"\x80" * n
+
+
+def stranger_records() -> list[bytes]:
+    """configure_network records by a stranger to the network: the defaults with no slashing (in
+    range), and an opening deadline of 2^63 blocks (out of range); neither may take effect."""
+    base = ProtocolParams().to_dict()
+    lenient = dict(base, slash_amount=0, outlier_penalty=0, no_show_penalty=0)
+    huge = dict(base, opening_deadline=1 << 63)
+    return [encode_call(ConfigureNetwork(cbor.encode(d), 1 << 30)) for d in (lenient, huge)]
 
 
 def rss_bytes(pid: int) -> int:
@@ -108,8 +130,9 @@ class Soak:
     """The miners around one node: honest runs answered honestly, hostile runs answered from hostile
     provers, and an attacker putting hostile remarks on chain; one responder follows the chain."""
 
-    def __init__(self, net: Network, tmp: Path) -> None:
+    def __init__(self, net: Network, tmp: Path, *, stall_dns: bool) -> None:
         self.net = net
+        self.stall_dns = stall_dns
         self.walk = walk(tiny_spec(STEPS), corpus(tmp))
         self.tree = merkle.MerkleTree.from_leaves(list(self.walk.leaves))
         self.honest: dict[bytes, bytes | None] = {}  # run id -> challenge id
@@ -129,6 +152,8 @@ class Soak:
         self._n = 0
         # 256 MiB of zeros in a few hundred kB, made once.
         self.bomb = gzip.compress(MAGIC + b"\0" * (256 << 20), compresslevel=9)
+        self.empty_arrays = empty_arrays(AMPLIFIED_BYTES)
+        self.manifest_bomb = MAGIC + struct.pack(">I", len(self.empty_arrays)) + self.empty_arrays
 
     # --- registrations -------------------------------------------------------------------------
     def _register(self, transport: DevTransport, endpoint: str) -> bytes:
@@ -147,11 +172,21 @@ class Soak:
         (self.net.served / "leaves" / run_id.hex()).write_bytes(encode_leaves(self.walk.leaves))
         self.honest[run_id] = None
 
-    HOSTILE_KINDS = ("slow-headers", "slow-body", "oversized", "redirect", "gzip-bomb")
+    HOSTILE_KINDS = ("slow-headers", "dns-staller", "slow-body", "leaves-amplified", "oversized", "redirect",
+                     "manifest-amplified", "gzip-bomb")
+
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(k for k in self.HOSTILE_KINDS if k != "dns-staller" or self.stall_dns)
 
     def start_hostile(self, kind: str) -> None:
-        run_id = self._register(self.mallory, self.prover.endpoint)
+        endpoint = self.prover.endpoint
+        if kind == "dns-staller":  # a name the node must look up, whose name server never answers
+            with self._lock:
+                endpoint = f"http://stall-{self._n}.{STALL_DOMAIN}:8080"
+        run_id = self._register(self.mallory, endpoint)
         self.hostile[run_id] = kind
+        if kind == "leaves-amplified":  # the opening is honest; the leaf list beside it is the payload
+            self.prover.put(f"/runs/{run_id.hex()}/leaves", self.empty_arrays)
 
     def _hostile_serve(self, kind: str, body: bytes) -> Serve:
         if kind == "slow-headers":
@@ -162,6 +197,10 @@ class Soak:
             return Serve(body + b"\0" * (16 << 20))  # 16 MiB past a ~0.5 MB opening
         if kind == "redirect":
             return Serve(redirect=f"{self.internal.endpoint}/secret")
+        if kind == "manifest-amplified":
+            return Serve(self.manifest_bomb)
+        if kind == "leaves-amplified":
+            return Serve(body)
         return Serve(self.bomb, gz=True)
 
     # --- the responder: one chain view answers every challenge -------------------------------------
@@ -192,7 +231,10 @@ class Soak:
             self.honest[ev.run_id] = ev.challenge_id
         else:
             kind = self.hostile[ev.run_id]
-            uri = self.prover.serve(f"/openings/{digest.hex()}", self._hostile_serve(kind, data))
+            if kind == "dns-staller":
+                uri = f"http://stall-{ev.challenge_id.hex()[:12]}.{STALL_DOMAIN}:8080/openings/{digest.hex()}"
+            else:
+                uri = self.prover.serve(f"/openings/{digest.hex()}", self._hostile_serve(kind, data))
             sender = self.mallory
             self.hostile_challenges[ev.challenge_id] = kind
         sender.submit([SubmitOpening(ev.challenge_id, digest, uri, w.leaves[ev.step],
@@ -211,7 +253,8 @@ class Soak:
             derive_run_id(self.attacker.account, nonce), nonce, w.states[0].digest(), w.schedule.commitment,
             w.dataset.dataset_hash, big_spec, w.spec.steps, self.net.endpoint))
         rng = random.Random(13)
-        return [hostile.call_with("submit_checkpoint_root", "size", hostile.bignum()),
+        return [*stranger_records(),
+                hostile.call_with("submit_checkpoint_root", "size", hostile.bignum()),
                 hostile.call_with("submit_checkpoint_root", "proof", hostile.value_sharing()),
                 hostile.call_with("submit_checkpoint_root", "proof", hostile.deep_nesting()),
                 registration,
@@ -224,8 +267,8 @@ class Soak:
         # A pot1 payload that is no call leaves one ignored record; a call the protocol refuses, a
         # refusal; foreign bytes nothing at all.
         if payload.startswith(b"pot1"):
-            kind = "refused" if payload.startswith(b"pot1\x82\x78\x19start_training") else "ignored"
-            self.expected[kind] += 1
+            call = payload.startswith((b"pot1\x82\x78\x19start_training", b"pot1\x82\x71configure_network"))
+            self.expected["refused" if call else "ignored"] += 1
 
     def close(self) -> None:
         self.stop.set()
@@ -234,8 +277,12 @@ class Soak:
 
 
 def test_soak_hostile_remarks_and_provers_beside_honest_runs(tmp_path):
+    no_dns = dns.unavailable(tmp_path)
+    if no_dns is not None:
+        log.warning("soak without its DNS staller: %s", no_dns)
+    nameserver = None if no_dns is not None else dns.SilentNameServer(tmp_path)
     net = Network(tmp_path, PARAMS, interval=INTERVAL_S)
-    soak = Soak(net, tmp_path)
+    soak = Soak(net, tmp_path, stall_dns=nameserver is not None)
     name = "v1"
     figures: dict = {}
     try:
@@ -243,7 +290,7 @@ def test_soak_hostile_remarks_and_provers_beside_honest_runs(tmp_path):
         # chain when it is issued (on a dev chain any process may sign as the node's account).
         DevTransport(net.chain_path, name).submit([BondVerifier(amount=1000)])
         cfg = net.node_config(name)
-        proc = net.start_node(name, cfg)
+        proc = net.start_node(name, cfg, wrap=None if nameserver is None else nameserver.wrap())
         data_dir = tmp_path / f"{name}-data"
         db = data_dir / "node.db"
         responder = threading.Thread(target=soak.respond, daemon=True)
@@ -262,7 +309,7 @@ def test_soak_hostile_remarks_and_provers_beside_honest_runs(tmp_path):
         samples: list[dict] = []
         started = time.monotonic()
         next_honest = next_hostile = next_remark = started
-        kinds = iter(soak.HOSTILE_KINDS * 100)
+        kinds = iter(soak.kinds() * 100)
         stuck_since = None
         stopped_early = None
         while True:
@@ -307,6 +354,8 @@ def test_soak_hostile_remarks_and_provers_beside_honest_runs(tmp_path):
         while (node_cursor(db) or 0) < end_head and time.monotonic() < waited:
             time.sleep(0.5)
         events = node_event_counts(db)
+        final = ChainView(DevTransport(net.chain_path, "observer"), PARAMS)
+        final.sync()
         third = max(1, len(samples) // 3)
         mib = 2 ** 20
         figures = {
@@ -329,6 +378,10 @@ def test_soak_hostile_remarks_and_provers_beside_honest_runs(tmp_path):
             "disk_peak_mib": round(max(s["disk"] for s in samples) / mib, 1),
             "disk_final_mib": round(samples[-1]["disk"] / mib, 1),
             "openings_peak_mib": round(max(s["openings"] for s in samples) / mib, 1),
+            "dns_staller": "skipped: " + no_dns if nameserver is None else "on",
+            "dns_queries_unanswered": 0 if nameserver is None else nameserver.queries,
+            "authority": final.state.authority, "params_changes_scheduled": len(final.state.schedule),
+            "params_unchanged": final.state.params == PARAMS,
         }
         report = "soak figures: " + json.dumps(figures, sort_keys=True)
         print("\n" + report, flush=True)
@@ -343,10 +396,17 @@ def test_soak_hostile_remarks_and_provers_beside_honest_runs(tmp_path):
         assert figures["rss_last_third_max_mib"] <= figures["rss_first_third_max_mib"] + MAX_RSS_GROWTH_MIB, report
         assert figures["disk_peak_mib"] <= MAX_DISK_MIB, report
         assert figures["internal_requests"] == 0, report
+        # A stranger's records neither took the network nor waited to change its parameters.
+        assert figures["authority"] != soak.attacker.account, report
+        assert figures["params_unchanged"] and figures["params_changes_scheduled"] == 0, report
+        if nameserver is not None:  # the staller's names were looked up, and stalled, beside the honest runs
+            assert figures["dns_queries_unanswered"] > 0, report
         assert figures["remarks_ignored"] == soak.expected["ignored"], report
         assert figures["calls_refused"] >= soak.expected["refused"], report
         assert proc.poll() is None, net.log(name)[-3000:]
     finally:
         soak.close()
         net.close()
+        if nameserver is not None:
+            nameserver.close()
 

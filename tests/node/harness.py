@@ -252,8 +252,10 @@ class Network:
         path.write_text("\n".join(lines) + "\n")
         return path
 
-    def start_node(self, name: str, config: Path, *, env: dict[str, str] | None = None, init: bool = True) -> subprocess.Popen:
-        args = [sys.executable, "-m", "pot", "node", "run", "--config", str(config)]
+    def start_node(self, name: str, config: Path, *, env: dict[str, str] | None = None, init: bool = True,
+                   wrap: list[str] | None = None) -> subprocess.Popen:
+        """`pot node run` for `name`; `wrap` is a command line the node runs under (its arguments follow)."""
+        args = [*(wrap or []), sys.executable, "-m", "pot", "node", "run", "--config", str(config)]
         if init:
             args.append("--init")
         log = open(self.tmp / f"{name}.log", "ab")  # noqa: SIM115 - the process owns it
