@@ -337,9 +337,11 @@ MAX_PARAMS_BYTES = 4096
 class ConfigureNetwork(Call):
     """The network's authority fixes the protocol parameters from `effective_block` on.
 
-    `params` is the canonical CBOR of `ProtocolParams.to_dict()`. The first record names the
-    authority (its sender, or the authority every participant pins); later ones change the
-    parameters at a stated later block, never retroactively.
+    `params` is the canonical CBOR of `ProtocolParams.to_dict()`. Only the authority's records
+    count (any other sender's is refused, `NotAuthority`): a dev chain file records its creator as
+    the authority, and a node on a Substrate chain must pin it (`[chain] authority`); only a reader
+    with neither lets the first accepted record name it (docs/protocol.md §11). Each record changes
+    the parameters at a stated later block, never retroactively.
     """
 
     NAME: ClassVar[str] = "configure_network"
