@@ -263,10 +263,13 @@ def spec_show(
     canonical: bool = typer.Option(False, "--canonical", help="print the canonical form as a spec file (TOML): "
                                    "every field the digest covers, defaults included"),
 ) -> None:
-    """Print the canonical spec as JSON, with its digest: every field, defaults included, except
-    those its model kind does not use and later additions still at their default (the schedule,
-    micro_batches), which the digest leaves out too. With --canonical, the same form as TOML that
-    loads back to the same digest, the fields left out at their default as comment lines."""
+    """Print the canonical spec as JSON, with its digest: every field the digest covers, defaults
+    included. A gpt or mlp model holds every model field but the Llama ones (hidden too, which a
+    GPT never reads), a llama model every one but hidden, bias and gelu, and the optimizer holds the
+    fields of both AdamW and SGD whichever it names. Later additions still at their default (the
+    schedule, micro_batches) are left out, as the digest leaves them out (docs/protocol.md §3.4.1).
+    With --canonical, the same form as TOML that loads back to the same digest, the fields left out
+    at their default as comment lines."""
     s = _load_spec(spec)
     if canonical:
         typer.echo(s.canonical_toml(str(spec)), nl=False)
