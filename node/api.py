@@ -796,10 +796,17 @@ def readiness(ctx: ApiContext) -> dict[str, dict[str, Any]]:
         checks["determinism"] = {"ok": False, "data": {}, "detail": "unknown: the database is unreachable"}
         return checks
     max_age = ctx.config.chain.watchdog_s
-    with ctx.engine.connect() as conn:
-        cur = Q.cursor_state(conn)
-        stuck = Q.stuck_replays(conn, timeout_s=ctx.config.replay.timeout_s + 60)
-        conflicts = Q.conflict_summary(conn, latest=1)
+    try:
+        with ctx.engine.connect() as conn:
+            cur = Q.cursor_state(conn)
+            stuck = Q.stuck_replays(conn, timeout_s=ctx.config.replay.timeout_s + 60)
+            conflicts = Q.conflict_summary(conn, latest=1)
+    except Exception as exc:  # a database without this node's tables (another revision, not initialised)
+        why = f"unknown: the node's tables cannot be read: {type(exc).__name__}: {exc}"[:500]
+        checks["chain_head"] = {"ok": False, "data": {}, "detail": why}
+        checks["worker_pool"] = pool_check(ctx, None)
+        checks["determinism"] = {"ok": False, "data": {}, "detail": why}
+        return checks
     data: dict[str, Any] = {"block": cur["block"], "age_s": cur["age_s"], "max_age_s": max_age}
     if ctx.node is not None and getattr(ctx.node, "head", -1) >= 0:
         data["finalized_head"] = ctx.node.head
