@@ -775,8 +775,29 @@ def check_limit(value: str, tmp: Path) -> list[str]:
     return problems + ([] if seen >= 2 else ["no list route takes a limit"])
 
 
-API_STATED = [CliClaim("list limit", r"`limit` is (\d+\.\.\d+ \(default \d+\))", check_limit)]
+def check_allowed_hosts(value: str, _tmp: Path) -> list[str]:
+    from node.config import HttpSection, normalize_host
+
+    stated = set(re.findall(r"`([^`]+)`", value))
+    problems = []
+    for listen in ("127.0.0.1:8700", "10.0.0.5:8700", "[fd00::5]:8700"):
+        got = HttpSection(listen=listen).host_names()
+        want = stated | {normalize_host(listen.rpartition(":")[0])}  # the listen address's host
+        if got != want:
+            problems.append(f"with listen {listen} the Host names are {sorted(got or [])}, the doc says "
+                            f"{sorted(want)}")
+    if HttpSection(allowed_hosts=["*"]).host_names() is not None:
+        problems.append('["*"] does not turn the Host check off')
+    if HttpSection(allowed_hosts=["pot.example.org"]).host_names() != {"pot.example.org"}:
+        problems.append("a configured list does not replace the default")
+    return problems
+
+
+HOSTS_DEFAULT = r"default the listen address's host, (`[^`]+`, `[^`]+` and `[^`]+`)"
+API_STATED = [CliClaim("list limit", r"`limit` is (\d+\.\.\d+ \(default \d+\))", check_limit),
+              CliClaim("allowed hosts", HOSTS_DEFAULT, check_allowed_hosts)]
 OPERATOR_CLI = [
+    CliClaim("allowed hosts", HOSTS_DEFAULT, check_allowed_hosts),
     CliClaim("node and chain --timeout", r"\(`--timeout`, default (\d+) s for the node's and the chain's commands\)",
              check_timeout_default),
     CliClaim("dev chain authority", r"`pot chain dev --db \S+ --authority NAME`, default `(\w+)`",
@@ -947,6 +968,9 @@ def test_operator_md_states_the_defaults_it_is_checked_for():
     ("operator.md", 'the default `backend = "local"`', 'the default `backend = "ray"`', "replay.backend"),
     ("operator.md", "(default `data_dir/openings`;", "(default `data_dir`;", "node.openings_dir"),
     ("api.md", "(default `127.0.0.1:8700`, env", "(default `127.0.0.1:8701`, env", "http.listen"),
+    ("api.md", "`localhost` and `[::1]`;", "`localhost` and `[::2]`;", "the doc says"),
+    ("operator.md", "`127.0.0.1`, `localhost` and `[::1]`; any", "`127.0.0.1`, `0.0.0.0` and `[::1]`; any",
+     "the doc says"),
     ("api.md", "`limit` is 1..500 (default 50)", "`limit` is 1..100 (default 50)", "the doc says 1..100 (default 50)"),
     ("operator.md", "`--timeout`, default\n  120 s", "`--timeout`, default\n  60 s", "defaults to 120.0"),
     ("operator.md", "default `alice`;", "default `bob`;", "records 'alice'"),
