@@ -30,7 +30,7 @@ from starlette.routing import Mount
 from typer.testing import CliRunner
 
 from node.api import DOCS_ASSETS, create_app
-from node.config import NodeConfig, load_config
+from node.config import ConfigError, NodeConfig, load_config
 from node.db import challenges, make_engine, open_database
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -573,12 +573,21 @@ def config_key_problems(text: str) -> list[str]:
             problems.append(f"the TOML snippet {block.strip()[:80]!r} is no valid node config: {str(exc)[:300]}")
     for m in re.finditer(r"\bPOT_([A-Z]+)_([A-Z0-9_]+)(?:=(\S+?))?`", text):
         sec, key = m.group(1).lower(), m.group(2).lower()
+        if sec == "key":  # the secrets file's keys
+            from node.config import Secrets
+
+            if key not in Secrets.model_fields:
+                problems.append(f"{m.group(0).rstrip('`')}: the secrets have no key {key}")
+            continue
         if sec not in SECTIONS:
-            continue  # POT_KEY_*, POT_PROVER_TOKEN, ...: not a config key
+            continue  # POT_PROVER_TOKEN, POT_EXACT_GEMM, ...: not a config key
         if key not in SECTIONS[sec].model_fields:
             problems.append(f"{m.group(0).rstrip('`')}: node.config has no key {sec}.{key}")
         elif m.group(3) is not None:
-            got = getattr(getattr(load_config(None, env={m.group(0).split('=')[0]: m.group(3)}), sec), key)
+            try:
+                got = getattr(getattr(load_config(None, env={m.group(0).split('=')[0]: m.group(3)}), sec), key)
+            except ConfigError as exc:
+                got = f"a config error: {exc}"
             if not same(stated_value(m.group(3)), got):
                 problems.append(f"{m.group(0).rstrip('`')} gives {sec}.{key} = {got!r}")
     return problems
@@ -793,10 +802,29 @@ def check_allowed_hosts(value: str, _tmp: Path) -> list[str]:
     return problems
 
 
+def check_env_list(value: str, _tmp: Path) -> list[str]:
+    env, text = re.fullmatch(r"`(POT_\w+)`, (comma)-separated", value).groups()
+    sec, key = env.lower().split("_", 2)[1:]
+    if sec not in SECTIONS or key not in SECTIONS[sec].model_fields:
+        return [f"{env} names no key of node.config"]
+    got = getattr(getattr(load_config(None, env={env: "127.0.0.1, 10.1.0.0/16,prover.lan"}), sec), key)
+    return [] if got == ["127.0.0.1", "10.1.0.0/16", "prover.lan"] else [f"{env} with commas gives {got!r}"]
+
+
+def check_prover_token_env(value: str, _tmp: Path) -> list[str]:
+    problems = []
+    for name in ("serve", "train"):
+        opt = next(p for p in cli_root().commands["miner"].commands[name].params if "--token" in p.opts)
+        if opt.envvar != value:
+            problems.append(f"pot miner {name} --token reads {opt.envvar!r}, the doc says {value}")
+    return problems
+
+
 HOSTS_DEFAULT = r"default the listen address's host, (`[^`]+`, `[^`]+` and `[^`]+`)"
 API_STATED = [CliClaim("list limit", r"`limit` is (\d+\.\.\d+ \(default \d+\))", check_limit),
               CliClaim("allowed hosts", HOSTS_DEFAULT, check_allowed_hosts)]
 OPERATOR_CLI = [
+    CliClaim("allow from the environment", r"\(env (`POT_FETCH_ALLOW`, comma-separated)\) opens exceptions", check_env_list),
     CliClaim("allowed hosts", HOSTS_DEFAULT, check_allowed_hosts),
     CliClaim("node and chain --timeout", r"\(`--timeout`, default (\d+) s for the node's and the chain's commands\)",
              check_timeout_default),
@@ -804,6 +832,7 @@ OPERATOR_CLI = [
              check_dev_authority_default),
 ]
 MINER_CLI = [
+    CliClaim("prover token env", r"`--token` \(or `(POT_\w+)`\) guards", check_prover_token_env),
     CliClaim("mirrors", r"`--mirror URL` \(repeatable, at most (\d+)\)", check_mirrors),
     CliClaim("root every", r"`--root-every` steps \((default: a quarter of the run)\)", check_root_every),
 ]
@@ -974,6 +1003,8 @@ def test_operator_md_states_the_defaults_it_is_checked_for():
     ("api.md", "`limit` is 1..500 (default 50)", "`limit` is 1..100 (default 50)", "the doc says 1..100 (default 50)"),
     ("operator.md", "`--timeout`, default\n  120 s", "`--timeout`, default\n  60 s", "defaults to 120.0"),
     ("operator.md", "default `alice`;", "default `bob`;", "records 'alice'"),
+    ("miner.md", "(or `POT_PROVER_TOKEN`)", "(or `POT_MINER_TOKEN`)", "reads 'POT_PROVER_TOKEN'"),
+    ("operator.md", "`POT_FETCH_ALLOW`, comma-separated", "`POT_FETCH_ALLOWED`, comma-separated", "names no key"),
     ("miner.md", "(repeatable, at most 4)", "(repeatable, at most 8)", "at most 4 mirrors"),
     ("operator.md", "`schedule.stage_threads` bounds", "`schedule.stage_threads` (default 8) bounds",
      "schedule.stage_threads defaults to 8"),
@@ -991,6 +1022,8 @@ def test_the_default_check_finds_a_planted_mismatch(doc, old, new, finds, tmp_pa
     ("`allow = [\"127.0.0.1\"]`", "`allow_list = [\"127.0.0.1\"]`", "allow_list is no key"),
     ("`fetch.allow_broad = true`", "`fetch.allow_broad = 3`", "refuses it for fetch.allow_broad"),
     ("`POT_REPLAY_WORKERS=4`", "`POT_REPLAY_THREADS=4`", "no key replay.threads"),
+    ("`POT_REPLAY_WORKERS=4`", "`POT_REPLAY_WORKERS=x`", "POT_REPLAY_WORKERS=x"),
+    ("`POT_KEY_MNEMONIC`", "`POT_KEY_SEED`", "the secrets have no key seed"),
     ("max_retries = 3\n```", "max_retry = 3\n```", "no valid node config"),
 ])
 def test_the_key_check_finds_a_planted_mismatch(old, new, finds):
