@@ -824,7 +824,7 @@ HOSTS_DEFAULT = r"default the listen address's host, (`[^`]+`, `[^`]+` and `[^`]
 API_STATED = [CliClaim("list limit", r"`limit` is (\d+\.\.\d+ \(default \d+\))", check_limit),
               CliClaim("allowed hosts", HOSTS_DEFAULT, check_allowed_hosts)]
 OPERATOR_CLI = [
-    CliClaim("allow from the environment", r"\(env (`POT_FETCH_ALLOW`, comma-separated)\) opens exceptions", check_env_list),
+    CliClaim("allow from the environment", r"\(env (`POT_\w+`, comma-separated)\) opens exceptions", check_env_list),
     CliClaim("allowed hosts", HOSTS_DEFAULT, check_allowed_hosts),
     CliClaim("node and chain --timeout", r"\(`--timeout`, default (\d+) s for the node's and the chain's commands\)",
              check_timeout_default),
