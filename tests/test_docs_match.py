@@ -1111,3 +1111,44 @@ def test_redteam_md_lists_every_hostile_input_probe():
     gone = text.replace("| slowloris-prover |", "| slow-prover |")
     assert set(probe_table_problems(gone, PROBES)) == {"the probe slowloris-prover is not in the table",
                                                        "the table's slow-prover is no probe of pot redteam"}
+
+
+def metrics_problems(text: str, exposition: str) -> list[str]:
+    """The metrics table of docs/api.md against the app's /metrics: the same names, each of the
+    stated type, with the stated labels (where the exposition has a sample). A row whose type says
+    `in the daemon's process` may be absent from an app served without the daemon."""
+    rows = {}
+    for m in re.finditer(r"^\| `(pot_\w+)` \| ([^|]*)\| ([^|]*)\|", section(text, "Metrics"), re.M):
+        labels = {lab for lab in re.findall(r"`(\w+)`", re.sub(r"\([^)]*\)", "", m.group(3)))}
+        rows[m.group(1)] = (m.group(2).strip(), labels)
+    types = dict(re.findall(r"^# TYPE (pot_\w+) (\w+)", exposition, re.M))
+    types = {n: t for n, t in types.items() if not n.endswith("_created")}  # prometheus_client's own series
+    problems = []
+    for name, (typ, labels) in rows.items():
+        if name not in types:
+            if "in the daemon's process" not in typ:
+                problems.append(f"{name} is in the table but not in /metrics")
+            continue
+        if not typ.startswith(types[name]):
+            problems.append(f"{name}: the table says {typ.split(':')[0]!r}, /metrics says {types[name]}")
+        sample = re.search(rf"^{name}(?:_total|_count|_bucket)?\{{([^}}]*)\}}", exposition, re.M)
+        if sample:
+            got = {kv.split("=")[0] for kv in sample.group(1).split(",")} - {"le", "quantile"}
+            if got != labels:
+                problems.append(f"{name}: the table lists labels {sorted(labels)}, /metrics has {sorted(got)}")
+    problems += [f"{name} is in /metrics but not in the table" for name in types if name not in rows]
+    return problems
+
+
+def test_api_md_metrics_table_is_the_apps_metrics(api_env):
+    eng, _ = api_env.engine()
+    with api_env.client(eng) as c:
+        c.get("/api/v1/status")
+        exposition = c.get("/metrics").text
+    text = read_doc("api.md")
+    assert metrics_problems(text, exposition) == []
+    for old, new, finds in [("| `pot_runs` | gauge |", "| `pot_runs` | counter |", "pot_runs: the table says"),
+                            ("| `pot_txs` | gauge | `state` |", "| `pot_txs` | gauge | `status` |", "labels"),
+                            ("| `pot_runs` | gauge |", "| `pot_run_count` | gauge |", "pot_runs is in /metrics")]:
+        assert old in text, old
+        assert any(finds in p for p in metrics_problems(text.replace(old, new), exposition)), (old, new)
