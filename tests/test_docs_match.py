@@ -1152,3 +1152,40 @@ def test_api_md_metrics_table_is_the_apps_metrics(api_env):
                             ("| `pot_runs` | gauge |", "| `pot_run_count` | gauge |", "pot_runs is in /metrics")]:
         assert old in text, old
         assert any(finds in p for p in metrics_problems(text.replace(old, new), exposition)), (old, new)
+
+
+def filter_problems(text: str, app: Any) -> list[str]:
+    """The values docs/api.md lists for the challenge list's `status` and `stage` filters are the
+    schema's, and its readiness table names the checks /readyz makes."""
+    body = flat(without_fences(text))
+    params = {p["name"]: p for p in app.openapi()["paths"]["/api/v1/challenges"]["get"]["parameters"]}
+    problems = []
+    for name, pattern in (("status", r"`status` is the chain's outcome, one of (.*?) \("),
+                          ("stage", r"`stage` is where this node's job is: (.*?);")):
+        m = re.search(pattern, body)
+        if m is None:
+            problems.append(f"the doc no longer lists the values of {name}")
+            continue
+        stated = set(re.findall(r"`(\w+)`", m.group(1)))
+        schema = params[name]["schema"]
+        enum = set(next(s["enum"] for s in schema.get("anyOf", [schema]) if "enum" in s))
+        if stated != enum:
+            problems.append(f"the doc lists {name} values {sorted(stated)}; the API takes {sorted(enum)}")
+    from node.api import ApiContext, readiness
+
+    stated = set(re.findall(r"^\| `(\w+)` \| ", section(text, "Readiness"), re.M))
+    eng = app.state.pot.engine
+    checks = set(readiness(ApiContext(eng, NodeConfig())))
+    if stated != checks:
+        problems.append(f"the readiness table names {sorted(stated)}; /readyz checks {sorted(checks)}")
+    return problems
+
+
+def test_api_md_filters_and_readiness_checks_are_the_apps(node_app):
+    text = read_doc("api.md")
+    assert filter_problems(text, node_app) == []
+    for old, new, finds in [("`revealed`, `done`", "`revealed`, `resolved`, `done`", "stage values"),
+                            ("`inconclusive`, `pending` (no", "`inconclusive` (no", "status values"),
+                            ("| `worker_pool` |", "| `workers` |", "readiness table")]:
+        assert old in text, old
+        assert any(finds in p for p in filter_problems(text.replace(old, new), node_app)), (old, new)
