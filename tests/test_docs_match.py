@@ -1189,3 +1189,50 @@ def test_api_md_filters_and_readiness_checks_are_the_apps(node_app):
                             ("| `worker_pool` |", "| `workers` |", "readiness table")]:
         assert old in text, old
         assert any(finds in p for p in filter_problems(text.replace(old, new), node_app)), (old, new)
+
+
+def signature_problems(text: str) -> list[str]:
+    """Each `node.api.NAME(params)` span of the doc has the function's parameters: their names and
+    order, `*` where keyword-only ones begin, and the stated defaults (`...` states none)."""
+    import inspect
+
+    import node.api
+
+    problems = []
+    for _, span in code_spans(text):
+        m = re.fullmatch(r"node\.api\.(\w+)\((.*)\)", span)
+        if not m:
+            continue
+        fn = getattr(node.api, m.group(1), None)
+        if fn is None:
+            problems.append(f"`{span}`: node.api has no {m.group(1)}")
+            continue
+        actual, star = [], False
+        for p in inspect.signature(fn).parameters.values():
+            if p.kind is p.KEYWORD_ONLY and not star:
+                actual.append(("*", None))
+                star = True
+            actual.append((p.name, None if p.default is p.empty else repr(p.default)))
+        stated = []
+        for part in (x.strip() for x in m.group(2).split(",") if x.strip()):
+            name, _, default = part.partition("=")
+            stated.append((name, default or None))
+        names = [n for n, _ in stated]
+        if names != [n for n, _ in actual][:len(names)] or len(names) < len([n for n, d in actual if d is None]):
+            problems.append(f"`{span}`: {m.group(1)} takes ({', '.join(n for n, _ in actual)})")
+            continue
+        for (name, default), (_, real) in zip(stated, actual, strict=False):
+            if default not in (None, "...") and default != real:
+                problems.append(f"`{span}`: {name} defaults to {real}, not {default}")
+    return problems
+
+
+def test_api_md_function_signatures_are_node_apis():
+    text = read_doc("api.md")
+    assert "`node.api.create_app(" in text
+    assert signature_problems(text) == []
+    for old, new in [("create_app(db, config, *, node=None", "create_app(db, config, node=None"),
+                     ("admin_token=None)", "admin_token='')"),
+                     ("start_api_server(config, engine,", "start_api_server(engine, config,")]:
+        assert old in text, old
+        assert signature_problems(text.replace(old, new)), (old, new)
