@@ -1236,3 +1236,24 @@ def test_api_md_function_signatures_are_node_apis():
                      ("start_api_server(config, engine,", "start_api_server(engine, config,")]:
         assert old in text, old
         assert signature_problems(text.replace(old, new)), (old, new)
+
+
+def manifest_problems(text: str) -> list[str]:
+    """The manifest table of docs/miner.md ("holds exactly") names challenges.opening.FIELDS."""
+    from challenges.opening import FIELDS
+
+    table = section(text, "Openings")
+    stated = set()
+    for m in re.finditer(r"^\| ([^|]+) \| [^|]+ \|$", table, re.M):
+        stated.update(re.findall(r"`(\w+)`", m.group(1)))
+    problems = [f"the manifest table lacks {f}" for f in FIELDS if f not in stated]
+    return problems + [f"the manifest table names {f}, which a manifest does not hold" for f in sorted(stated)
+                       if f not in FIELDS]
+
+
+def test_miner_md_manifest_table_is_the_openings_fields():
+    text = read_doc("miner.md")
+    assert manifest_problems(text) == []
+    assert manifest_problems(text.replace("| `root`, `size` |", "| `root`, `size`, `mirrors` |")) == [
+        "the manifest table names mirrors, which a manifest does not hold"]
+    assert manifest_problems(text.replace("| `root`, `size` |", "| `root` |")) == ["the manifest table lacks size"]
