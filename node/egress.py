@@ -15,6 +15,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -202,6 +203,11 @@ class ResolverSlots:
         self._busy: dict[str, int] = {}
         self._running = 0
         self._seen: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+
+    def __reduce__(self) -> tuple[Any, tuple[int, int, int]]:
+        # Slots hold threads and a lock of this process: a policy sent to another process (a
+        # cluster worker) gets fresh slots of the same sizes there.
+        return (ResolverSlots, (self.per_owner, self.total, self.remember))
 
     def busy(self, owner: str | None = None) -> int:
         """Lookup threads running (an owner's, or all), abandoned ones included."""
