@@ -73,9 +73,11 @@ def fuzz_target(name: str, seconds: int, artifacts: Path, *, timeout_s: int = PE
         started = time.monotonic()
         # Room for start-up (imports, seeds) on top of the fuzzing time; past that it is a stall.
         try:
-            proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, errors="replace",
-                                  timeout=seconds + 120)
-            code, out = proc.returncode, proc.stdout + proc.stderr
+            # One stream, in order: atheris prints an uncaught exception's traceback on stdout and
+            # libFuzzer its verdict on stderr, and the report's tail must hold both.
+            proc = subprocess.run(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, errors="replace", timeout=seconds + 120)
+            code, out = proc.returncode, proc.stdout
         except subprocess.TimeoutExpired as exc:
             text = b"".join(x if isinstance(x, bytes) else (x or "").encode() for x in (exc.stdout, exc.stderr))
             code, out = -1, text.decode(errors="replace") + f"\nthe fuzzer itself stalled past {seconds + 120} s"
