@@ -163,3 +163,41 @@ def _spellings(lab: Lab) -> tuple[bool, str, str]:
         return False, "fetch", "; ".join(bad)
     return True, "fetch", (f"{len(spellings)} spellings of 127.0.0.1:{port} and {len(defaults)} of a name on its "
                            "default port each counted as one server (cap 1: every other spelling waited)")
+
+
+@probe("broad-allow-list-refused", "a hostile endpoint or prover",
+       "refuse a fetch.allow entry that covers the internal address space (0.0.0.0/0, ::/0, a /4), naming it, "
+       "unless fetch.allow_broad opts in; a narrow entry still loads")
+def _broad_allow(lab: Lab) -> tuple[bool, str, str]:
+    from node.config import ConfigError, load_config
+
+    folder = lab.dir / "hostile" / "allow"
+    folder.mkdir(parents=True, exist_ok=True)
+    bad = []
+    for entry in ("0.0.0.0/0", "::/0", "0.0.0.0/4", "::ffff:0:0/96"):
+        path = folder / f"broad-{len(bad)}-{entry.replace('/', '_').replace(':', '-')}.toml"
+        path.write_text(f'[fetch]\nallow = ["{entry}"]\n')
+        try:
+            load_config(path, env={})
+        except ConfigError as exc:
+            if entry not in str(exc):
+                bad.append(f"{entry}: the error does not name the entry")
+        except BaseException as exc:  # noqa: BLE001 - what escapes is the finding
+            bad.append(f"{entry}: raised {type(exc).__name__}")
+        else:
+            bad.append(f"{entry}: loaded")
+    narrow = folder / "narrow.toml"
+    narrow.write_text('[fetch]\nallow = ["10.1.2.0/24"]\n')
+    try:
+        load_config(narrow, env={})
+    except BaseException as exc:  # noqa: BLE001
+        bad.append(f"a narrow entry was refused: {type(exc).__name__}: {str(exc)[:120]}")
+    opted = folder / "opted.toml"
+    opted.write_text('[fetch]\nallow = ["0.0.0.0/0"]\nallow_broad = true\n')
+    try:
+        load_config(opted, env={})
+    except BaseException as exc:  # noqa: BLE001
+        bad.append(f"the opt-in was refused: {type(exc).__name__}: {str(exc)[:120]}")
+    if bad:
+        return False, "config", "; ".join(bad)
+    return True, "config", "every broad entry is a ConfigError naming it; a narrow entry and the opt-in load"

@@ -33,7 +33,7 @@ HOSTILE_STAGES = {
     "oversized-spec-registration": "chain", "ssrf-endpoint": "fetch", "redirect-to-internal": "fetch",
     "gzip-bomb-unwritten": "fetch", "oversize-opening-for-spec": "fetch", "slowloris-prover": "fetch",
     "poison-manifest": "validate", "early-disclosure-get": "api", "host-header-rebinding": "api",
-    "dns-staller-one-miner": "fetch", "siit-metadata-address": "fetch", "endpoint-spellings-one-owner": "fetch",
+    "dns-staller-one-miner": "fetch", "siit-metadata-address": "fetch", "endpoint-spellings-one-owner": "fetch", "broad-allow-list-refused": "config",
     "on-block-failure-contained": "chain", "tampered-snapshot-rederived": "chain",
     "sealed-refused-looks-replayed": "api", "range-5000-digits": "api", "hostile-config-file": "api",
     "opening-deadline-out-of-range": "chain", "unbonding-delay-out-of-range": "chain",
