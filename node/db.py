@@ -375,13 +375,9 @@ def open_database(url: str, *, init: bool = False) -> Engine:
     return engine
 
 
-# Counters of payloads the follower ignored, by reason, kept in node_meta (key prefix below) and
-# bumped in the same transaction as the block that carried them: a bounded set of rows.
-IGNORED_KEY = "remarks_ignored:"
-
-
-def count_ignored(conn, reason: str, n: int = 1) -> None:
-    key = IGNORED_KEY + reason
+def bump_counter(conn, prefix: str, name: str, n: int = 1) -> None:
+    """Add `n` to the node_meta counter `prefix + name` (created at `n`), in the caller's transaction."""
+    key = prefix + name
     row = conn.execute(select(node_meta.c.value).where(node_meta.c.key == key)).first()
     if row is None:
         conn.execute(node_meta.insert().values(key=key, value=str(n)))
@@ -389,6 +385,20 @@ def count_ignored(conn, reason: str, n: int = 1) -> None:
         conn.execute(update(node_meta).where(node_meta.c.key == key).values(value=str(int(row.value) + n)))
 
 
+def counters(conn, prefix: str) -> dict[str, int]:
+    """Every node_meta counter under `prefix`, by the name after it."""
+    rows = conn.execute(select(node_meta.c.key, node_meta.c.value).where(node_meta.c.key.like(prefix + "%")))
+    return {k[len(prefix):]: int(v) for k, v in rows}
+
+
+# Counters of payloads the follower ignored, by reason, kept in node_meta (key prefix below) and
+# bumped in the same transaction as the block that carried them: a bounded set of rows.
+IGNORED_KEY = "remarks_ignored:"
+
+
+def count_ignored(conn, reason: str, n: int = 1) -> None:
+    bump_counter(conn, IGNORED_KEY, reason, n)
+
+
 def ignored_counts(conn) -> dict[str, int]:
-    rows = conn.execute(select(node_meta.c.key, node_meta.c.value).where(node_meta.c.key.like(IGNORED_KEY + "%")))
-    return {k[len(IGNORED_KEY):]: int(v) for k, v in rows}
+    return counters(conn, IGNORED_KEY)
