@@ -66,6 +66,21 @@ def probe(name: str, kind: str, must: str):
     return register
 
 
+def config_refusal(path: Path, text: bytes, names: str) -> str | None:
+    """Write `text` as a node config file at `path` and load it: None when it is refused with a
+    ConfigError that names `names`, else what happened instead."""
+    from node.config import ConfigError, load_config
+
+    path.write_bytes(text)
+    try:
+        load_config(path, env={})
+    except ConfigError as exc:
+        return None if names in str(exc) else f"the error does not name {names}"
+    except BaseException as exc:  # noqa: BLE001 - what escapes is the finding
+        return f"raised {type(exc).__name__}"
+    return "loaded"
+
+
 # --- hostile CBOR, written byte by byte (our encoder refuses to write any of it) ----------------
 
 
