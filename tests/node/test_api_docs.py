@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import time
-from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -16,9 +15,9 @@ from devnet.procs import free_port
 from node.api import DOCS_ASSETS, ApiServer, bind, create_app
 from node.config import NodeConfig
 from node.db import open_database
+from tests.node.browser import chromium
 
 BASE = "http://127.0.0.1:8700"
-CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 
 
 @pytest.fixture
@@ -61,26 +60,10 @@ def test_admin_call_without_a_configured_token_is_403(engine):
 
 @pytest.fixture
 def offline_browser(tmp_path):
-    if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
-        pytest.skip("needs Debian's chromium and chromium-driver (scripts/setup --test installs them)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = str(CHROMIUM)
     # Every host name but the node's address resolves to nothing: a CDN asset cannot load.
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1280,1000",
-                 "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
-                 f"--user-data-dir={tmp_path / 'chromium-profile'}"):
-        opts.add_argument(flag)
-    opts.set_capability("goog:loggingPrefs", {"performance": "ALL"})
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=opts)
-    driver.set_page_load_timeout(30)
-    try:
+    with chromium(tmp_path / "chromium-profile", "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
+                  performance_log=True) as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 def _requested(driver) -> list[str]:

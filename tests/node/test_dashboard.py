@@ -15,11 +15,11 @@ import httpx
 import pytest
 
 from chain.protocol import ProtocolParams
+from tests.node.browser import chromium
 from tests.node.harness import REPO, Network
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
-CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 ARTIFACTS = REPO / "artifacts"
 # Windows wide enough for a replay on a busy 2-core machine (blocks every 0.5 s: 60 s to commit).
 PARAMS = ProtocolParams(commit_window=120, reveal_window=10, opening_deadline=10, challenge_delay=2,
@@ -29,23 +29,8 @@ HONEST, FAKED = b"\x42" * 16, b"\x43" * 16  # the runs' nonces
 
 @pytest.fixture
 def browser(tmp_path):
-    if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
-        pytest.skip("needs Debian's chromium and chromium-driver (scripts/setup --test installs them)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = str(CHROMIUM)
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1280,1500",
-                 f"--user-data-dir={tmp_path / 'chromium-profile'}"):
-        opts.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=opts)
-    driver.set_page_load_timeout(30)
-    try:
+    with chromium(tmp_path / "chromium-profile", window="1280,1500") as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 def _wait(cond, timeout: float, what: str):
