@@ -6,7 +6,6 @@ about the ratio; cbor.map_entry finds the fields that size it without building a
 from __future__ import annotations
 
 import struct
-import tracemalloc
 
 import numpy as np
 import pytest
@@ -27,6 +26,7 @@ from commitments.dataset import Dataset
 from commitments.errors import CommitmentError
 from commitments.leaves import initial_leaf, step_leaf
 from oracle.step import init_state
+from tests.commitments.tracing import traced_peak
 from tests.miner.helpers import schedule_for, tiny_spec
 
 _HEADER = len(MAGIC) + 4
@@ -45,21 +45,6 @@ def _opening(tmp_path, *, batch_size: int, seq_len: int, tokens: int):
                          schedule=schedule_for(spec, ds), leaves=leaves)
     (mlen,) = struct.unpack(">I", data[len(MAGIC):_HEADER])
     return spec, data, mlen
-
-
-def _peak(fn, *args):
-    tracemalloc.start()
-    try:
-        tracemalloc.reset_peak()
-        base = tracemalloc.get_traced_memory()[0]
-        err = None
-        try:
-            fn(*args)
-        except (CommitmentError, OpeningRefused) as exc:
-            err = exc
-        return tracemalloc.get_traced_memory()[1] - base, err
-    finally:
-        tracemalloc.stop()
 
 
 def test_an_honest_opening_of_many_short_samples_passes_the_gate_and_the_loader(tmp_path):
@@ -90,7 +75,7 @@ def test_a_usual_spec_keeps_the_ratio_for_a_hostile_manifest(tmp_path):
     assert honest_manifest_charge(spec, len(manifest["spec"]), num_samples=manifest["num_samples"],
                                   size=manifest["size"], steps=manifest["steps"]) < len(bomb)
     gate = OpeningGate(expected_digest=bytes(32), spec_digest=spec.digest())
-    peak, err = _peak(gate, MAGIC + struct.pack(">I", len(bomb)) + bomb)
+    peak, err = traced_peak(gate, MAGIC + struct.pack(">I", len(bomb)) + bomb)
     assert isinstance(err, OpeningRefused) and "memory limit" in str(err), err
     assert peak <= GATE_MEMORY_RATIO * len(bomb) + cbor.MEMORY_SLACK + 64 * 1024, peak / len(bomb)
 
@@ -131,6 +116,6 @@ def test_map_entry_answers_or_refuses_on_any_bytes(data):
 def test_map_entry_takes_no_memory_for_a_large_document():
     n = 1 << 20
     data = b"\xa2" + cbor.encode("a") + cbor._head(4, n) + b"\x80" * n + cbor.encode("spec") + cbor.encode(b"x")
-    peak, err = _peak(cbor.map_entry, data, "spec")
+    peak, err = traced_peak(cbor.map_entry, data, "spec")
     assert err is None and peak < 16 * 1024
     assert cbor.map_entry(data, "spec") == (len(data) - 2, len(data))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import struct
 import sys
-import tracemalloc
 
 import pytest
 from hypothesis import given, settings
@@ -21,29 +20,13 @@ from challenges.opening import (
     decode_leaves,
 )
 from commitments import cbor
-from commitments.errors import CBORLimitExceeded, CommitmentError, MalformedCBOR, NonCanonicalCBOR
+from commitments.errors import CBORLimitExceeded, MalformedCBOR, NonCanonicalCBOR
 from commitments.leaves import step_leaf
+from tests.commitments.tracing import traced_peak
 
 # What may come on top of the budget's 4x in tracemalloc's count: the decoder's slack, and the
 # exception and frames of a refusal.
 CONSTANT = cbor.MEMORY_SLACK + 16 * 1024
-
-
-def _peak(fn, *args) -> tuple[int, BaseException | None]:
-    """Peak traced bytes while fn(*args) runs (its result dropped inside), and what it raised."""
-    tracemalloc.start()
-    try:
-        tracemalloc.reset_peak()
-        base = tracemalloc.get_traced_memory()[0]
-        err = None
-        try:
-            out = fn(*args)
-            del out
-        except (CommitmentError, OpeningRefused) as exc:
-            err = exc
-        return tracemalloc.get_traced_memory()[1] - base, err
-    finally:
-        tracemalloc.stop()
 
 
 # --- adversarial shapes: a unit repeated inside an array, about `size` bytes in all -------------
@@ -100,7 +83,7 @@ _shapes = st.one_of(
 @settings(max_examples=40, deadline=None)
 @given(_shapes)
 def test_decode_peaks_within_4x_its_input_or_refuses(data):
-    peak, err = _peak(cbor.decode, data)
+    peak, err = traced_peak(cbor.decode, data)
     assert peak <= 4 * len(data) + CONSTANT, f"{peak / len(data):.2f}x of {len(data)} bytes"
     if err is not None:
         assert isinstance(err, (MalformedCBOR, NonCanonicalCBOR)), err
@@ -111,7 +94,7 @@ def test_decode_peaks_within_4x_its_input_or_refuses(data):
 @settings(max_examples=25, deadline=None)
 @given(_shapes)
 def test_a_leaf_list_peaks_within_4x_its_input_or_refuses(data):
-    peak, err = _peak(decode_leaves, data)
+    peak, err = traced_peak(decode_leaves, data)
     assert peak <= 4 * len(data) + CONSTANT, f"{peak / len(data):.2f}x of {len(data)} bytes"
     assert err is None or isinstance(err, LeavesRefused)
 
@@ -127,7 +110,7 @@ def test_the_manifest_gate_peaks_within_its_ratio_of_the_manifest_or_refuses(sha
     for manifest in (b"\xa1" + cbor.encode(field) + shape, shape):
         data = _gate_input(manifest)
         gate = OpeningGate(expected_digest=bytes(32), spec_digest=bytes(32))
-        peak, err = _peak(gate, data)
+        peak, err = traced_peak(gate, data)
         assert peak <= GATE_MEMORY_RATIO * len(manifest) + CONSTANT, f"{peak / len(manifest):.2f}x"
         # (A shape check of the manifest names no class: the fetch stage reads that as malformed.)
         assert isinstance(err, OpeningRefused) and err.refusal_class in ("malformed", "invalid", None)
@@ -137,15 +120,15 @@ def test_eight_mib_of_empty_arrays_is_refused_within_the_bound_everywhere():
     n = 8 << 20
     data = _array(n) + b"\x80" * n
     for fn, bound in ((cbor.decode, 4), (decode_leaves, 4)):
-        peak, err = _peak(fn, data)
+        peak, err = traced_peak(fn, data)
         assert err is not None and peak <= bound * len(data) + CONSTANT
     # Nested so that each array head is cheap: refused when the budget runs out, not before (2 MiB:
     # tracemalloc makes each of the objects built before the refusal slow to count).
     nested = repeated(b"\x83\x80\x80\x80", 2 << 20)
-    peak, err = _peak(cbor.decode, nested)
+    peak, err = traced_peak(cbor.decode, nested)
     assert isinstance(err, CBORLimitExceeded) and err.rule == "too-much-memory"
     assert 2 * len(nested) < peak <= 4 * len(nested) + CONSTANT
-    peak, err = _peak(OpeningGate(expected_digest=bytes(32), spec_digest=bytes(32)),
+    peak, err = traced_peak(OpeningGate(expected_digest=bytes(32), spec_digest=bytes(32)),
                       _gate_input(b"\xa1" + cbor.encode("samples") + nested))
     assert isinstance(err, OpeningRefused) and peak <= GATE_MEMORY_RATIO * len(nested) + CONSTANT
 
@@ -156,7 +139,7 @@ def test_eight_mib_of_empty_arrays_is_refused_within_the_bound_everywhere():
 def test_an_honest_leaf_list_costs_a_few_percent_of_its_bytes():
     leaves = [step_leaf(t, bytes([t % 251]) * 32, 0 if t == 0 else 0x3F800000 - t) for t in range(20_000)]
     data = cbor.encode(leaves)
-    peak, err = _peak(decode_leaves, data)
+    peak, err = traced_peak(decode_leaves, data)
     assert err is None and peak < 0.05 * len(data)
     got = decode_leaves(data)
     assert got == leaves and list(got) == leaves and len(got) == len(leaves)
