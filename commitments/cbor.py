@@ -226,6 +226,17 @@ def _long_arg(data: bytes, start: int, major: int, ai: int, n: int) -> tuple[int
     raise _bad(start, "reserved", "reserved additional information (28-30)")
 
 
+def _window(data: Any, start: int, end: int | None, what: str) -> int:
+    """The end of the window data[start:end] that `what` reads in place, checked: bytes only, and
+    0 <= start <= end <= len(data)."""
+    if not isinstance(data, bytes):
+        raise MalformedCBOR(f"{what} needs bytes, got {type(data).__name__}", rule="not-bytes")
+    end = len(data) if end is None else end
+    if not (isinstance(start, int) and isinstance(end, int) and 0 <= start <= end <= len(data)):
+        raise ValueError(f"the window {start!r}:{end!r} is not inside the {len(data)} bytes given")
+    return end
+
+
 def _too_much_memory(offset: int, budget: int) -> CBORLimitExceeded:
     return _limit(offset, "too-much-memory", f"decoding it would take more than the memory limit of {budget} bytes")
 
@@ -282,11 +293,7 @@ class Decoder:
         refusals then count from the start of `data`."""
         self.steps = self.memory = 0
         if start or end is not None:
-            if not isinstance(data, bytes):
-                raise MalformedCBOR(f"a window needs bytes, got {type(data).__name__}", rule="not-bytes")
-            end = len(data) if end is None else end
-            if not (isinstance(start, int) and isinstance(end, int) and 0 <= start <= end <= len(data)):
-                raise ValueError(f"the window {start!r}:{end!r} is not inside the {len(data)} bytes given")
+            end = _window(data, start, end, "a window")
             if end - start > self.max_bytes:
                 raise CBORLimitExceeded(f"CBOR document of {end - start} bytes exceeds the limit of "
                                         f"{self.max_bytes}", rule="too-large", offset=start)
@@ -490,11 +497,7 @@ def map_entry(data: bytes, key: str, *, start: int = 0, end: int | None = None) 
     any document it does not refuse must still pass `decode` (this walk checks heads, lengths,
     tags and reserved values, not canonical form). A caller uses it to read one small field (a
     manifest's spec) that sizes the budget of the whole document's decode."""
-    if not isinstance(data, bytes):
-        raise MalformedCBOR(f"a map walk needs bytes, got {type(data).__name__}", rule="not-bytes")
-    n = len(data) if end is None else end
-    if not (isinstance(start, int) and isinstance(n, int) and 0 <= start <= n <= len(data)):
-        raise ValueError(f"the window {start!r}:{end!r} is not inside the {len(data)} bytes given")
+    n = _window(data, start, end, "a map walk")
     pos = start
     if pos >= n:
         raise MalformedCBOR("empty input is not a CBOR item", rule="empty", offset=pos)
