@@ -216,6 +216,7 @@ class StartTrainingCommitment(Call):
         "spec": _SPEC,
         "declared_steps": _uint,
         "endpoint": _text,
+        "checkpoint_interval": _amount,
     }
     run_id: bytes
     nonce: bytes
@@ -225,6 +226,10 @@ class StartTrainingCommitment(Call):
     spec: bytes
     declared_steps: int
     endpoint: str
+    # The most steps between two states the miner keeps (its keep-every): an opening of any step
+    # replays at most checkpoint_interval - 1 steps from a kept state, and the run's opening window
+    # is sized for that (docs/protocol.md, "Window sizing").
+    checkpoint_interval: int = 1
 
 
 @dataclass(frozen=True)
@@ -330,6 +335,17 @@ class UnbondVerifier(Call):
     amount: int
 
 
+@dataclass(frozen=True)
+class EscalateChallenge(Call):
+    """A seat of a resolved-to-be round that revealed another value than the winning cluster's
+    escalates the step to the dispute round, reserving the network's escalation_stake of its free
+    bond; it loses that stake if the dispute round proves it wrong (docs/protocol.md, "Escalation")."""
+
+    NAME: ClassVar[str] = "escalate_challenge"
+    FIELDS: ClassVar[dict[str, Any]] = {"challenge_id": _bytes32}
+    challenge_id: bytes
+
+
 MAX_PARAMS_BYTES = 4096
 
 
@@ -362,6 +378,7 @@ CALL_TYPES: dict[str, type[Call]] = {
         ConfigureNetwork,
         BondVerifier,
         UnbondVerifier,
+        EscalateChallenge,
     )
 }
 

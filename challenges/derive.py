@@ -89,7 +89,8 @@ def challenge_id(run_id: bytes, root: bytes, size: int, index: int, block_hash: 
     return digest(ID_DOMAIN, bytes(run_id), bytes(root), size, index, bytes(block_hash))
 
 
-COMMITTEE_DOMAIN = "pot/committee/v2"
+COMMITTEE_DOMAIN = "pot/committee/v3"
+DISPUTE_LOTTERY = 1 << 62  # the draw index of the dispute lottery (no committee draw reaches it)
 RECHALLENGE_DOMAIN = "pot/rechallenge-id/v2"
 
 
@@ -108,47 +109,80 @@ def _uniform(seed: bytes, j: int, bound: int) -> int:
             return x % bound
 
 
-def draw_committee(block_hash: bytes, challenge_id: bytes, eligible: list[tuple[str, int]], seats: int) -> list[str]:
-    """`seats` seats drawn stake-weighted WITH replacement from `eligible` [(account, bond)], in
-    draw order: an account drawn j times holds j seats (its reveal counts j times, its penalties
-    are j-fold). So a holder's expected seats are exactly seats x its share of the bonds however it
-    splits them over accounts: splitting a bond over Sybil accounts buys nothing (drawing without
-    replacement would reward splitting, since one account could hold only one seat).
-
-    Draw j picks x = _uniform(seed, j, total bond) and the account whose range of the cumulative
-    bonds (in account order) holds x. seed = block_hash || challenge_id. No eligible account: no
-    seats."""
-    _check_hashes(block_hash, challenge_id, challenge_id)
-    pool = sorted((a, w) for a, w in eligible if w > 0)
+def seat_units(eligible: list[tuple[str, int]], unit: int) -> list[tuple[str, int]]:
+    """[(account, units)] in account order: how many seats each account's free bond backs, one per
+    `unit` (verifier_stake) of it, accounts with none left out. floor(a/u) + floor(b/u) <= floor((a+b)/u),
+    so splitting a bond over accounts never adds a unit."""
+    if unit < 1:
+        raise DeriveError(f"a seat unit must be at least 1, got {unit}")
+    pool = sorted((a, w // unit) for a, w in eligible if w >= unit)
     if len({a for a, _ in pool}) != len(pool):
         raise DeriveError("an eligible account is listed twice")
-    if not pool:
-        return []
+    return pool
+
+
+def draw_committee(block_hash: bytes, challenge_id: bytes, units: list[tuple[str, int]], seats: int) -> list[str]:
+    """`seats` seats drawn WITHOUT replacement from the seat units [(account, units)], in draw
+    order: each draw takes one unit, uniform over the units left, so an account with k units holds
+    at most k seats and its expected seats are exactly seats x its share of the units, however its
+    bond is split (splitting only loses the remainders). Every seat is backed by a unit of free
+    bond, which the round reserves.
+
+    Draw j picks x = _uniform(seed, j, units left) and the account whose range of the cumulative
+    units (in account order) holds x. seed = block_hash || challenge_id. Fewer units than seats:
+    every unit is a seat."""
+    _check_hashes(block_hash, challenge_id, challenge_id)
+    pool = [[a, k] for a, k in sorted(units) if k > 0]
+    if len({a for a, _ in pool}) != len(pool):
+        raise DeriveError("an eligible account is listed twice")
+    total = sum(k for _, k in pool)
+    if total <= seats:
+        return [a for a, k in pool for _ in range(k)]
     seed = bytes(block_hash) + bytes(challenge_id)
-    total = sum(w for _, w in pool)
     chosen: list[str] = []
     for j in range(seats):
         x = _uniform(seed, j, total)
-        for account, w in pool:
-            if x < w:
-                chosen.append(account)
+        for entry in pool:
+            if x < entry[1]:
+                chosen.append(entry[0])
+                entry[1] -= 1
+                total -= 1
                 break
-            x -= w
+            x -= entry[1]
     return chosen
 
 
-def dispute_seats(eligible: list[tuple[str, int]], unit: int, cap: int) -> list[str]:
-    """The dispute round's seats: every eligible account, one seat per `unit` of its bond (the
-    least bond), in account order; splitting a bond gains no seat. When that makes more than `cap`
-    seats, every account's seats are scaled by cap / total (rounded down, at least one), so no
-    account loses its seats to another's name sorting first."""
-    counts = [(account, w // unit) for account, w in sorted(eligible)]
-    total = sum(c for _, c in counts)
-    if total > cap:
-        counts = [(a, max(1, c * cap // total)) for a, c in counts]
+def dispute_seats(block_hash: bytes, challenge_id: bytes, units: list[tuple[str, int]], cap: int) -> list[str]:
+    """The dispute round's seats, in account order: every seat unit when there are at most `cap`;
+    otherwise exactly proportional to units. Each account gets floor(k * cap / U) seats, and the R
+    seats left (R = cap - the floors) go by one systematic lottery over the remainders r = k * cap
+    mod U (they sum to R * U): an offset o uniform in [0, U), and the points o, o + U, ..., o + (R-1) U
+    laid over the remainders' cumulative ranges, in account order, give a seat each. Each account
+    gets its extra seat with probability exactly r / U, at most one (r < U), so its expected seats
+    are exactly k * cap / U: no account's seats depend on another's name, and splitting a bond
+    never gains a seat in expectation (the floors of the parts sum to at most the floor of the whole)."""
+    _check_hashes(block_hash, challenge_id, challenge_id)
+    pool = [(a, k) for a, k in sorted(units) if k > 0]
+    if len({a for a, _ in pool}) != len(pool):
+        raise DeriveError("an eligible account is listed twice")
+    total = sum(k for _, k in pool)
+    if total <= cap:
+        return [a for a, k in pool for _ in range(k)]
+    floors = [k * cap // total for _, k in pool]
+    left = cap - sum(floors)
+    extra = [0] * len(pool)
+    if left:
+        point = _uniform(bytes(block_hash) + bytes(challenge_id), DISPUTE_LOTTERY, total)
+        start = 0
+        for i, (_, k) in enumerate(pool):
+            end = start + k * cap % total
+            if start <= point < end:  # the next point of the lottery lies in this account's range
+                extra[i] = 1
+                point += total
+            start = end
     out: list[str] = []
-    for account, c in counts:
-        out += [account] * c
+    for (account, _), f, e in zip(pool, floors, extra, strict=True):
+        out += [account] * (f + e)
     return out
 
 

@@ -47,6 +47,7 @@ class VerdictResult:
     # (cluster key, size), largest first, ties in key order: the whole picture for a dashboard.
     clusters: tuple[tuple[bytes | int, int], ...] = ()
     outliers: tuple[str, ...] = ()
+    winners: tuple[str, ...] = ()  # the verifiers of the winning cluster (paid its seats' fees)
 
 
 def _of(size: int, revealed: int, n: int, seats: dict[str, int] | None) -> str:
@@ -75,6 +76,7 @@ def decide(
     refused_value: bytes | None = None,
     refused_bucket: int | None = None,
     seats: dict[str, int] | None = None,
+    refusal_share: Fraction | None = None,
 ) -> VerdictResult:
     """Judge one round of a challenge.
 
@@ -84,8 +86,14 @@ def decide(
     committee's `committee_size` seats (of the reveals when no committee is given); in a
     `dispute` round (every eligible verifier sits) the largest cluster suffices. A winning
     cluster whose value half is `refused_value` gives REFUSED. `seats` weighs each verifier's
-    reveal by the seats it holds (a committee drawn with replacement); clusters and the quorum
-    share count seats, `quorum_min_reveals` counts verifiers.
+    reveal by the seats it holds; clusters, `quorum_min_reveals` and the quorum share all count
+    seats.
+
+    A `dispute` round with a `refusal_share` judges availability first: refused seats holding at
+    least that share of the revealed seats make the step FRAUD (serving the opening is the
+    miner's duty, to every seat). Otherwise refused reveals are set aside (not outliers: a seat the
+    miner did not serve is not at fault) and the largest cluster of the others decides; a tie, or
+    no other reveal, is INCONCLUSIVE (unresolved).
     """
     if mode not in ("value", "bucket"):
         raise VerdictError(f"mode must be 'value' or 'bucket', got {mode!r}")
@@ -112,10 +120,32 @@ def decide(
     revealed = sum(weight(v) for v in by_verifier)
     base = {"mode": mode, "reveals": n, "clusters": clusters}
 
-    if n < quorum_min_reveals:
+    if revealed < quorum_min_reveals:
+        what = "reveal(s)" if seats is None else "revealed seat(s)"
         return VerdictResult(
-            INCONCLUSIVE, reason=f"{n} reveal(s), the quorum needs {quorum_min_reveals}", **base
+            INCONCLUSIVE, reason=f"{revealed} {what}, the quorum needs {quorum_min_reveals}", **base
         )
+    if dispute and refusal_share is not None:
+        refusal_share = Fraction(refusal_share)
+        refused_key = (lambda k: k[:32] == refused_value) if mode == "value" else (lambda k: k == refused_bucket)
+        refused_seats = sum(size for key, size in clusters if refused_key(key))
+        if refused_seats and Fraction(refused_seats, revealed) >= refusal_share:
+            return VerdictResult(
+                FRAUD, mode, f"{refused_seats} of {revealed} revealed seats of the dispute round were refused the "
+                             f"opening, at least the share {refusal_share}: serving every seat is the miner's duty",
+                winning_value=refused_value if mode == "value" else refused_bucket,
+                cluster_size=refused_seats, reveals=n, clusters=clusters,  # the served seats are not at fault
+                winners=tuple(sorted(v for v, r in by_verifier.items() if refused_key(_key(r, mode)))))
+        kept = tuple((k, c) for k, c in clusters if not refused_key(k))
+        if not kept:
+            return VerdictResult(INCONCLUSIVE, reason="no reveal of the dispute round other than refusals", **base)
+        if len(kept) > 1 and kept[1][1] == kept[0][1]:
+            return VerdictResult(
+                INCONCLUSIVE, reason=f"tie: the two largest clusters of served seats both hold {kept[0][1]} seat(s)",
+                **base)
+        top = kept[0][0]
+        by_verifier = {v: r for v, r in by_verifier.items() if not refused_key(_key(r, mode))}
+        return _judge(top, kept[0][1], by_verifier, mode, expected_value, declared_bucket, revealed, n, seats, base)
     (top, size), *rest = clusters
     if rest and rest[0][1] == size:
         return VerdictResult(
@@ -135,7 +165,17 @@ def decide(
             mode == "bucket" and refused_bucket is not None and top == refused_bucket):
         return VerdictResult(
             REFUSED, reason=f"winning cluster ({_of(size, revealed, n, seats)}) refused the opening", winning_value=top[:32] if mode == "value" else top,
-            cluster_size=size, outliers=outliers, **base)
+            cluster_size=size, outliers=outliers, winners=_winners(by_verifier, top, mode), **base)
+    return _judge(top, size, by_verifier, mode, expected_value, declared_bucket, revealed, n, seats, base)
+
+
+def _judge(top: bytes | int, size: int, by_verifier: dict[str, Reveal], mode: Mode, expected_value: bytes | None,
+           declared_bucket: int | None, revealed: int, n: int, seats: dict[str, int] | None,
+           base: dict) -> VerdictResult:
+    """The verdict of a winning cluster `top` (holding `size`): its value half against what the
+    miner committed; the reveals outside it are the outliers."""
+    outliers = tuple(sorted(v for v, r in by_verifier.items() if _key(r, mode) != top))
+    winners = _winners(by_verifier, top, mode)
     if mode == "value":
         if expected_value is None:
             raise VerdictError("mode 'value' needs expected_value (H(leaf t)) from the opening")
@@ -150,6 +190,7 @@ def decide(
                 winning_value=top,
                 cluster_size=size,
                 outliers=outliers,
+                winners=winners,
                 **base,
             )
         matches = top == declared_bucket
@@ -163,5 +204,10 @@ def decide(
         winning_value=top,
         cluster_size=size,
         outliers=outliers,
+        winners=winners,
         **base,
     )
+
+
+def _winners(by_verifier: dict[str, Reveal], top: bytes | int, mode: Mode) -> tuple[str, ...]:
+    return tuple(sorted(v for v, r in by_verifier.items() if _key(r, mode) == top))

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from chain.protocol.params import MAX_COMMITTEE
+
 
 @dataclass(frozen=True)
 class ReplayCost:
@@ -73,4 +75,30 @@ def replay_cost(spec: Any, params: Any) -> ReplayCost:
     return ReplayCost(params=total, flops=flops, bytes=nbytes, seconds=seconds, blocks=max(1, int(blocks)))
 
 
-__all__ = ["ReplayCost", "replay_cost"]
+def opening_blocks(spec: Any, params: Any, checkpoint_interval: int) -> int:
+    """The opening window of a run whose miner keeps a state every `checkpoint_interval` steps: the
+    blocks, with the margin, to regenerate a challenged step's pre-state from the last kept state
+    (at most checkpoint_interval - 1 steps) and build the opening (one step's replay cost, as a
+    verifier's), and never less than the network's opening_deadline."""
+    one = replay_cost(spec, params)
+    steps = max(1, checkpoint_interval)
+    seconds = Fraction(one.flops * steps, params.reference_flops) + Fraction(one.bytes, params.reference_bytes_per_s)
+    blocks = -(-(seconds * params.replay_margin) // params.block_seconds)
+    return max(params.opening_deadline, int(blocks), 1)
+
+
+def seats_below_dispute(params: Any) -> int:
+    """The seats of every round of one challenge below its dispute round (committee_size doubled a
+    round, at most MAX_COMMITTEE a round): what a run's escrow pays for, per challenge."""
+    return sum(min(params.committee_size << (r - 1), MAX_COMMITTEE) for r in range(1, params.max_rounds))
+
+
+def run_escrow(replay_blocks: int, params: Any) -> tuple[int, int]:
+    """(seat fee, escrow) of a run whose replay needs `replay_blocks`: the fee a winning seat is paid
+    (fee_per_replay_block per block of replay), and what the miner escrows at registration, that
+    fee for every seat of every round below the dispute round of each of its challenges."""
+    fee = params.fee_per_replay_block * replay_blocks
+    return fee, fee * params.challenges_per_run * seats_below_dispute(params)
+
+
+__all__ = ["ReplayCost", "opening_blocks", "replay_cost", "run_escrow", "seats_below_dispute"]

@@ -60,6 +60,9 @@ class RunRegistered(Event):
     schedule_commitment: bytes
     dataset_hash: bytes
     stake: int
+    escrow: int = 0  # the verification fees escrowed for the run's challenges (protocol v3)
+    checkpoint_interval: int = 1  # the most steps between two states the miner keeps
+    opening_blocks: int = 0  # the run's opening window, sized for regenerating that many steps
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,7 @@ class ChallengeIssued(Event):
     round: int = 1  # 1 for a first challenge; a re-challenge of the same step counts on
     first: bytes | None = None  # the first round's challenge id (None: this is the first round)
     committee: tuple[str, ...] = ()  # the accounts whose reveals count, in draw order
+    escalate_deadline: int = 0  # the last block of escalations; the round resolves at the block after
 
 
 @dataclass(frozen=True)
@@ -272,6 +276,68 @@ class BlockWorkFailed(Event):
     error_type: str  # the exception's class name
 
 
+@dataclass(frozen=True)
+class ChallengeEscalated(Event):
+    """A dissenting seat escalated a round to the dispute round, reserving `stake` of its bond on
+    its revealed value half `value_hash` (or bucket)."""
+
+    code: ClassVar[str] = "ChallengeEscalated"
+    challenge_id: bytes
+    verifier: str
+    stake: int
+    value: bytes | int
+
+
+@dataclass(frozen=True)
+class VerifierPaid(Event):
+    """A verifier was credited `amount` (to its active bond): `why` is "seat_fee" (a winning seat's
+    fee from the run's escrow), "slash_share" (its share of a miner's slash) or "dispute_pool"
+    (its share of forfeited escalation stakes)."""
+
+    code: ClassVar[str] = "VerifierPaid"
+    challenge_id: bytes
+    verifier: str
+    amount: int
+    why: str
+
+
+@dataclass(frozen=True)
+class EscalationSettled(Event):
+    """The dispute round settled an escalation: `returned` went back to the escalator's free bond,
+    `forfeited` was taken (the dispute's value half differs from the escalator's)."""
+
+    code: ClassVar[str] = "EscalationSettled"
+    challenge_id: bytes  # the escalated round
+    verifier: str
+    returned: int
+    forfeited: int
+
+
+@dataclass(frozen=True)
+class Burned(Event):
+    """Units that left circulation: the part of a slash not paid to seats, the remainder of an
+    integer share, the escrow of an unresolved run, a reward past the bond cap."""
+
+    code: ClassVar[str] = "Burned"
+    subject: bytes  # the challenge or run
+    amount: int
+    why: str
+
+
+@dataclass(frozen=True)
+class RunSettled(Event):
+    """Every challenge of the run resolved: the miner's remaining stake and escrow are released
+    (an unresolved challenge keeps the stake locked and burns the escrow instead)."""
+
+    code: ClassVar[str] = "RunSettled"
+    run_id: bytes
+    miner: str
+    stake_released: int
+    escrow_released: int
+    escrow_burned: int
+    unresolved: int  # challenges left unresolved after their dispute round
+
+
 # The stages of a block's protocol work, in the order they run (docs/protocol.md §4.2).
 BLOCK_WORK_STAGES = ("activation", "release", "issuance", "resolution")
 
@@ -283,5 +349,6 @@ EVENT_TYPES: dict[str, type[Event]] = {
         WitnessCommitted, WitnessRevealed, RevealRejected, ChallengeResolved, MinerSlashed,
         VerifierOutlier, CallRefused, RemarkIgnored, NetworkConfigured, ParamsEffective,
         VerifierBonded, VerifierUnbonding, BondReleased, VerifierPenalized, BlockWorkFailed,
+        ChallengeEscalated, VerifierPaid, EscalationSettled, Burned, RunSettled,
     )
 }

@@ -20,15 +20,17 @@ MAX_URI_BYTES = 512  # an opening's URI (UTF-8)
 MAX_LEAF_BYTES = 1024  # an opened step leaf
 MAX_DECLARED_STEPS = 100_000_000  # a run's declared steps
 MAX_OPEN_RUNS_PER_MINER = 256  # runs of one miner whose challenges are not all resolved
-MAX_WITNESSES_PER_CHALLENGE = 1024  # witness commitments of one challenge
+MAX_DISPUTE_SEATS = 4096  # seats of a dispute round (one per verifier_stake of free bond)
+# Witness commitments, reveals and escalations of one challenge: one per seated account, and a
+# round never seats more accounts than it has seats, so no list is ever full before its seats are.
+MAX_WITNESSES_PER_CHALLENGE = MAX_DISPUTE_SEATS
 MAX_CHALLENGES_PER_RUN = 64  # challenges_per_run and forced_challenge_steps
 MAX_REASON_CHARS = 300  # the reason text a CallRefused event keeps
 MAX_SCHEDULED_CHANGES = 16  # configure_network records waiting for their effective block
-MAX_VERIFIERS = 4096  # accounts that ever bonded as verifiers
+MAX_VERIFIERS = 4096  # accounts in the verifier registry: those holding any bond (active, unbonding or reserved)
 MAX_BOND = 1 << 48  # one verifier's active plus unbonding bond, in protocol units: 4096 of them stay below 2^63
 MAX_UNBONDING_PER_VERIFIER = 16  # unbonding amounts of one verifier waiting for their release block
 MAX_COMMITTEE = 256  # seats of one round's drawn committee
-MAX_DISPUTE_SEATS = 4096  # seats of a dispute round (one per verifier_stake of bond)
 MAX_MIRRORS = 4  # further addresses of one opening
 
 
@@ -50,12 +52,13 @@ MAX_BLOCK = (1 << 62) - 1
 #   challenge_delay                              W    (the first draw)
 #   + (MAX_CHALLENGES_PER_RUN - 1)               63   (one first-round draw a block)
 #   + sum over rounds r = 1..MAX_ROUND of
-#       r * (opening_deadline + max(commit_window, replay_blocks) + reveal_window) + 1
-#                                                45 * 3W + 9   (replay_blocks <= max_replay_blocks)
-#   = 136 W + 72 <= 2^61 + 2^57 + 72 < 2^62          for W = 2^54
+#       r * (opening + max(commit_window, replay_blocks) + reveal_window) + escalation_window + 1
+#                                                45 * 3W + 9W + 9   (opening, replay_blocks <= max_replay_blocks)
+#   = 145 W + 72 < 2^61 + 2^58 + 72 < 2^62           for W = 2^54
 #
-# (rules._open_round: round r's deadlines are n + opening_deadline*r, + max(commit_window,
-# replay_blocks)*r, + reveal_window*r, and the next round opens at the block after the last.)
+# (rules._open_round: round r's deadlines are n + opening*r, + max(commit_window, replay_blocks)*r,
+# + reveal_window*r, + escalation_window, and the next round opens at the block after the last;
+# a run's opening window is max(opening_deadline, its regeneration blocks) <= max_replay_blocks.)
 # A verifier's release block is n + unbonding_delay <= MAX_BLOCK + W. So every block number the
 # protocol derives stays below MAX_BLOCK + MAX_DEADLINE_SPAN < 2^63.
 MAX_MAX_ROUNDS = 8  # the largest max_rounds
@@ -67,14 +70,17 @@ def deadline_span(windows: int = MAX_WINDOW, replay_blocks: int = MAX_WINDOW) ->
     """The most blocks from a run's complete root to its last challenge's last deadline, when every
     window and delay is `windows` blocks and a run's replay needs `replay_blocks` (the sum above)."""
     w = max(windows, replay_blocks)
-    rounds = sum(r * (windows + w + windows) + 1 for r in range(1, MAX_ROUND + 1))
+    rounds = sum(r * (w + w + windows) + windows + 1 for r in range(1, MAX_ROUND + 1))
     return windows + (MAX_CHALLENGES_PER_RUN - 1) + rounds
 
 
-MAX_DEADLINE_SPAN = deadline_span()  # 136 * 2^54 + 72
+MAX_DEADLINE_SPAN = deadline_span()  # 145 * 2^54 + 72
 
-# Stakes and penalties (miner_stake, verifier_stake, slash_amount, no_show_penalty,
-# outlier_penalty), in protocol units: at most MAX_BOND, one verifier's bond. A penalty is taken
+# Stakes, penalties and fees (miner_stake, verifier_stake, slash_amount, no_show_penalty,
+# outlier_penalty, escalation_stake, fee_per_replay_block), in protocol units: at most MAX_BOND,
+# one verifier's bond. A run's escrow is at most fee_per_replay_block * max_replay_blocks *
+# MAX_CHALLENGES_PER_RUN * MAX_COMMITTEE * (2^MAX_MAX_ROUNDS - 1) -- refused at registration
+# past MAX_BOND (rules._start). A penalty is taken
 # per seat: at most MAX_BOND * MAX_DISPUTE_SEATS = 2^48 * 2^12 = 2^60 asked of one verifier; the
 # bonds of all verifiers sum to at most MAX_BOND * MAX_VERIFIERS = 2^60; a miner's open runs stake
 # at most MAX_BOND * MAX_OPEN_RUNS_PER_MINER = 2^56. The running totals kept over a chain's life
@@ -113,7 +119,15 @@ PARAM_RANGES: dict[str, tuple[int, int]] = {
     "reference_bytes_per_s": (1, MAX_SIZING),
     "replay_margin": (1, MAX_SIZING),
     "max_replay_blocks": (1, MAX_WINDOW),
+    "planck_per_unit": (1, INT63),  # chain balance units (planck) per protocol unit, on Substrate
+    "fee_per_replay_block": (0, MAX_STAKE),
+    "escalation_window": (1, MAX_WINDOW),
+    "escalation_stake": (1, MAX_STAKE),
 }
+
+# Fractions of the record, each [numerator, denominator] in lowest terms: name -> (may be 0?).
+FRACTION_PARAMS: dict[str, bool] = {"quorum_share": False, "slash_reward_share": True,
+                                    "dispute_refusal_share": False}
 
 
 def _shown(v: int) -> str:
@@ -173,9 +187,26 @@ class ProtocolParams:
     max_replay_blocks: int = 2400
     # Demo/test knob: steps challenged first whatever the randomness says (e.g. (7,)).
     forced_challenge_steps: tuple[int, ...] = ()
+    # Protocol v3: money.
+    # A Substrate bond, stake or escrow transfer of k protocol units moves k * planck_per_unit planck.
+    planck_per_unit: int = 10**10
+    # Each seat of a resolved round's winning cluster is paid fee_per_replay_block * the run's
+    # replay_blocks from the run's escrow (rules._start sizes the escrow for every round below the
+    # dispute round of every challenge).
+    fee_per_replay_block: int = 2
+    slash_reward_share: Fraction = Fraction(1, 2)  # of a slash, paid to the resolving round's winning seats
+    # In a dispute round, refused seats holding this share of the revealed seats make it fraud:
+    # serving the opening is the miner's duty.
+    dispute_refusal_share: Fraction = Fraction(1, 2)
+    # After a round below the dispute round, a seat that revealed another value than the winning
+    # cluster's may escalate to the dispute round for escalation_window blocks, reserving
+    # escalation_stake of its free bond, which it loses if the dispute proves it wrong.
+    escalation_window: int = 2
+    escalation_stake: int = 200
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "quorum_share", Fraction(self.quorum_share))
+        for name in FRACTION_PARAMS:
+            object.__setattr__(self, name, Fraction(getattr(self, name)))
         object.__setattr__(self, "forced_challenge_steps", tuple(self.forced_challenge_steps))
         for name, (lo, hi) in PARAM_RANGES.items():
             v = getattr(self, name)
@@ -183,10 +214,18 @@ class ProtocolParams:
                 raise ValueError(f"protocol parameter {name} must be {_kind(lo)}, got {v!r}")
             if not lo <= v <= hi:
                 raise ParamRangeError(name, v, lo, hi, _kind(lo))
-        q = self.quorum_share
-        if not 0 < q <= 1 or q.denominator > MAX_QUORUM_TERM:
-            raise ParamRangeError("quorum_share", str(q), 0, 1, "a fraction",
-                                  range_text=f"(0, 1] with a denominator of at most {_shown(MAX_QUORUM_TERM)}")
+        for name, zero in FRACTION_PARAMS.items():
+            q = getattr(self, name)
+            if not (0 <= q if zero else 0 < q) or q > 1 or q.denominator > MAX_QUORUM_TERM:
+                raise ParamRangeError(name, str(q), 0, 1, "a fraction",
+                                      range_text=f"{'[' if zero else '('}0, 1] with a denominator of at most "
+                                                 f"{_shown(MAX_QUORUM_TERM)}")
+        # Every penalty a seat can incur is paid in full from the seat's reserved collateral.
+        for name in ("no_show_penalty", "outlier_penalty"):
+            if getattr(self, name) > self.verifier_stake:
+                raise ParamRangeError(name, getattr(self, name), 0, self.verifier_stake, _kind(0),
+                                      range_text=f"0..verifier_stake ({self.verifier_stake}): a seat reserves "
+                                                 f"verifier_stake and pays every penalty from it")
         steps = self.forced_challenge_steps
         if any(isinstance(t, bool) or not isinstance(t, int) for t in steps):
             raise ValueError(f"protocol parameter forced_challenge_steps must be steps (integers), got {list(steps)!r}")
@@ -199,7 +238,9 @@ class ProtocolParams:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d["quorum_share"] = [self.quorum_share.numerator, self.quorum_share.denominator]
+        for name in FRACTION_PARAMS:
+            q = getattr(self, name)
+            d[name] = [q.numerator, q.denominator]
         d["forced_challenge_steps"] = list(self.forced_challenge_steps)
         return d
 
@@ -219,12 +260,13 @@ class ProtocolParams:
             raise ValueError(
                 f"unknown protocol parameter(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}"
             )
-        if "quorum_share" in d:
-            q = d["quorum_share"]
-            try:
-                d["quorum_share"] = Fraction(*q) if isinstance(q, (list, tuple)) else Fraction(str(q))
-            except (TypeError, ValueError, ZeroDivisionError):
-                raise ValueError(f"quorum_share must be a fraction such as \"2/3\", got {q!r}") from None
+        for name in FRACTION_PARAMS:
+            if name in d:
+                q = d[name]
+                try:
+                    d[name] = Fraction(*q) if isinstance(q, (list, tuple)) else Fraction(str(q))
+                except (TypeError, ValueError, ZeroDivisionError):
+                    raise ValueError(f"{name} must be a fraction such as \"2/3\", got {q!r}") from None
         return cls(**d)
 
     # --- the on-chain record (configure_network) ---------------------------------------------
@@ -252,7 +294,7 @@ class ProtocolParams:
         return params
 
     def digest(self) -> bytes:
-        return digest("pot/protocol-params/v2", self.to_dict())
+        return digest("pot/protocol-params/v3", self.to_dict())
 
     def differences(self, other: ProtocolParams) -> list[str]:
         """"name: mine != theirs" for every parameter that differs, in field order."""

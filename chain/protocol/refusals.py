@@ -232,6 +232,49 @@ class AmountOverBond(Refused):
     code = "AmountOverBond"
 
 
+class NoOpening(Refused):
+    """A witness commitment before the challenge's opening is on chain: there is nothing to replay."""
+
+    code = "NoOpening"
+
+
+class BondBelowMinimum(Refused):
+    """A bond or unbond that would leave an active bond above zero but below verifier_stake."""
+
+    code = "BondBelowMinimum"
+
+
+class BondReserved(Refused):
+    """An unbond of more than the free bond: the rest is reserved by seats of open rounds."""
+
+    code = "BondReserved"
+
+
+class CheckpointIntervalTooLong(Refused):
+    """A registration whose checkpoint interval makes the opening window longer than the protocol allows."""
+
+    code = "CheckpointIntervalTooLong"
+
+
+class EscrowTooLarge(Refused):
+    """A registration whose verification escrow exceeds the protocol's cap on one amount."""
+
+    code = "EscrowTooLarge"
+
+
+class NotEscalable(Refused):
+    """An escalation outside its window, of a dispute round, of a round with no winning cluster, or
+    by an account that did not reveal a dissenting value."""
+
+    code = "NotEscalable"
+
+
+class InsufficientFreeBond(Refused):
+    """An escalation whose stake exceeds the account's free bond."""
+
+    code = "InsufficientFreeBond"
+
+
 class ProtocolError(Refused):
     """Never raised by the rules: a follower records it when applying a call crashed inside the
     protocol (a bug), so one bad call cannot stop the node at that block."""
@@ -248,6 +291,8 @@ REFUSAL_TYPES: dict[str, type[Refused]] = {
         RevealTooLate, CommitmentMismatch, NotCrossArchitecture, DeclarationTooLate, AlreadyDeclared,
         UnknownCall, FieldTooLarge, TooMany, NotAuthority, RetroactiveChange, ProtocolError,
         RunIdNotOwned, ReplayTooSlow, NotInCommittee, NotBonded, AmountOverBond, ParamOutOfRange,
+        NoOpening, BondBelowMinimum, BondReserved, CheckpointIntervalTooLong, EscrowTooLarge, NotEscalable,
+        InsufficientFreeBond,
     )
 }
 

@@ -17,6 +17,7 @@ from chain.calls import (
     CommitWitness,
     ConfigureNetwork,
     DeclareWitnessNormBucket,
+    EscalateChallenge,
     RevealWitnessValue,
     StartTrainingCommitment,
     SubmitCheckpointRoot,
@@ -24,14 +25,17 @@ from chain.calls import (
     UnbondVerifier,
     derive_run_id,
 )
-from chain.protocol.cost import replay_cost
+from chain.protocol.cost import opening_blocks, replay_cost, run_escrow
 from chain.protocol.events import (
     BlockWorkFailed,
     BondReleased,
+    Burned,
     CallRefused,
+    ChallengeEscalated,
     ChallengeIssued,
     ChallengeResolved,
     CheckpointRootUpdated,
+    EscalationSettled,
     Event,
     MinerSlashed,
     NetworkConfigured,
@@ -40,8 +44,10 @@ from chain.protocol.events import (
     ParamsEffective,
     RevealRejected,
     RunRegistered,
+    RunSettled,
     VerifierBonded,
     VerifierOutlier,
+    VerifierPaid,
     VerifierPenalized,
     VerifierUnbonding,
     WitnessCommitted,
@@ -63,7 +69,6 @@ from chain.protocol.params import (
     MAX_UNBONDING_PER_VERIFIER,
     MAX_URI_BYTES,
     MAX_VERIFIERS,
-    MAX_WITNESSES_PER_CHALLENGE,
     ParamRangeError,
     ProtocolParams,
 )
@@ -76,16 +81,23 @@ from chain.protocol.refusals import (
     BadLeaf,
     BadLeafProof,
     BadRootSize,
+    BondBelowMinimum,
+    BondReserved,
     ChallengeClosed,
+    CheckpointIntervalTooLong,
     CommitmentMismatch,
     CommitWindowClosed,
     DeclarationTooLate,
+    EscrowTooLarge,
     FieldTooLarge,
+    InsufficientFreeBond,
     InvalidCall,
     NoCommitment,
+    NoOpening,
     NotAuthority,
     NotBonded,
     NotCrossArchitecture,
+    NotEscalable,
     NotInCommittee,
     NotRunOwner,
     OpeningTooLate,
@@ -109,12 +121,13 @@ from chain.protocol.state import (
     ProtocolState,
     RunState,
     eligible_verifiers,
+    free_bond,
     registration_digest,
 )
 from challenges.derive import challenge_id as derive_challenge_id
-from challenges.derive import challenge_step_at, dispute_seats, draw_committee, rechallenge_id
+from challenges.derive import challenge_step_at, dispute_seats, draw_committee, rechallenge_id, seat_units
 from challenges.refused import REFUSED_BUCKET, refused_value_hash
-from challenges.verdict import FRAUD, INCONCLUSIVE, REFUSED, Reveal, decide
+from challenges.verdict import FRAUD, HONEST, INCONCLUSIVE, REFUSED, Reveal, VerdictResult, decide
 from challenges.witness import verify_witness
 from commitments import cbor
 from commitments.canonical import describe_refusal, first_difference
@@ -197,14 +210,27 @@ def _start(state: ProtocolState, c: StartTrainingCommitment, origin: str, n: int
         raise ReplayTooSlow(
             f"one step's replay needs about {float(cost.seconds):.0f} s at the reference speed ({cost.flops:.3g} FLOPs, "
             f"{cost.bytes:.3g} bytes), {cost.blocks} blocks with the margin; the protocol allows {state.params.max_replay_blocks}")
+    window = opening_blocks(spec, state.params, c.checkpoint_interval)
+    if window > state.params.max_replay_blocks:
+        fits = max(1, c.checkpoint_interval * state.params.max_replay_blocks // window)
+        raise CheckpointIntervalTooLong(
+            f"regenerating a step from a state kept every {c.checkpoint_interval} steps needs an opening window of "
+            f"{window} blocks at the reference speed; the protocol allows {state.params.max_replay_blocks}: keep a "
+            f"state at least every {fits} steps")
+    seat_fee, escrow = run_escrow(cost.blocks, state.params)
+    if escrow > MAX_BOND:
+        raise EscrowTooLarge(f"the run's verification escrow would be {escrow} units; one amount is at most {MAX_BOND}")
     stake = state.params.miner_stake
     state.runs[c.run_id] = RunState(
         run_id=c.run_id, miner=origin, registration=registration, spec_digest=spec.digest(), mode=mode,
         declared_steps=c.declared_steps, endpoint=c.endpoint, stake=stake, replay_blocks=cost.blocks,
+        checkpoint_interval=c.checkpoint_interval, opening_blocks=window, seat_fee=seat_fee, escrow=escrow,
+        escrow_left=escrow,
     )
     state.bonds[origin] = min(state.bonds.get(origin, 0) + stake, INT63)  # a running total, saturating
     return [RunRegistered(n, c.run_id, origin, spec.digest(), mode, c.declared_steps, c.endpoint,
-                          c.initial_hash, c.schedule_commitment, c.dataset_hash, stake)]
+                          c.initial_hash, c.schedule_commitment, c.dataset_hash, stake, escrow,
+                          c.checkpoint_interval, window)]
 
 
 def _run_of(state: ProtocolState, run_id: bytes, origin: str) -> RunState:
@@ -311,11 +337,14 @@ def _commit(state: ProtocolState, c: CommitWitness, origin: str, n: int) -> list
         if prior == c.commitment:
             return []
         raise AlreadyCommitted(f"{origin!r} has already committed to this challenge")
-    if origin not in ch.committee:
+    if origin not in ch.held:
         raise NotInCommittee(f"{origin!r} does not sit on the committee of challenge {c.challenge_id.hex()[:16]} "
                              f"(round {ch.round}, {len(ch.committee)} seats)")
-    if len(ch.commitments) >= MAX_WITNESSES_PER_CHALLENGE:
-        raise TooMany(f"the challenge has {MAX_WITNESSES_PER_CHALLENGE} witness commitments already")
+    if ch.opening is None:
+        raise NoOpening(f"challenge {c.challenge_id.hex()[:16]} has no opening on chain yet: there is nothing to "
+                        f"replay (commit after the opening, by block {ch.commit_deadline})")
+    # No cap: only seated accounts commit, once each, and a round seats at most
+    # MAX_WITNESSES_PER_CHALLENGE accounts, so arrival order never decides who takes part.
     ch.commitments[origin] = c.commitment
     return [WitnessCommitted(n, c.challenge_id, origin, c.commitment)]
 
@@ -346,11 +375,15 @@ def _bond(state: ProtocolState, c: BondVerifier, origin: str, n: int) -> list[Ev
     held = state.vbonds.get(origin, 0) + sum(x[1] for x in state.unbonding.get(origin, []))
     if held + c.amount > MAX_BOND:
         raise FieldTooLarge(f"{origin!r} would hold a bond of {held + c.amount}; the protocol keeps at most {MAX_BOND}")
-    if origin not in state.vbonds and len(state.verifiers) >= MAX_VERIFIERS and origin not in state.verifiers:
-        raise TooMany(f"{MAX_VERIFIERS} accounts have bonded as verifiers already")
+    active = state.vbonds.get(origin, 0)
+    if active + c.amount < state.params.verifier_stake:
+        raise BondBelowMinimum(f"{origin!r} would hold an active bond of {active + c.amount}; a verifier bonds at "
+                               f"least verifier_stake ({state.params.verifier_stake}), one seat's collateral")
+    if origin not in state.verifiers and len(state.verifiers) >= MAX_VERIFIERS:
+        raise TooMany(f"{MAX_VERIFIERS} accounts hold verifier bonds already (each at least verifier_stake)")
     if origin not in state.verifiers:
         state.verifiers.append(origin)
-    state.vbonds[origin] = state.vbonds.get(origin, 0) + c.amount
+    state.vbonds[origin] = active + c.amount
     state.bonds[origin] = min(state.bonds.get(origin, 0) + c.amount, INT63)  # a running total, saturating
     return [VerifierBonded(n, origin, c.amount, state.vbonds[origin])]
 
@@ -361,25 +394,30 @@ def _unbond(state: ProtocolState, c: UnbondVerifier, origin: str, n: int) -> lis
         raise NotBonded(f"{origin!r} has no active bond; it cannot unbond {c.amount}")
     if c.amount > active:
         raise AmountOverBond(f"{origin!r} has an active bond of {active}; it cannot unbond {c.amount}")
+    free = free_bond(state, origin)
+    if c.amount > free:
+        raise BondReserved(f"{origin!r} has {free} of its bond of {active} free; the rest backs seats of open "
+                           f"rounds until they are settled")
+    left = active - c.amount
+    if 0 < left < state.params.verifier_stake:
+        raise BondBelowMinimum(f"unbonding {c.amount} would leave {left}, below verifier_stake "
+                               f"({state.params.verifier_stake}): unbond all of it, or at most {active - state.params.verifier_stake}")
     waiting = state.unbonding.setdefault(origin, [])
     if len(waiting) >= MAX_UNBONDING_PER_VERIFIER:
         raise TooMany(f"{origin!r} has {MAX_UNBONDING_PER_VERIFIER} unbonding amounts waiting already")
     release = n + state.params.unbonding_delay
-    state.vbonds[origin] = active - c.amount
+    state.vbonds[origin] = left
     waiting.append([release, c.amount])
     return [VerifierUnbonding(n, origin, c.amount, release, state.vbonds[origin])]
 
 
 def _release_due(state: ProtocolState, n: int, events: list[Event]) -> None:
-    """Release unbonding amounts whose block has come, except those of an account seated on a
-    challenge that is still open: it waits until its seats are settled, so unbonding cannot outrun
-    a penalty however long the rounds last. Each account's release is contained (`_contained`)."""
+    """Release unbonding amounts whose block has come. An unbonded amount was free bond, backing no
+    seat, so nothing it could owe is left. Each account's release is contained (`_contained`)."""
     if not any(x[0] <= n for waiting in state.unbonding.values() for x in waiting):
         return
-    seated = {v for ch in state.challenges.values() if ch.verdict is None for v in ch.committee}
     for account in sorted(state.unbonding):
-        if account not in seated:
-            _contained(state, events, n, "release", account, lambda a=account: _release_account(state, a, n))
+        _contained(state, events, n, "release", account, lambda a=account: _release_account(state, a, n))
 
 
 def _release_account(state: ProtocolState, account: str, n: int) -> list[Event]:
@@ -391,31 +429,128 @@ def _release_account(state: ProtocolState, account: str, n: int) -> list[Event]:
         events += [BondReleased(n, account, amount) for _, amount in due if amount > 0]
     if not state.unbonding[account]:
         del state.unbonding[account]
+    _leave_if_empty(state, account)
     return events
 
 
+def _leave_if_empty(state: ProtocolState, account: str) -> None:
+    """An account holding no bond (active, unbonding or reserved) leaves the verifier registry, so
+    the registry's cap counts accounts that hold stake."""
+    if state.vbonds.get(account, 0) == 0 and not state.unbonding.get(account) and not state.reserved.get(account):
+        state.vbonds.pop(account, None)
+        state.reserved.pop(account, None)
+        state.unbonding.pop(account, None)
+        if account in state.verifiers:
+            state.verifiers.remove(account)
+
+
+def _reserve(state: ProtocolState, account: str, amount: int) -> None:
+    state.reserved[account] = state.reserved.get(account, 0) + amount
+
+
+def _unreserve(state: ProtocolState, account: str, amount: int) -> None:
+    left = state.reserved.get(account, 0) - amount
+    if left:
+        state.reserved[account] = left
+    else:
+        state.reserved.pop(account, None)
+
+
 def _penalize(state: ProtocolState, ch: ChallengeState, account: str, amount: int, why: str, n: int) -> list[Event]:
-    """Take up to `amount` from a committee member's bond: the active bond first, then what it is
-    unbonding (newest first), so leaving cannot outrun a penalty."""
+    """Take `amount` from what the account's seats reserve on this round: always paid in full,
+    since a seat reserves verifier_stake and no penalty of a seat exceeds it (params). Burned."""
+    take = min(amount, ch.held.get(account, 0))
+    if take <= 0:
+        return []
+    ch.held[account] -= take
+    _unreserve(state, account, take)
+    state.vbonds[account] -= take
+    state.slashed[account] = min(state.slashed.get(account, 0) + take, INT63)  # a running total, saturating
+    state.burned = min(state.burned + take, INT63)
+    return [VerifierPenalized(n, ch.challenge_id, account, take, why)]
+
+
+def _free_seats(state: ProtocolState, ch: ChallengeState) -> None:
+    """Settle a round's reservations: what its seats still hold goes back to their free bond."""
+    for account in sorted(ch.held):
+        _unreserve(state, account, ch.held[account])
+        ch.held[account] = 0
+        _leave_if_empty(state, account)
+    ch.pending = False
+
+
+def _credit(state: ProtocolState, subject: bytes, account: str, amount: int, why: str, n: int) -> list[Event]:
+    """Credit `amount` to a verifier's active bond (past the bond cap the excess is burned)."""
     if amount <= 0:
         return []
-    left = amount
-    active = state.vbonds.get(account, 0)
-    take = min(active, left)
-    if account in state.vbonds:
-        state.vbonds[account] = active - take
-    left -= take
-    for entry in reversed(state.unbonding.get(account, [])):
-        if left == 0:
-            break
-        t = min(entry[1], left)
-        entry[1] -= t
-        left -= t
-    taken = amount - left
-    if taken == 0:
+    room = MAX_BOND - state.vbonds.get(account, 0) - sum(x[1] for x in state.unbonding.get(account, []))
+    give = max(0, min(amount, room))
+    events: list[Event] = []
+    if give:
+        state.vbonds[account] = state.vbonds.get(account, 0) + give
+        state.paid[account] = min(state.paid.get(account, 0) + give, INT63)
+        events.append(VerifierPaid(n, subject, account, give, why))
+    if amount > give:
+        events += _burn(state, subject, amount - give, "over the bond cap", n)
+    return events
+
+
+def _burn(state: ProtocolState, subject: bytes, amount: int, why: str, n: int) -> list[Event]:
+    if amount <= 0:
         return []
-    state.slashed[account] = min(state.slashed.get(account, 0) + taken, INT63)  # a running total, saturating
-    return [VerifierPenalized(n, ch.challenge_id, account, taken, why)]
+    state.burned = min(state.burned + amount, INT63)
+    return [Burned(n, subject, amount, why)]
+
+
+def _pay_seats(state: ProtocolState, ch: ChallengeState, run: RunState, winners: Counter, pools: list[tuple[str, int]],
+               n: int) -> list[Event]:
+    """Pay a resolved round's winning seats: `run.seat_fee` a seat from the run's escrow while it
+    lasts, and each further pool (why, amount) shared equally per seat; what an equal share leaves
+    over is burned. No winning seat: the pools are burned."""
+    seats = sum(winners.values())
+    events: list[Event] = []
+    fee = min(run.seat_fee * seats, run.escrow_left)
+    run.escrow_left -= fee
+    for why, amount in [("seat_fee", fee), *pools]:
+        if amount <= 0:
+            continue
+        if seats == 0:
+            events += _burn(state, ch.challenge_id, amount, f"{why}: no winning seat", n)
+            continue
+        share = amount // seats
+        for v in sorted(winners):
+            events += _credit(state, ch.challenge_id, v, share * winners[v], why, n)
+        events += _burn(state, ch.challenge_id, amount - share * seats, f"{why}: remainder of an equal share", n)
+    return events
+
+
+def _escalate(state: ProtocolState, c: EscalateChallenge, origin: str, n: int) -> list[Event]:
+    ch = _challenge(state, c.challenge_id)
+    if ch.dispute:
+        raise NotEscalable("the dispute round is the last word: it cannot be escalated")
+    if n <= ch.reveal_deadline:
+        raise NotEscalable(f"escalations open after the reveal window closes at block {ch.reveal_deadline}")
+    if n > ch.escalate_deadline:
+        raise NotEscalable(f"the escalation window closed at block {ch.escalate_deadline}; this is block {n}")
+    _open_challenge(state, c.challenge_id)
+    if origin in ch.escalations:
+        return []
+    mine = ch.reveals.get(origin)
+    if mine is None or origin not in ch.held:
+        raise NotEscalable(f"{origin!r} revealed no value on this round: only a seat that revealed may escalate")
+    result = _decide(state, ch)
+    if result.verdict not in (HONEST, FRAUD):
+        raise NotEscalable(f"the round has no winning value to dissent from ({result.verdict}: {result.reason})")
+    value = mine[0] if ch.mode == "value" else mine[1]
+    if value == result.winning_value:
+        raise NotEscalable("the revealed value is the winning cluster's: there is nothing to dissent from")
+    stake = state.params.escalation_stake
+    free = free_bond(state, origin)
+    if stake > free:
+        raise InsufficientFreeBond(f"escalating reserves escalation_stake ({stake}); {origin!r} has {free} free bond")
+    _reserve(state, origin, stake)
+    ch.escalations[origin] = [value, stake]
+    return [ChallengeEscalated(n, ch.challenge_id, origin, stake, value)]
 
 
 def _configure(state: ProtocolState, c: ConfigureNetwork, origin: str, n: int) -> list[Event]:
@@ -465,6 +600,7 @@ _HANDLERS = {
     ConfigureNetwork: _configure,
     BondVerifier: _bond,
     UnbondVerifier: _unbond,
+    EscalateChallenge: _escalate,
 }
 
 
@@ -497,40 +633,53 @@ def on_block(state: ProtocolState, block: Any) -> list[Event]:
     with _stage(events, n, "resolution"):
         due = [
             ch for ch in state.challenges.values()
-            if ch.verdict is None and (n > ch.reveal_deadline or (ch.opening is None and n > ch.opening_deadline))
+            if ch.verdict is None and (n > ch.escalate_deadline or (ch.opening is None and n > ch.opening_deadline))
         ]
         for ch in sorted(due, key=lambda c: (c.issued, c.run_id, c.index, c.round)):
+            parent = state.challenges.get(ch.escalated) if ch.escalated else None
             _contained(state, events, n, "resolution", ch.challenge_id.hex(),
-                       lambda c=ch: _resolve(state, c, n, block_hash), ch, state.runs.get(ch.run_id))
+                       lambda c=ch: _resolve(state, c, n, block_hash), ch, state.runs.get(ch.run_id), parent)
     return events
 
 
 def _issue_due(state: ProtocolState, run: RunState, n: int, block_hash: bytes, p: ProtocolParams) -> list[Event]:
-    if run.challenges_at is not None and run.challenges_at <= n and run.drawn < min(p.challenges_per_run,
-                                                                                        run.size - 1):
-        return _issue_first(state, run, n, block_hash)
-    return []
+    """The run's next first-round challenge, when its turn has come and the network has the free
+    seats for a full committee: committee_size seat units free, or every unit when the network has
+    fewer (seats of open rounds hold theirs until settled, so a challenge waits for them rather
+    than sit a smaller committee)."""
+    if run.settled or run.challenges_at is None or run.challenges_at > n:
+        return []
+    if run.drawn >= min(p.challenges_per_run, run.size - 1):
+        return []
+    units = seat_units(eligible_verifiers(state, exclude=run.miner), p.verifier_stake)
+    free = sum(k for _, k in units)
+    total = sum(b // p.verifier_stake for a, b in state.vbonds.items() if a != run.miner)
+    if free == 0 or free < min(p.committee_size, total):
+        return []
+    return _issue_first(state, run, n, block_hash)
 
 
 class _Savepoint:
     """What one item of a block's work may change, copied before it runs so that an item that fails
-    halfway is undone exactly: the parameters and their schedule, the active bonds, unbonding
-    amounts and penalties, the item's own run and challenge (restored in place), and the runs and
+    halfway is undone exactly: the parameters and their schedule, the active and reserved bonds,
+    the registry, unbonding amounts, penalties, payments and burns, the item's own run and challenge (restored in place), and the runs and
     challenges it added (dicts keep insertion order: they are the last ones)."""
 
     def __init__(self, state: ProtocolState, *objects: Any) -> None:
         self.state = state
-        self.scalars = (state.params, state.configured_at, state.authority)
+        self.scalars = (state.params, state.configured_at, state.authority, state.burned)
         self.schedule = copy.deepcopy(state.schedule)
         self.slashed, self.vbonds = dict(state.slashed), dict(state.vbonds)
+        self.reserved, self.paid, self.verifiers = dict(state.reserved), dict(state.paid), list(state.verifiers)
         self.unbonding = {k: [list(x) for x in v] for k, v in state.unbonding.items()}
         self.objects = [(o, copy.deepcopy(o)) for o in objects if o is not None]
         self.sizes = (len(state.runs), len(state.challenges))
 
     def restore(self) -> None:
         s = self.state
-        s.params, s.configured_at, s.authority = self.scalars
+        s.params, s.configured_at, s.authority, s.burned = self.scalars
         s.schedule, s.slashed, s.vbonds, s.unbonding = self.schedule, self.slashed, self.vbonds, self.unbonding
+        s.reserved, s.paid, s.verifiers = self.reserved, self.paid, self.verifiers
         for obj, saved in self.objects:
             for f in dataclass_fields(obj):
                 setattr(obj, f.name, getattr(saved, f.name))
@@ -589,38 +738,44 @@ def _seats(p: ProtocolParams, round_: int) -> int | None:
 
 
 def _open_round(state: ProtocolState, run: RunState, cid: bytes, index: int, step: int, n: int, block_hash: bytes,
-                *, round_: int, first: bytes | None, refused_rounds: int) -> list[Event]:
+                *, round_: int, first: bytes | None, refused_rounds: int, escalated: bytes | None = None) -> list[Event]:
     p = state.params
-    eligible = eligible_verifiers(state, exclude=run.miner)
+    units = seat_units(eligible_verifiers(state, exclude=run.miner), p.verifier_stake)
     seats = _seats(p, round_)
-    if seats is None or len(eligible) <= seats:
-        # the dispute round, or a network no larger than the committee: every eligible verifier
-        # sits, with one seat per verifier_stake of its bond
-        committee = dispute_seats(eligible, p.verifier_stake, MAX_DISPUTE_SEATS)
+    if seats is None:
+        # the dispute round: every free seat unit of the network sits, at most MAX_DISPUTE_SEATS
+        # seats, exactly proportional to units (challenges.derive.dispute_seats)
+        committee = dispute_seats(block_hash, cid, units, MAX_DISPUTE_SEATS)
     else:
-        committee = draw_committee(block_hash, cid, eligible, seats)
-    opening_deadline = n + p.opening_deadline * round_
+        committee = draw_committee(block_hash, cid, units, seats)
+    held = Counter(committee)
+    for account in sorted(held):  # every seat reserves its collateral for the round's life
+        held[account] *= p.verifier_stake
+        _reserve(state, account, held[account])
+    opening_deadline = n + run.opening_blocks * round_
     commit_deadline = opening_deadline + max(p.commit_window, run.replay_blocks) * round_
+    reveal_deadline = commit_deadline + p.reveal_window * round_
     ch = ChallengeState(
         challenge_id=cid, run_id=run.run_id, index=index, step=step, root=run.root, size=run.size,
         mode=run.mode, issued=n, opening_deadline=opening_deadline, commit_deadline=commit_deadline,
-        reveal_deadline=commit_deadline + p.reveal_window * round_, round=round_, first=first,
-        committee=committee, refused_rounds=refused_rounds,
+        reveal_deadline=reveal_deadline, round=round_, first=first,
+        committee=committee, refused_rounds=refused_rounds, collateral=p.verifier_stake, held=dict(held),
+        escalate_deadline=reveal_deadline + (0 if seats is None else p.escalation_window), dispute=seats is None,
+        escalated=escalated,
     )
     state.challenges[cid] = ch
     run.challenges.append(cid)
     return [ChallengeIssued(n, cid, run.run_id, index, step, run.root, run.size, run.mode, run.endpoint,
                             ch.opening_deadline, ch.commit_deadline, ch.reveal_deadline, round_, first,
-                            tuple(committee))]
+                            tuple(committee), ch.escalate_deadline)]
 
 
-def _resolve(state: ProtocolState, ch: ChallengeState, n: int, block_hash: bytes) -> list[Event]:
+def _decide(state: ProtocolState, ch: ChallengeState) -> VerdictResult:
+    """The clustering verdict of a round's reveals (challenges.verdict.decide), seats weighed."""
     p = state.params
-    run = state.runs[ch.run_id]
-    dispute = _seats(p, ch.round) is None
-    refused = refused_value_hash(ch.challenge_id)
-    result = decide(
-        [Reveal(v, r[0], r[1], r[2]) for v, r in ch.reveals.items() if v in ch.committee],
+    seats = Counter(ch.committee)
+    return decide(
+        [Reveal(v, r[0], r[1], r[2]) for v, r in ch.reveals.items() if v in seats],
         mode=ch.mode,  # type: ignore[arg-type]
         opening_submitted=ch.opening is not None,
         expected_value=ch.opening["leaf_hash"] if ch.opening else None,
@@ -628,13 +783,29 @@ def _resolve(state: ProtocolState, ch: ChallengeState, n: int, block_hash: bytes
         quorum_min_reveals=p.quorum_min_reveals,
         quorum_share=p.quorum_share,
         committee_size=len(ch.committee),
-        seats=Counter(ch.committee),
-        dispute=dispute,
-        refused_value=refused,
+        seats=seats,
+        dispute=ch.dispute,
+        refused_value=refused_value_hash(ch.challenge_id),
         refused_bucket=REFUSED_BUCKET,
+        refusal_share=p.dispute_refusal_share,
     )
+
+
+def _value_of(ch: ChallengeState, reveal: list[Any]) -> bytes | int:
+    return reveal[0] if ch.mode == "value" else reveal[1]
+
+
+def _resolve(state: ProtocolState, ch: ChallengeState, n: int, block_hash: bytes) -> list[Event]:
+    p = state.params
+    run = state.runs[ch.run_id]
+    result = _decide(state, ch)
     verdict, reason, follow = result.verdict, result.reason, None
-    if verdict == REFUSED:
+    escalated = bool(ch.escalations) and verdict in (HONEST, FRAUD)
+    if escalated:
+        verdict, follow = INCONCLUSIVE, "escalate"
+        reason = (f"{reason}; escalated to the dispute round by {len(ch.escalations)} dissenting seat(s) "
+                  f"staking {sum(e[1] for e in ch.escalations.values())}")
+    elif verdict == REFUSED:
         if ch.refused_rounds == 0:
             verdict, follow = INCONCLUSIVE, "reopen"
             reason = f"{reason}: the miner gets a second opening window"
@@ -642,8 +813,9 @@ def _resolve(state: ProtocolState, ch: ChallengeState, n: int, block_hash: bytes
             verdict = FRAUD
             reason = f"{reason} again: no usable opening in two opening windows"
     elif verdict == INCONCLUSIVE and ch.opening is not None:
-        if dispute:
-            reason = f"{reason}; unresolved after the dispute round: the miner's stake stays bonded"
+        if ch.dispute:
+            reason = (f"{reason}; unresolved after the dispute round: the miner's stake stays locked and the "
+                      f"run's escrow is forfeited")
         else:
             follow = "rechallenge"
             reason = f"{reason}: re-challenged with a larger committee"
@@ -659,24 +831,93 @@ def _resolve(state: ProtocolState, ch: ChallengeState, n: int, block_hash: bytes
         result.winning_value, result.cluster_size, result.reveals, result.clusters, result.outliers,
         ch.round, nxt,
     ))
-    if verdict == FRAUD:
-        amount = min(p.slash_amount, run.stake - run.slashed)
-        run.slashed += amount
-        state.slashed[run.miner] = min(state.slashed.get(run.miner, 0) + amount, INT63)  # saturating
-        events.append(MinerSlashed(n, run.run_id, ch.challenge_id, run.miner, amount, reason))
-    seats = Counter(ch.committee)  # penalties are per seat held
+    seats = Counter(ch.committee)  # penalties and fees are per seat held
     if ch.opening is not None:  # with no opening on chain there was nothing to witness
         for v in sorted(seats):
             if v not in ch.commitments:
                 events += _penalize(state, ch, v, p.no_show_penalty * seats[v], "no_commit", n)
             elif v not in ch.reveals:
                 events += _penalize(state, ch, v, p.no_show_penalty * seats[v], "no_reveal", n)
-    for v in result.outliers:
-        value_hash, bucket = ch.reveals[v][0], ch.reveals[v][1]
-        events.append(VerifierOutlier(n, ch.challenge_id, v, value_hash, bucket))
-        events += _penalize(state, ch, v, p.outlier_penalty * seats[v], "outlier", n)
+    final = result.winning_value if verdict in (HONEST, FRAUD) else None
+    pools: list[tuple[str, int]] = []
+    if escalated:
+        ch.pending = True  # its seats stay reserved: the dispute round settles them and its escalations
+    else:
+        # A round the miner's refusal decided penalises no reveal outside the refused cluster: a seat
+        # the miner chose to serve did its work.
+        for v in () if result.verdict == REFUSED else result.outliers:
+            value_hash, bucket = ch.reveals[v][0], ch.reveals[v][1]
+            events.append(VerifierOutlier(n, ch.challenge_id, v, value_hash, bucket))
+            events += _penalize(state, ch, v, p.outlier_penalty * seats[v], "outlier", n)
+        if ch.escalated is not None:
+            settled, forfeited = _settle_escalated(state, state.challenges[ch.escalated], final, n)
+            events += settled
+            pools.append(("dispute_pool", forfeited))
+        if verdict == FRAUD:
+            amount = min(p.slash_amount, run.stake - run.slashed)
+            run.slashed += amount
+            state.slashed[run.miner] = min(state.slashed.get(run.miner, 0) + amount, INT63)  # saturating
+            events.append(MinerSlashed(n, run.run_id, ch.challenge_id, run.miner, amount, reason))
+            share = amount * p.slash_reward_share.numerator // p.slash_reward_share.denominator
+            pools.append(("slash_share", share))
+            events += _burn(state, ch.challenge_id, amount - share, "the slash not paid to seats", n)
+        winners = Counter({v: seats[v] for v in result.winners}) if verdict in (HONEST, FRAUD) or follow == "reopen" \
+            else Counter()
+        events += _pay_seats(state, ch, run, winners, pools, n)
+        _free_seats(state, ch)
     if nxt is not None:
-        events += _open_round(state, run, nxt, ch.index, ch.step, n, block_hash, round_=ch.round + 1,
+        round_ = max(ch.round + 1, p.max_rounds) if follow == "escalate" else ch.round + 1
+        events += _open_round(state, run, nxt, ch.index, ch.step, n, block_hash, round_=round_,
                               first=ch.first or ch.challenge_id,
-                              refused_rounds=ch.refused_rounds + (follow == "reopen"))
+                              refused_rounds=ch.refused_rounds + (follow == "reopen"),
+                              escalated=ch.challenge_id if follow == "escalate" else None)
+    events += _settle_run(state, run, n)
     return events
+
+
+def _settle_escalated(state: ProtocolState, parent: ChallengeState, final: bytes | int | None,
+                      n: int) -> tuple[list[Event], int]:
+    """Settle an escalated round against its dispute round's value half `final` (None: the dispute
+    left the step unresolved, and nobody is proven wrong): its seats that revealed another value
+    pay outlier_penalty a seat, the others' reservations are freed (their fee was the round's
+    cluster's to lose, and is not paid twice); escalators proven wrong forfeit their stake, the
+    others get it back. Returns the events and the forfeited total (the dispute's pool)."""
+    p = state.params
+    seats = Counter(parent.committee)
+    events: list[Event] = []
+    if final is not None:
+        for v in sorted(parent.reveals):
+            if v in seats and _value_of(parent, parent.reveals[v]) != final:
+                events += _penalize(state, parent, v, p.outlier_penalty * seats[v], "outlier", n)
+    forfeited = 0
+    for v in sorted(parent.escalations):
+        value, stake = parent.escalations[v]
+        wrong = final is not None and value != final
+        _unreserve(state, v, stake)
+        if wrong:
+            state.vbonds[v] -= stake
+            state.slashed[v] = min(state.slashed.get(v, 0) + stake, INT63)
+            forfeited += stake
+        events.append(EscalationSettled(n, parent.challenge_id, v, 0 if wrong else stake, stake if wrong else 0))
+    parent.escalations = {}
+    _free_seats(state, parent)
+    return events, forfeited
+
+
+def _settle_run(state: ProtocolState, run: RunState, n: int) -> list[Event]:
+    """Once every challenge of the run is drawn and resolved: release the miner's stake (less its
+    slashes) and what is left of the escrow, or, when a challenge ended unresolved after its
+    dispute round, keep the stake locked and burn the escrow."""
+    p = state.params
+    if run.settled or run.challenges_at is None or run.drawn < min(p.challenges_per_run, run.size - 1):
+        return []
+    rounds = [state.challenges[c] for c in run.challenges]
+    if any(ch.verdict is None or ch.pending for ch in rounds):
+        return []
+    unresolved = sum(1 for ch in rounds if ch.verdict == INCONCLUSIVE and ch.rechallenge is None and ch.opening)
+    run.settled = True
+    escrow, run.escrow_left = run.escrow_left, 0
+    if unresolved:
+        events = _burn(state, run.run_id, escrow, "the escrow of a run left unresolved", n)
+        return [*events, RunSettled(n, run.run_id, run.miner, 0, 0, escrow, unresolved)]
+    return [RunSettled(n, run.run_id, run.miner, run.stake - run.slashed, escrow, 0, 0)]

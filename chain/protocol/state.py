@@ -24,7 +24,7 @@ from commitments import cbor
 from commitments.errors import CommitmentError
 from commitments.hashing import digest
 
-SNAPSHOT_VERSION = "pot/protocol-state/v2"
+SNAPSHOT_VERSION = "pot/protocol-state/v3"
 
 
 @dataclass
@@ -44,6 +44,12 @@ class RunState:
     challenges: list[bytes] = field(default_factory=list)  # every round's challenge ids, in issue order
     replay_blocks: int = 1  # the commit window this run's replay needs (chain.protocol.cost)
     drawn: int = 0  # first-round challenges issued so far
+    checkpoint_interval: int = 1  # the most steps between two states the miner keeps
+    opening_blocks: int = 1  # the run's opening window per round (>= opening_deadline)
+    seat_fee: int = 0  # paid per seat of a resolved round's winning cluster
+    escrow: int = 0  # the fees escrowed at registration
+    escrow_left: int = 0  # what the escrow still holds
+    settled: bool = False  # every challenge resolved: stake and escrow released (or locked and burned)
 
 
 @dataclass
@@ -71,6 +77,17 @@ class ChallengeState:
     committee: list[str] = field(default_factory=list)
     refused_rounds: int = 0  # earlier rounds of this step whose committee refused the opening
     rechallenge: bytes | None = None  # the next round, once this one re-challenged
+    # Protocol v3. Every seat reserves `collateral` of its account's free bond; `held` is what each
+    # account's seats still reserve (penalties are taken from it; the rest is freed when the round
+    # is settled). The last block an escalation is accepted (the reveal deadline in a dispute round).
+    collateral: int = 0
+    held: dict[str, int] = field(default_factory=dict)
+    escalate_deadline: int = 0
+    dispute: bool = False  # every seat unit of the network sits (the dispute round)
+    # account -> [value half (bytes) or bucket (int), stake]: the escalations of this round
+    escalations: dict[str, list[Any]] = field(default_factory=dict)
+    escalated: bytes | None = None  # a dispute round: the escalated round it settles
+    pending: bool = False  # an escalated round, waiting for its dispute round to settle it
 
 
 @dataclass
@@ -84,7 +101,10 @@ class ProtocolState:
     bonds: dict[str, int] = field(default_factory=dict)  # account -> stake ever bonded (before slashes)
     slashed: dict[str, int] = field(default_factory=dict)  # account -> total slashed or penalised
     verifiers: list[str] = field(default_factory=list)  # accounts that bonded as verifiers, first bond first
-    vbonds: dict[str, int] = field(default_factory=dict)  # verifier -> active bond (committee weight)
+    vbonds: dict[str, int] = field(default_factory=dict)  # verifier -> active bond (reserved included)
+    reserved: dict[str, int] = field(default_factory=dict)  # verifier -> bond reserved by seats and escalations
+    burned: int = 0  # units taken out of circulation (saturating)
+    paid: dict[str, int] = field(default_factory=dict)  # verifier -> fees and shares credited (running total)
     unbonding: dict[str, list[list[int]]] = field(default_factory=dict)  # verifier -> [[release_block, amount]]
     # The network record (configure_network): its authority once one is accepted (or pinned by the
     # follower before any), the block of the accepted record taken last, and the changes waiting
@@ -105,6 +125,9 @@ class ProtocolState:
             "slashed": dict(self.slashed),
             "verifiers": list(self.verifiers),
             "vbonds": dict(self.vbonds),
+            "reserved": dict(self.reserved),
+            "burned": self.burned,
+            "paid": dict(self.paid),
             "unbonding": {k: [list(x) for x in v] for k, v in self.unbonding.items()},
             "authority": self.authority,
             "configured_at": self.configured_at,
@@ -143,6 +166,9 @@ class ProtocolState:
                 slashed=_int_map(obj["slashed"], "slashed"),
                 verifiers=_accounts(obj["verifiers"], "verifiers"),
                 vbonds=_int_map(obj["vbonds"], "vbonds"),
+                reserved=_int_map(obj["reserved"], "reserved"),
+                burned=_int(obj["burned"], "burned"),
+                paid=_int_map(obj["paid"], "paid"),
                 unbonding=_unbonding(obj["unbonding"]),
                 # Snapshots of nodes older than the network record have none of these.
                 authority=_optional(obj.get("authority"), str, "authority"),
@@ -167,7 +193,7 @@ def registration_digest(encoded: bytes) -> bytes:
 
 U64 = (1 << 64) - 1  # the wire's `uint` (docs/protocol.md §2.2): no state integer exceeds it
 _STATE_KEYS = {"version", "params", "head", "runs", "challenges", "bonds", "slashed", "verifiers", "vbonds",
-               "unbonding", "authority", "configured_at", "schedule"}
+               "reserved", "burned", "paid", "unbonding", "authority", "configured_at", "schedule"}
 _VERDICTS = (HONEST, FRAUD, INCONCLUSIVE)
 _MODES = ("value", "bucket")
 
@@ -282,6 +308,12 @@ _RUN_FIELDS: dict[str, Callable[[Any, str], Any]] = {
     "challenges": _list_of(_b32),
     "replay_blocks": lambda v, name: _int(v, name, lo=1),
     "drawn": _uint,
+    "checkpoint_interval": lambda v, name: _int(v, name, lo=1),
+    "opening_blocks": lambda v, name: _int(v, name, lo=1),
+    "seat_fee": _uint,
+    "escrow": _uint,
+    "escrow_left": _uint,
+    "settled": lambda v, name: _flag(v, name),
 }
 
 _CHALLENGE_FIELDS: dict[str, Callable[[Any, str], Any]] = {
@@ -307,7 +339,27 @@ _CHALLENGE_FIELDS: dict[str, Callable[[Any, str], Any]] = {
     "committee": _list_of(_text, MAX_DISPUTE_SEATS),
     "refused_rounds": _uint,
     "rechallenge": _maybe(_b32),
+    "collateral": _uint,
+    "held": _map_of(_uint, MAX_WITNESSES_PER_CHALLENGE),
+    "escalate_deadline": _uint,
+    "dispute": lambda v, name: _flag(v, name),
+    "escalations": _map_of(lambda v, name: _escalation(v, name), MAX_WITNESSES_PER_CHALLENGE),
+    "escalated": _maybe(_b32),
+    "pending": lambda v, name: _flag(v, name),
 }
+
+
+def _flag(v: Any, name: str) -> bool:
+    if not isinstance(v, bool):
+        raise ValueError(f"{name} must be true or false")
+    return v
+
+
+def _escalation(v: Any, name: str) -> list[Any]:
+    if not (isinstance(v, list) and len(v) == 2):
+        raise ValueError(f"{name} must be [value, stake]")
+    value = _b32(v[0], f"{name} value") if isinstance(v[0], bytes) else _bucket(v[0], f"{name} value")
+    return [value, _uint(v[1], f"{name} stake")]
 
 
 def _rows(v: Any, name: str, kind: type, spec: dict[str, Callable[[Any, str], Any]]) -> list[Any]:
@@ -347,7 +399,12 @@ def _accounts(v: Any, name: str) -> list[str]:
 def _check_links(state: ProtocolState) -> None:
     """What on_block relies on between the tables: each challenge's run exists and lists it, each
     run's challenges exist, a run slashed no more than its stake, the deadlines in order."""
+    for a, held in state.reserved.items():
+        if held > state.vbonds.get(a, 0):
+            raise ValueError(f"{a!r} has {held} reserved of an active bond of {state.vbonds.get(a, 0)}")
     for r in state.runs.values():
+        if r.escrow_left > r.escrow:
+            raise ValueError(f"run {r.run_id.hex()[:16]} holds more escrow than it escrowed")
         if r.slashed > r.stake:
             raise ValueError(f"run {r.run_id.hex()[:16]} is slashed more than its stake")
         if r.size > r.declared_steps + 1:
@@ -423,11 +480,16 @@ def _row(obj: Any) -> dict[str, Any]:
     return {f.name: getattr(obj, f.name) for f in fields(obj)}
 
 
+def free_bond(state: ProtocolState, account: str) -> int:
+    """An account's active bond less what its seats and escalations reserve."""
+    return state.vbonds.get(account, 0) - state.reserved.get(account, 0)
+
+
 def eligible_verifiers(state: ProtocolState, exclude: str | None = None) -> list[tuple[str, int]]:
-    """[(account, active bond)] of the accounts a committee may seat: active bond at least
-    verifier_stake, the run's miner excluded, in account order."""
+    """[(account, free bond)] of the accounts a committee may seat: free bond at least
+    verifier_stake (one seat's collateral), the run's miner excluded, in account order."""
     floor = state.params.verifier_stake
-    return sorted((a, b) for a, b in state.vbonds.items() if b >= floor and a != exclude)
+    return sorted((a, f) for a in state.vbonds if a != exclude and (f := free_bond(state, a)) >= floor)
 
 
 

@@ -318,7 +318,7 @@ def _play(chain, run, ch, values, *, bucket_of=None):
     chain.block(*[(f"v{i + 1}", com) for i, (com, _) in enumerate(pairs)])
     chain.advance_to(ch.commit_deadline)
     chain.block(*[(f"v{i + 1}", rev) for i, (_, rev) in enumerate(pairs)])
-    return chain.advance_to(ch.reveal_deadline + 1)
+    return chain.advance_to(ch.escalate_deadline + 1)
 
 
 def test_honest_verdict_with_outlier():
