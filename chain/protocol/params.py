@@ -202,7 +202,7 @@ class ProtocolParams:
     # cluster's may escalate to the dispute round for escalation_window blocks, reserving
     # escalation_stake of its free bond, which it loses if the dispute proves it wrong.
     escalation_window: int = 2
-    escalation_stake: int = 200
+    escalation_stake: int = 500
 
     def __post_init__(self) -> None:
         for name in FRACTION_PARAMS:
