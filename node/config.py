@@ -258,16 +258,27 @@ class ProtocolSection(_Section):
     replay_margin: int = _P.replay_margin
     max_replay_blocks: int = _P.max_replay_blocks
     forced_challenge_steps: list[int] = Field(default_factory=list)
+    planck_per_unit: int = _P.planck_per_unit
+    fee_per_replay_block: int = _P.fee_per_replay_block
+    slash_reward_share: list[int] | str = Field(default_factory=lambda: [_P.slash_reward_share.numerator,
+                                                                         _P.slash_reward_share.denominator])
+    dispute_refusal_share: list[int] | str = Field(default_factory=lambda: [_P.dispute_refusal_share.numerator,
+                                                                            _P.dispute_refusal_share.denominator])
+    escalation_window: int = _P.escalation_window
+    escalation_stake: int = _P.escalation_stake
 
     def params(self):
         from fractions import Fraction
 
-        share = self.quorum_share
-        if isinstance(share, list):
-            if len(share) != 2:
-                raise ValueError("quorum_share must be [numerator, denominator]")
-            share = Fraction(share[0], share[1])
-        return ProtocolParams(**{**self.model_dump(), "quorum_share": Fraction(share),
+        shares = {}
+        for name in ("quorum_share", "slash_reward_share", "dispute_refusal_share"):
+            share = getattr(self, name)
+            if isinstance(share, list):
+                if len(share) != 2:
+                    raise ValueError(f"{name} must be [numerator, denominator]")
+                share = Fraction(share[0], share[1])
+            shares[name] = Fraction(share)
+        return ProtocolParams(**{**self.model_dump(), **shares,
                                  "forced_challenge_steps": tuple(self.forced_challenge_steps)})
 
     @model_validator(mode="after")

@@ -791,6 +791,12 @@ def _decide(state: ProtocolState, ch: ChallengeState) -> VerdictResult:
     )
 
 
+def round_result(state: ProtocolState, challenge_id: bytes) -> VerdictResult:
+    """What the open round would resolve to now, from the reveals on chain: what a seat reads after
+    the reveal deadline to decide whether to escalate (`escalate_challenge`)."""
+    return _decide(state, _challenge(state, challenge_id))
+
+
 def _value_of(ch: ChallengeState, reveal: list[Any]) -> bytes | int:
     return reveal[0] if ch.mode == "value" else reveal[1]
 
