@@ -884,10 +884,11 @@ def _resolve(state: ProtocolState, ch: ChallengeState, n: int, block_hash: bytes
 def _settle_escalated(state: ProtocolState, parent: ChallengeState, final: bytes | int | None,
                       n: int) -> tuple[list[Event], int]:
     """Settle an escalated round against its dispute round's value half `final` (None: the dispute
-    left the step unresolved, and nobody is proven wrong): its seats that revealed another value
-    pay outlier_penalty a seat, the others' reservations are freed (their fee was the round's
-    cluster's to lose, and is not paid twice); escalators proven wrong forfeit their stake, the
-    others get it back. Returns the events and the forfeited total (the dispute's pool)."""
+    left the step unresolved): its seats that revealed another value than `final` pay
+    outlier_penalty a seat, and every seat's reservation is freed. An escalator gets its stake
+    back only if the dispute vindicated it (its value is `final`); otherwise, an unresolved dispute
+    included, the stake is forfeited, so escalating to grief an honest miner costs the stake.
+    Returns the events and the forfeited total (the dispute's pool)."""
     p = state.params
     seats = Counter(parent.committee)
     events: list[Event] = []
@@ -898,7 +899,7 @@ def _settle_escalated(state: ProtocolState, parent: ChallengeState, final: bytes
     forfeited = 0
     for v in sorted(parent.escalations):
         value, stake = parent.escalations[v]
-        wrong = final is not None and value != final
+        wrong = value != final
         _unreserve(state, v, stake)
         if wrong:
             state.vbonds[v] -= stake

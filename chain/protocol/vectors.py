@@ -39,6 +39,7 @@ from chain.calls import (
     CommitWitness,
     ConfigureNetwork,
     DeclareWitnessNormBucket,
+    EscalateChallenge,
     RevealWitnessValue,
     StartTrainingCommitment,
     SubmitCheckpointRoot,
@@ -73,7 +74,7 @@ STATE_DIGEST_DOMAIN = "pot/protocol-vectors/state/v1"
 BLOCK_HASH_DOMAIN = "pot/protocol-vectors/block/v1"
 # Generating a case again with block hashes of this domain tells whether its events depend on them.
 OTHER_HASH_DOMAIN = "pot/protocol-vectors/other-block/v1"
-ACCOUNTS = ("miner", "v1", "v2", "v3", "v4")
+ACCOUNTS = ("miner", "v1", "v2", "v3", "v4", "v5")
 
 # Small windows keep the vectors short; four verifiers fit in one committee, so no draw below the
 # dispute round leaves a bonded verifier out.
@@ -321,7 +322,8 @@ class Scenario:
             self.by(n, rev)
 
     def resolve(self, ch: ChallengeIssued) -> None:
-        self.advance_to(ch.reveal_deadline + 1)
+        """Empty blocks until the round resolves: the block after its escalation window."""
+        self.advance_to(ch.escalate_deadline + 1)
 
 
 # --- the cases -----------------------------------------------------------------------------------
@@ -361,19 +363,25 @@ def H(*parts: Any) -> bytes:  # noqa: N802 - a made-up 32-byte value
 
 @case("bond_unbond_release", transport=True)
 def _bond_unbond_release(s: Scenario) -> None:
-    """A first bond, a top-up, an unbond, and its release after unbonding_delay."""
+    """A first bond, a top-up, a partial unbond, the rest unbonded, their releases after
+    unbonding_delay, and the emptied account leaving the registry."""
     s.by("v1", BondVerifier(100))
     s.by("v1", BondVerifier(50))
-    s.by("v1", UnbondVerifier(120))
+    s.by("v1", UnbondVerifier(50))
+    s.by("v1", UnbondVerifier(100))
     s.advance_to(s.head + s.params.unbonding_delay)
 
 
 @case("bond_refusals", transport=True)
 def _bond_refusals(s: Scenario) -> None:
-    """Unbonding without a bond, over the bond, and more waiting amounts than the cap."""
+    """Unbonding without a bond, a first bond below verifier_stake, an unbond over the bond, one that
+    would leave less than verifier_stake, and more waiting amounts than the cap."""
     s.by("v1", UnbondVerifier(10))
+    s.by("v1", BondVerifier(99))
     s.by("v1", BondVerifier(100))
     s.by("v1", UnbondVerifier(101))
+    s.by("v1", UnbondVerifier(50))
+    s.by("v1", BondVerifier(1000))
     s.by("v1", *[UnbondVerifier(1) for _ in range(MAX_UNBONDING_PER_VERIFIER + 1)])
 
 
@@ -397,6 +405,20 @@ def _registration(s: Scenario) -> None:
     bad = s.run(seed="run-c")
     s.by("miner", bad.register(declared_steps=bad.steps + 1))
     s.by("miner", bad.register(endpoint="http://" + "e" * MAX_ENDPOINT_BYTES))
+
+
+@case("registration_window_and_escrow_limits")
+def _registration_limits(s: Scenario) -> None:
+    """A checkpoint interval whose regeneration cannot fit an opening window, and a registration
+    whose verification escrow would pass the cap on one amount."""
+    s.by("miner", s.run().register(checkpoint_interval=10**12))
+    s.by("miner", s.run(seed="run-b").register(checkpoint_interval=4))
+
+
+@case("registration_escrow_too_large", params={"fee_per_replay_block": 1 << 48})
+def _registration_escrow(s: Scenario) -> None:
+    """The escrow (seat fee x seats below the dispute round x challenges) is over MAX_BOND."""
+    s.by("miner", s.run().register())
 
 
 @case("registration_replay_too_slow", params={"reference_flops": 1, "max_replay_blocks": 10})
@@ -475,8 +497,8 @@ def _honest(s: Scenario) -> None:
     s.by("v2", pairs["v2"][1])
     s.by("v3", pairs["v3"][1])
     s.advance_to(ch.reveal_deadline)
-    s.empty()
     s.by("v4", s.witness(ch, "v4", good)[1])  # after the reveal window
+    s.resolve(ch)
 
 
 @case("outsider_and_late_reveal")
@@ -559,13 +581,98 @@ def _refused(s: Scenario) -> None:
     s.resolve(ch2)
 
 
-@case("cross_architecture_buckets")
+@case("commit_before_the_opening")
+def _commit_early(s: Scenario) -> None:
+    """A seat cannot commit before the opening is on chain (there is nothing to replay); once it is,
+    the seat commits, and a reserved bond cannot be unbonded while the round holds it."""
+    run = s.run()
+    ch = s.challenge(run)
+    good = run.value_hash(ch.step)
+    s.by("v1", s.witness(ch, "v1", good)[0])
+    s.by("v1", UnbondVerifier(100))
+    s.by("miner", run.opening(ch.challenge_id, ch.step))
+    s.witnesses(ch, {"v1": good, "v2": good, "v3": good})
+    s.resolve(ch)
+
+
+@case("escalation_to_the_dispute_round", params={"committee_size": 3, "escalation_stake": 100})
+def _escalation(s: Scenario) -> None:
+    """A lazy majority of a round shares one made-up value; the one honest seat escalates (staking
+    escalation_stake), the dispute round seats the rest of the network, which replays: honest. The
+    lazy seats pay outlier_penalty, the escalator gets its stake back, and the escalation's refusals."""
+    run = s.run()
+    ch = s.challenge(run)
+    s.bond("v4", "v5", amount=300)
+    s.by("v3", BondVerifier(100))  # free bond for the escalation stake
+    s.by("miner", run.opening(ch.challenge_id, ch.step))
+    good, made_up = run.value_hash(ch.step), H("made-up")
+    pairs = {"v1": s.witness(ch, "v1", made_up, proof_hash=H("made-up proof")),
+             "v2": s.witness(ch, "v2", made_up, proof_hash=H("made-up proof")),
+             "v3": s.witness(ch, "v3", good)}
+    for n, (com, _) in pairs.items():
+        s.by(n, com)
+    s.advance_to(ch.commit_deadline)
+    s.by("v3", EscalateChallenge(ch.challenge_id))  # too early: reveals are still open
+    for n, (_, rev) in pairs.items():
+        s.by(n, rev)
+    s.advance_to(ch.reveal_deadline)
+    esc = EscalateChallenge(ch.challenge_id)
+    # v1 agrees with the winning cluster, v4 revealed nothing on this round; v3's second is a no-op
+    s.block(("v1", esc), ("v4", esc), ("v3", esc), ("v3", esc))
+    s.resolve(ch)
+    dispute = s.issued()
+    s.by("v4", EscalateChallenge(dispute.challenge_id))  # the dispute round is the last word
+    s.by("miner", run.opening(dispute.challenge_id, dispute.step))
+    s.witnesses(dispute, {"v4": good, "v5": good})
+    s.resolve(dispute)
+
+
+@case("escalation_without_free_bond", params={"committee_size": 3})
+def _escalation_unaffordable(s: Scenario) -> None:
+    """A dissenting seat whose free bond is below escalation_stake cannot escalate, and the round
+    resolves as its clusters say."""
+    run = s.run()
+    ch = s.challenge(run)
+    s.by("miner", run.opening(ch.challenge_id, ch.step))
+    good = run.value_hash(ch.step)
+    s.witnesses(ch, {"v1": good, "v2": good, "v3": H("noise")})
+    s.advance_to(ch.reveal_deadline + 1)
+    s.by("v3", EscalateChallenge(ch.challenge_id))
+    s.resolve(ch)
+    s.by("v3", EscalateChallenge(ch.challenge_id))  # the window is closed
+
+
+@case("dispute_refusal_share_is_fraud", params={"max_rounds": 1})
+def _dispute_refusals(s: Scenario) -> None:
+    """In a dispute round, refused seats holding dispute_refusal_share of the revealed seats make the
+    step fraud: the miner served half the seats, the others reported the refusal."""
+    run = s.run()
+    ch = s.challenge(run, ("v1", "v2", "v3", "v4"))
+    s.by("miner", run.opening(ch.challenge_id, ch.step))
+    good, refused = run.value_hash(ch.step), refused_value_hash(ch.challenge_id)
+    s.witnesses(ch, {"v1": good, "v2": good, "v3": refused, "v4": refused})
+    s.resolve(ch)
+
+
+@case("dispute_tie_is_unresolved", params={"max_rounds": 1})
+def _dispute_tie(s: Scenario) -> None:
+    """A dispute round whose two largest served clusters tie leaves the step unresolved: the miner's
+    stake stays locked and the run's escrow is burned."""
+    run = s.run()
+    ch = s.challenge(run, ("v1", "v2", "v3", "v4"))
+    s.by("miner", run.opening(ch.challenge_id, ch.step))
+    good = run.value_hash(ch.step)
+    s.witnesses(ch, {"v1": good, "v2": good, "v3": H("a"), "v4": H("a")})
+    s.resolve(ch)
+
+
+@case("cross_architecture_buckets", params={"committee_size": 15})
 def _buckets(s: Scenario) -> None:
     """A bucket-profile run: the miner declares its norm bucket, verifiers reveal buckets; a
     different declaration and a late one are refused, and so is a declaration on an exact run."""
     run = s.run(profile="torch-native")
     exact = s.run(seed="run-exact")
-    s.bond("v1", "v2", "v3")
+    s.bond("v1", "v2", "v3", amount=1000)  # 30 seat units: both runs' committees of 15 at once
     s.by("miner", exact.register())
     s.by("miner", run.register())
     s.by("miner", exact.submit_full_root())

@@ -1,6 +1,6 @@
 """The shape of a test network: what the one protocol suite needs from any transport.
 
-A Network gives a Transport per account ("miner", "v1".."v4"), makes finalized blocks on demand,
+A Network gives a Transport per account ("miner", "v1".."v5"), makes finalized blocks on demand,
 and builds a ChainView that derives the protocol state from those blocks. `DevNetwork` runs over
 a dev-chain file; the chopsticks network (tests/chain/chopsticks_env.py) runs over a real runtime.
 """
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from chain.transport import Receipt, Transport
     from chain.view import ChainView
 
-ACCOUNTS = ("miner", "v1", "v2", "v3", "v4")
+ACCOUNTS = ("miner", "v1", "v2", "v3", "v4", "v5")
 
 
 class Network(abc.ABC):
