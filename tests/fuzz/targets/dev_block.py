@@ -105,7 +105,7 @@ def seeds() -> dict[str, bytes]:
     honest.byte(0x85).blob(b"").byte(0x85).blob(b"")
     for v, (_, reveal) in zip((1, 2, 3), pairs, strict=True):
         honest.byte((0x80 if v == 1 else 0) | v).blob(encode_call(reveal))
-    for _ in range(3):
+    for _ in range(3 + PARAMS.escalation_window):  # past the reveal and escalation windows
         honest.byte(0x85).blob(b"")
     foreign = Writer().byte(5).blob(b"hello").byte(0x86).blob(b"pot1\xa0").byte(0x87).blob(b"pot1").bytes()
     return {"registered": prefix, "honest-run": prefix + honest.bytes(), "foreign": foreign}
