@@ -456,9 +456,11 @@ def _unreserve(state: ProtocolState, account: str, amount: int) -> None:
         state.reserved.pop(account, None)
 
 
-def _penalize(state: ProtocolState, ch: ChallengeState, account: str, amount: int, why: str, n: int) -> list[Event]:
+def _penalize(state: ProtocolState, ch: ChallengeState, account: str, amount: int, why: str, n: int,
+              *, burn: bool = True) -> list[Event]:
     """Take `amount` from what the account's seats reserve on this round: always paid in full,
-    since a seat reserves verifier_stake and no penalty of a seat exceeds it (params). Burned."""
+    since a seat reserves verifier_stake and no penalty of a seat exceeds it (params). Burned,
+    unless the caller pays it on (`burn=False`: a dispute round's pool)."""
     take = min(amount, ch.held.get(account, 0))
     if take <= 0:
         return []
@@ -466,7 +468,8 @@ def _penalize(state: ProtocolState, ch: ChallengeState, account: str, amount: in
     _unreserve(state, account, take)
     state.vbonds[account] -= take
     state.slashed[account] = min(state.slashed.get(account, 0) + take, INT63)  # a running total, saturating
-    state.burned = min(state.burned + take, INT63)
+    if burn:
+        state.burned = min(state.burned + take, INT63)
     return [VerifierPenalized(n, ch.challenge_id, account, take, why)]
 
 
@@ -505,11 +508,13 @@ def _burn(state: ProtocolState, subject: bytes, amount: int, why: str, n: int) -
 def _pay_seats(state: ProtocolState, ch: ChallengeState, run: RunState, winners: Counter, pools: list[tuple[str, int]],
                n: int) -> list[Event]:
     """Pay a resolved round's winning seats: `run.seat_fee` a seat from the run's escrow while it
-    lasts, and each further pool (why, amount) shared equally per seat; what an equal share leaves
-    over is burned. No winning seat: the pools are burned."""
+    lasts, and each further pool (why, amount) shared equally per seat; what an equal share of a
+    pool leaves over is burned. No winning seat: the pools are burned."""
     seats = sum(winners.values())
     events: list[Event] = []
-    fee = min(run.seat_fee * seats, run.escrow_left)
+    # The escrow pays every winning seat the same: the seat fee, or less when the escrow runs
+    # short (a dispute round's many seats); what does not divide stays in the escrow.
+    fee = min(run.seat_fee, run.escrow_left // seats) * seats if seats else 0
     run.escrow_left -= fee
     for why, amount in [("seat_fee", fee), *pools]:
         if amount <= 0:
@@ -539,7 +544,7 @@ def _escalate(state: ProtocolState, c: EscalateChallenge, origin: str, n: int) -
     if mine is None or origin not in ch.held:
         raise NotEscalable(f"{origin!r} revealed no value on this round: only a seat that revealed may escalate")
     result = _decide(state, ch)
-    if result.verdict not in (HONEST, FRAUD):
+    if not _final_value(ch, result):
         raise NotEscalable(f"the round has no winning value to dissent from ({result.verdict}: {result.reason})")
     value = mine[0] if ch.mode == "value" else mine[1]
     if value == result.winning_value:
@@ -797,6 +802,13 @@ def round_result(state: ProtocolState, challenge_id: bytes) -> VerdictResult:
     return _decide(state, _challenge(state, challenge_id))
 
 
+def _final_value(ch: ChallengeState, result: VerdictResult) -> bool:
+    """Whether a round's result is a verdict a dissenting seat may escalate: honest or fraud, or a
+    refusal that is final (the step's second refused round: fraud). A first refusal only reopens
+    the opening window, which costs the miner nothing."""
+    return result.verdict in (HONEST, FRAUD) or (result.verdict == REFUSED and ch.refused_rounds > 0)
+
+
 def _value_of(ch: ChallengeState, reveal: list[Any]) -> bytes | int:
     return reveal[0] if ch.mode == "value" else reveal[1]
 
@@ -806,7 +818,7 @@ def _resolve(state: ProtocolState, ch: ChallengeState, n: int, block_hash: bytes
     run = state.runs[ch.run_id]
     result = _decide(state, ch)
     verdict, reason, follow = result.verdict, result.reason, None
-    escalated = bool(ch.escalations) and verdict in (HONEST, FRAUD)
+    escalated = bool(ch.escalations) and _final_value(ch, result)
     if escalated:
         verdict, follow = INCONCLUSIVE, "escalate"
         reason = (f"{reason}; escalated to the dispute round by {len(ch.escalations)} dissenting seat(s) "
@@ -838,12 +850,16 @@ def _resolve(state: ProtocolState, ch: ChallengeState, n: int, block_hash: bytes
         ch.round, nxt,
     ))
     seats = Counter(ch.committee)  # penalties and fees are per seat held
+    # A dispute round's penalties, and those of the round it settles, pay its winning seats (the
+    # escrow pays for the rounds below it); other rounds' penalties are burned.
+    pooled = ch.dispute and not escalated
+    mark = len(events)
     if ch.opening is not None:  # with no opening on chain there was nothing to witness
         for v in sorted(seats):
             if v not in ch.commitments:
-                events += _penalize(state, ch, v, p.no_show_penalty * seats[v], "no_commit", n)
+                events += _penalize(state, ch, v, p.no_show_penalty * seats[v], "no_commit", n, burn=not pooled)
             elif v not in ch.reveals:
-                events += _penalize(state, ch, v, p.no_show_penalty * seats[v], "no_reveal", n)
+                events += _penalize(state, ch, v, p.no_show_penalty * seats[v], "no_reveal", n, burn=not pooled)
     final = result.winning_value if verdict in (HONEST, FRAUD) else None
     pools: list[tuple[str, int]] = []
     if escalated:
@@ -854,11 +870,13 @@ def _resolve(state: ProtocolState, ch: ChallengeState, n: int, block_hash: bytes
         for v in () if result.verdict == REFUSED else result.outliers:
             value_hash, bucket = ch.reveals[v][0], ch.reveals[v][1]
             events.append(VerifierOutlier(n, ch.challenge_id, v, value_hash, bucket))
-            events += _penalize(state, ch, v, p.outlier_penalty * seats[v], "outlier", n)
+            events += _penalize(state, ch, v, p.outlier_penalty * seats[v], "outlier", n, burn=not pooled)
         if ch.escalated is not None:
             settled, forfeited = _settle_escalated(state, state.challenges[ch.escalated], final, n)
             events += settled
             pools.append(("dispute_pool", forfeited))
+        if pooled:
+            pools.append(("dispute_pool", sum(e.amount for e in events[mark:] if isinstance(e, VerifierPenalized))))
         if verdict == FRAUD:
             amount = min(p.slash_amount, run.stake - run.slashed)
             run.slashed += amount
@@ -895,7 +913,7 @@ def _settle_escalated(state: ProtocolState, parent: ChallengeState, final: bytes
     if final is not None:
         for v in sorted(parent.reveals):
             if v in seats and _value_of(parent, parent.reveals[v]) != final:
-                events += _penalize(state, parent, v, p.outlier_penalty * seats[v], "outlier", n)
+                events += _penalize(state, parent, v, p.outlier_penalty * seats[v], "outlier", n, burn=False)
     forfeited = 0
     for v in sorted(parent.escalations):
         value, stake = parent.escalations[v]
