@@ -11,23 +11,24 @@ import pytest
 
 from chain import protocol as P
 from chain.calls import CommitWitness, DeclareWitnessNormBucket, RevealWitnessValue, SubmitCheckpointRoot
-from challenges.derive import challenge_id, challenge_step_at
+from challenges.derive import challenge_id, challenge_step_at, draw_committee
 from commitments import merkle
 from commitments.hashing import digest
 from tests.chain.puretest import PureChain
 from tests.chain.runs import SyntheticRun, bond, proof, witness
 
-# One challenge per run, so each test follows one challenge (test_protocol_v2 covers several).
+# One challenge per run, so each test follows one challenge (test_protocol_rounds covers several).
 PARAMS = P.ProtocolParams(commit_window=5, reveal_window=5, opening_deadline=5, challenge_delay=2,
                           challenges_per_run=1, quorum_min_reveals=3, miner_stake=1000, verifier_stake=100,
                           slash_amount=400)
 VERIFIERS = ("v1", "v2", "v3")  # bonded before any challenge: the committee of every challenge here
 
 
-def registered(params=PARAMS, run=None, verifiers=VERIFIERS):
-    """A registered run, and `verifiers` bonded with the least eligible stake in the same block."""
+def registered(params=PARAMS, run=None, verifiers=VERIFIERS, units=1):
+    """A registered run, and `verifiers` bonded in the same block, `units` seats' collateral each
+    (one unit, verifier_stake, is the least bond; a seat reserves one for its round's life)."""
     chain, run = PureChain(params), run or SyntheticRun()
-    chain.block(("miner", run.register()), *[(v, bond(params.verifier_stake)) for v in verifiers])
+    chain.block(("miner", run.register()), *[(v, bond(params.verifier_stake * units)) for v in verifiers])
     return chain, run
 
 
@@ -145,8 +146,10 @@ def test_root_refusals_owner_and_first_proof():
 
 
 def test_challenges_issued_one_per_block_from_later_blocks():
+    # Ten seat units a verifier: three concurrent committees of committee_size (5) seats fit in the
+    # 30 units, each drawn without replacement from the units the earlier ones left free.
     params = P.ProtocolParams(challenges_per_run=3, challenge_delay=2)
-    chain, run = registered(params)
+    chain, run = registered(params, units=10)
     chain.block(("miner", run.submit_full_root()))
     root_block = chain.number
     assert chain.block() == []  # delay not yet over
@@ -154,6 +157,7 @@ def test_challenges_issued_one_per_block_from_later_blocks():
     assert [[type(e) for e in b] for b in evs] == [[P.ChallengeIssued]] * 3
     issued = [b[0] for b in evs]
     taken = []
+    free = dict.fromkeys(VERIFIERS, 10)  # seat units not yet reserved by an open round
     for i, e in enumerate(issued):
         # Challenge i is drawn from the hash of its own block, root_block + delay + i.
         block = root_block + 2 + i
@@ -161,8 +165,14 @@ def test_challenges_issued_one_per_block_from_later_blocks():
         assert e.block == block and e.index == i and e.round == 1 and e.first is None
         assert e.step == challenge_step_at(block_hash, run.run_id, run.root(9), 9, i, taken)
         assert e.challenge_id == challenge_id(run.run_id, run.root(9), 9, i, block_hash)
-        assert e.committee == VERIFIERS  # seats >= eligible: every bonded verifier, the miner never
+        # committee_size seats drawn from the free units of the bonded verifiers, the miner never
+        assert list(e.committee) == draw_committee(block_hash, e.challenge_id, sorted(free.items()), 5)
+        assert len(e.committee) == 5 and set(e.committee) <= set(VERIFIERS)
+        for v in e.committee:
+            free[v] -= 1
         taken.append(e.step)
+    # every seat reserved its collateral: what the three open rounds hold
+    assert chain.state.reserved == {v: (10 - free[v]) * 100 for v in VERIFIERS if free[v] < 10}
     assert len(set(taken)) == 3
     e = issued[0]
     replay = chain.state.runs[run.run_id].replay_blocks
@@ -171,6 +181,30 @@ def test_challenges_issued_one_per_block_from_later_blocks():
     assert e.endpoint == run.endpoint and e.mode == "value" and e.size == 9
     later = chain.advance_to(chain.number + 3)
     assert not [e for e in later if isinstance(e, P.ChallengeIssued)]  # three challenges, no more
+
+
+def test_a_challenge_waits_for_free_seat_units():
+    """Three verifiers of one unit each: the first challenge seats all three units (fewer units than
+    committee_size: every unit sits), and the second is drawn only once the first round is settled
+    and its units are free again; its turn does not pass meanwhile."""
+    params = dataclasses.replace(PARAMS, challenges_per_run=2, challenge_delay=1)
+    chain, run = registered(params)
+    chain.block(("miner", run.submit_full_root()))
+    chain.block()
+    (first,) = chain.of(P.ChallengeIssued)
+    assert first.committee == VERIFIERS and chain.state.reserved == dict.fromkeys(VERIFIERS, 100)
+    assert P.eligible_verifiers(chain.state, exclude="miner") == []  # nothing free to seat
+    chain.advance_to(first.opening_deadline)  # no opening: the round resolves at the block after it
+    assert chain.of(P.ChallengeIssued) == [first]
+    # Issuance runs before resolution in a block: the block that settles the first round frees
+    # its units, and the second challenge is drawn at the next one.
+    events = chain.block()
+    (res,) = [e for e in events if isinstance(e, P.ChallengeResolved)]
+    assert res.verdict == "fraud" and not [e for e in events if isinstance(e, P.ChallengeIssued)]
+    assert chain.state.reserved == {}
+    (second,) = chain.block()
+    assert isinstance(second, P.ChallengeIssued) and second.index == 1 and second.committee == VERIFIERS
+    assert chain.state.reserved == dict.fromkeys(VERIFIERS, 100)
 
 
 def test_forced_step():
@@ -277,6 +311,26 @@ def test_commit_and_refusals():
         chain.block(("v2", witness(ch.challenge_id, "v2", run.value_hash(ch.step))[0]))
 
 
+def test_commit_needs_a_seat_and_the_opening_on_chain():
+    chain, run, ch = challenged()
+    com, _ = witness(ch.challenge_id, "v1", run.value_hash(ch.step))
+    # Nothing to replay yet: a seated account's commitment waits for the opening.
+    with pytest.raises(P.NoOpening, match="has no opening on chain yet"):
+        chain.block(("v1", com))
+    assert chain.state.challenges[ch.challenge_id].commitments == {}
+    # An unseated account is told it has no seat, opening or not.
+    chain.block(("v4", bond(100)))
+    with pytest.raises(P.NotInCommittee):
+        chain.block(("v4", witness(ch.challenge_id, "v4", run.value_hash(ch.step))[0]))
+    chain.block(("miner", run.opening(ch.challenge_id, ch.step)))
+    (ev,) = chain.block(("v1", com))
+    assert isinstance(ev, P.WitnessCommitted)
+    events = chain.block(("v2", witness(ch.challenge_id, "v2", run.value_hash(ch.step))[0]),
+                         ("v4", witness(ch.challenge_id, "v4", run.value_hash(ch.step))[0]), strict=False)
+    assert [type(e) for e in events] == [P.WitnessCommitted, P.CallRefused]
+    assert events[1].refusal == "NotInCommittee"
+
+
 def test_reveal_refusals():
     chain, run, ch = opened()
     value = run.value_hash(ch.step)
@@ -325,16 +379,26 @@ def test_honest_verdict_with_outlier():
     chain, run, ch = opened()
     good = run.value_hash(ch.step)
     events = _play(chain, run, ch, [good, good, digest("pot/noise", 1)])
-    resolved, outlier, penalty = events
+    resolved, outlier, penalty, paid1, paid2, settled = events
     assert resolved.verdict == "honest" and resolved.cluster_size == 2 and resolved.reveals == 3
     assert resolved.winning_value == good and resolved.outliers == ("v3",)
     assert resolved.round == 1 and resolved.rechallenge is None
     assert isinstance(outlier, P.VerifierOutlier) and outlier.verifier == "v3"
     assert isinstance(penalty, P.VerifierPenalized) and (penalty.verifier, penalty.why) == ("v3", "outlier")
     assert penalty.amount == PARAMS.outlier_penalty
-    assert chain.state.vbonds == {"v1": 100, "v2": 100, "v3": 100 - PARAMS.outlier_penalty}
+    # The winning cluster's seats are paid their fee from the run's escrow, the penalty is burned.
+    fee = chain.state.runs[run.run_id].seat_fee
+    assert fee == PARAMS.fee_per_replay_block * chain.state.runs[run.run_id].replay_blocks > 0
+    assert [(e.verifier, e.amount, e.why) for e in (paid1, paid2)] == [("v1", fee, "seat_fee"), ("v2", fee, "seat_fee")]
+    assert chain.state.vbonds == {"v1": 100 + fee, "v2": 100 + fee, "v3": 100 - PARAMS.outlier_penalty}
+    assert chain.state.burned == PARAMS.outlier_penalty and chain.state.reserved == {}
     assert chain.of(P.MinerSlashed) == []
-    assert resolved.block == ch.reveal_deadline + 1
+    # The run's one challenge is resolved: its stake and the rest of its escrow are released.
+    assert isinstance(settled, P.RunSettled) and settled.stake_released == PARAMS.miner_stake
+    assert settled.escrow_released == chain.state.runs[run.run_id].escrow - 2 * fee and settled.escrow_burned == 0
+    # A round below the dispute round resolves after its escalation window.
+    assert ch.escalate_deadline == ch.reveal_deadline + PARAMS.escalation_window
+    assert resolved.block == ch.escalate_deadline + 1
 
 
 def test_fraud_verdict_slashes_miner():
@@ -361,11 +425,17 @@ def test_inconclusive_without_quorum_no_slash_and_a_rechallenge():
 
 def test_slash_never_exceeds_stake():
     params = P.ProtocolParams(challenges_per_run=3, slash_amount=400, miner_stake=1000, challenge_delay=1)
-    chain, run = registered(params)
+    chain, run = registered(params, units=10)  # units for three concurrent committees
     chain.block(("miner", run.submit_full_root()))
     chain.advance_to(chain.number + 1 + 2 + params.opening_deadline + 1)  # three issue blocks, no opening
     assert [s.amount for s in chain.of(P.MinerSlashed)] == [400, 400, 200]
     assert chain.of(P.VerifierPenalized) == []  # with no opening there was nothing to witness
+    # No seat won a round with no opening: nobody is paid, and the slashes' reward shares are
+    # burned with the rest of them.
+    assert chain.of(P.VerifierPaid) == [] and chain.state.burned == 1000
+    (settled,) = chain.of(P.RunSettled)
+    assert (settled.stake_released, settled.escrow_burned) == (0, 0)
+    assert settled.escrow_released == chain.state.runs[run.run_id].escrow
 
 
 def test_bucket_mode_declaration():

@@ -1,6 +1,8 @@
-"""Protocol v2's rules: verifier bonds and unbonding, stake-weighted committees, penalties, one
-challenge per block, re-challenge rounds up to the dispute round, the refused opening's second
-window, windows sized from the replay cost, and snapshots of all of it."""
+"""The protocol's rounds (protocol v3): verifier bonds and unbonding, committees drawn without
+replacement from seat units of free bond, penalties paid from a seat's reserved collateral, one
+challenge per block, re-challenge rounds up to the dispute round (proportional seats, its
+availability rule and its ties), the refused opening's second window, windows sized from the
+replay cost, and snapshots of all of it. Escalations, fees and settlement: test_protocol_stakes."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ import pytest
 from chain import protocol as P
 from chain.calls import UnbondVerifier
 from chain.protocol.cost import replay_cost
-from challenges.derive import draw_committee, rechallenge_id
+from chain.protocol.params import ParamRangeError
+from challenges.derive import dispute_seats, draw_committee, rechallenge_id, seat_units
 from challenges.refused import REFUSED_BUCKET, refused_pair
 from commitments import cbor
 from commitments.hashing import digest
@@ -66,7 +69,7 @@ class Net:
         shown = [(v, rev) for v, (_, rev) in pairs.items() if reveals[v] is not None]
         if shown:
             self.chain.block(*shown)
-        self.chain.advance_to(ch.reveal_deadline)
+        self.chain.advance_to(ch.escalate_deadline)  # a dispute round's is its reveal deadline
         return self.chain.block()
 
     def good(self, ch: P.ChallengeIssued) -> tuple[bytes, None]:
@@ -77,7 +80,8 @@ def of(events, kind):
     return [e for e in events if isinstance(e, kind)]
 
 
-# v1 holds three times the others' bond; all hold enough to sit through several penalties.
+# v1 holds three times the others' bond; all hold enough to sit through several penalties, and
+# their 100 seat units leave room for the committees of concurrent rounds.
 EIGHT = {"v1": 3000, **{f"v{i}": 1000 for i in range(2, 9)}}
 
 
@@ -86,26 +90,65 @@ EIGHT = {"v1": 3000, **{f"v{i}": 1000 for i in range(2, 9)}}
 
 def test_bond_top_up_and_unbond_then_release_after_the_delay():
     chain = PureChain(PARAMS)
-    (ev,) = chain.block(("v1", bond(60)))
-    assert (ev.verifier, ev.amount, ev.bond) == ("v1", 60, 60) and ev.block == 1
-    assert P.eligible_verifiers(chain.state) == []  # 60 < verifier_stake
-    (ev,) = chain.block(("v1", bond(90)))
-    assert (ev.amount, ev.bond) == (90, 150)
+    # A first bond brings the active bond to at least verifier_stake, one seat's collateral.
+    with pytest.raises(P.BondBelowMinimum, match="'v1' would hold an active bond of 60; a verifier bonds at least "
+                                                 "verifier_stake \\(100\\)"):
+        chain.block(("v1", bond(60)))
+    assert chain.state.verifiers == [] and chain.state.vbonds == {} and chain.state.bonds == {}
+    (ev,) = chain.block(("v1", bond(150)))
+    assert (ev.verifier, ev.amount, ev.bond) == ("v1", 150, 150) and ev.block == 2
     assert P.eligible_verifiers(chain.state) == [("v1", 150)]
-    assert chain.state.bonds["v1"] == 150 and chain.state.verifiers == ["v1"]
-    (ev,) = chain.block(("v1", UnbondVerifier(100)))
+    (ev,) = chain.block(("v1", bond(10)))  # a top-up of any size once the bond holds the minimum
+    assert (ev.amount, ev.bond) == (10, 160)
+    assert chain.state.bonds["v1"] == 160 and chain.state.verifiers == ["v1"]
+    # A partial unbond leaves at least verifier_stake active, or nothing.
+    with pytest.raises(P.BondBelowMinimum, match="would leave 60, below verifier_stake \\(100\\): unbond all of it, "
+                                                 "or at most 60"):
+        chain.block(("v1", UnbondVerifier(100)))
+    (ev,) = chain.block(("v1", UnbondVerifier(60)))
     assert isinstance(ev, P.VerifierUnbonding)
-    assert (ev.amount, ev.bond, ev.release_block) == (100, 50, 3 + PARAMS.unbonding_delay)
-    assert chain.state.vbonds["v1"] == 50 and chain.state.unbonding == {"v1": [[13, 100]]}
+    first_release = 5 + PARAMS.unbonding_delay
+    assert (ev.amount, ev.bond, ev.release_block) == (60, 100, first_release)
+    assert chain.state.vbonds["v1"] == 100 and chain.state.unbonding == {"v1": [[first_release, 60]]}
+    with pytest.raises(P.AmountOverBond, match="active bond of 100; it cannot unbond 101"):
+        chain.block(("v1", UnbondVerifier(101)))
+    (ev,) = chain.block(("v1", UnbondVerifier(100)))  # all of it
+    assert (ev.bond, ev.release_block) == (0, 7 + PARAMS.unbonding_delay)
     assert P.eligible_verifiers(chain.state) == []  # leaves the draws at once
-    with pytest.raises(P.AmountOverBond, match="active bond of 50; it cannot unbond 51"):
-        chain.block(("v1", UnbondVerifier(51)))
+    with pytest.raises(P.NotBonded, match="'v1' has no active bond"):
+        chain.block(("v1", UnbondVerifier(1)))
     with pytest.raises(P.NotBonded, match="'v9' has no active bond"):
         chain.block(("v9", UnbondVerifier(1)))
-    assert chain.advance_to(12) == []
+    assert chain.advance_to(first_release - 1) == []
     (rel,) = chain.block()
-    assert isinstance(rel, P.BondReleased) and (rel.block, rel.verifier, rel.amount) == (13, "v1", 100)
-    assert chain.state.unbonding == {} and chain.state.vbonds["v1"] == 50
+    assert isinstance(rel, P.BondReleased) and (rel.block, rel.verifier, rel.amount) == (first_release, "v1", 60)
+    assert chain.state.verifiers == ["v1"]  # an amount still unbonding keeps it in the registry
+    (rel,) = chain.advance_to(7 + PARAMS.unbonding_delay)
+    assert (rel.verifier, rel.amount) == ("v1", 100)
+    # Nothing active, unbonding or reserved: the account leaves the registry.
+    assert chain.state.verifiers == [] and chain.state.vbonds == {} and chain.state.unbonding == {}
+    assert chain.state.bonds["v1"] == 160  # the running total of what it ever bonded
+
+
+def test_an_emptied_account_frees_its_registry_slot(monkeypatch):
+    """MAX_VERIFIERS counts accounts that hold stake: one that unbonded everything and got it back
+    makes room for another."""
+    from chain.protocol import rules
+
+    monkeypatch.setattr(rules, "MAX_VERIFIERS", 2)
+    chain = PureChain(PARAMS)
+    chain.block(("v1", bond(100)), ("v2", bond(100)))
+    with pytest.raises(P.TooMany, match="2 accounts hold verifier bonds already"):
+        chain.block(("v3", bond(100)))
+    chain.block(("v1", UnbondVerifier(100)))
+    with pytest.raises(P.TooMany):  # still unbonding: it holds stake
+        chain.block(("v3", bond(100)))
+    chain.advance_to(3 + PARAMS.unbonding_delay)
+    assert chain.state.verifiers == ["v2"]
+    (ev,) = chain.block(("v3", bond(100)))
+    assert isinstance(ev, P.VerifierBonded) and chain.state.verifiers == ["v2", "v3"]
+    (ev,) = chain.block(("v2", bond(5)))  # a member's top-up is no new entry
+    assert ev.bond == 105
 
 
 def test_unbonding_amounts_are_capped(monkeypatch):
@@ -113,7 +156,7 @@ def test_unbonding_amounts_are_capped(monkeypatch):
 
     monkeypatch.setattr(rules, "MAX_UNBONDING_PER_VERIFIER", 2)
     chain = PureChain(PARAMS)
-    chain.block(("v1", bond(10)))
+    chain.block(("v1", bond(300)))
     chain.block(("v1", UnbondVerifier(1)), ("v1", UnbondVerifier(1)))
     before = copy.deepcopy(chain.state)
     with pytest.raises(P.TooMany, match="2 unbonding amounts waiting"):
@@ -133,29 +176,37 @@ def test_the_miner_never_sits_on_its_own_committee():
 # --- committees ---------------------------------------------------------------------------------
 
 
-def test_the_committee_is_drawn_from_the_issue_block_stake_weighted():
+def test_the_committee_is_drawn_from_the_issue_block_by_seat_units():
     net = Net(EIGHT)
+    units = seat_units(P.eligible_verifiers(net.state, exclude="miner"), PARAMS.verifier_stake)
+    assert dict(units) == {v: b // 100 for v, b in EIGHT.items()}
     ch = net.issue()
-    eligible = P.eligible_verifiers(net.state, exclude="miner")
     block_hash = digest("pot/test/block/v1", ch.block)
-    assert list(ch.committee) == draw_committee(block_hash, ch.challenge_id, eligible, PARAMS.committee_size)
-    assert len(ch.committee) == 3 == len(set(ch.committee))
+    assert list(ch.committee) == draw_committee(block_hash, ch.challenge_id, units, PARAMS.committee_size)
+    assert len(ch.committee) == 3 and all(ch.committee.count(v) <= k for v, k in units)
     assert net.state.challenges[ch.challenge_id].committee == list(ch.committee)
+    # Every seat reserves verifier_stake of its account's free bond for the round's life.
+    seats = {v: ch.committee.count(v) for v in set(ch.committee)}
+    assert net.state.reserved == {v: 100 * k for v, k in seats.items()}
+    assert net.state.challenges[ch.challenge_id].held == net.state.reserved
+    assert all(P.free_bond(net.state, v) == EIGHT[v] - 100 * seats.get(v, 0) for v in EIGHT)
     net.open(ch)
     outsider = next(v for v in EIGHT if v not in ch.committee)
     with pytest.raises(P.NotInCommittee, match=f"'{outsider}' does not sit on the committee .* \\(round 1, 3 seats\\)"):
         net.chain.block((outsider, witness(ch.challenge_id, outsider, net.run.value_hash(ch.step))[0]))
 
 
-def test_no_eligible_verifier_means_an_empty_committee_and_a_rechallenge():
-    net = Net({"v1": 99})  # below verifier_stake
-    ch = net.issue()
-    assert ch.committee == ()
-    net.open(ch)
-    events = net.play(ch, {})
-    (res,) = of(events, P.ChallengeResolved)
-    assert res.verdict == "inconclusive" and res.rechallenge is not None
-    assert of(events, P.VerifierPenalized) == [] and of(events, P.MinerSlashed) == []
+def test_with_no_free_seat_unit_the_challenge_waits_for_one():
+    """No committee of no seats: a run's challenge is drawn only once the network has a free unit
+    (here, once a verifier bonds), and then from that block's hash."""
+    net = Net({})
+    net.chain.block(("miner", net.run.submit_full_root()))
+    net.chain.advance_to(net.chain.number + 5)
+    assert net.chain.of(P.ChallengeIssued) == [] and net.state.runs[net.run.run_id].drawn == 0
+    net.chain.block(("v1", bond(100)))  # bonded after this block's issuance
+    (ch,) = net.chain.block()
+    assert isinstance(ch, P.ChallengeIssued) and ch.committee == ("v1",) and ch.index == 0
+    assert net.state.reserved == {"v1": 100}
 
 
 # --- penalties ----------------------------------------------------------------------------------
@@ -164,7 +215,7 @@ def test_no_eligible_verifier_means_an_empty_committee_and_a_rechallenge():
 def test_no_commit_no_reveal_and_outlier_are_penalised():
     net = Net({f"v{i}": 100 for i in range(1, 6)}, dataclasses.replace(PARAMS, committee_size=5))
     ch = net.issue()
-    assert ch.committee == ("v1", "v2", "v3", "v4", "v5")
+    assert ch.committee == ("v1", "v2", "v3", "v4", "v5")  # no more units than seats: every unit sits
     net.open(ch)
     good = net.good(ch)
     events = net.play(ch, {"v1": good, "v2": good, "v3": good, "v4": (NOISE, None), "v5": None})
@@ -174,45 +225,61 @@ def test_no_commit_no_reveal_and_outlier_are_penalised():
     # v5 committed and never revealed; no one of the committee skipped the commit.
     assert pens == {("v5", "no_reveal", 30), ("v4", "outlier", 40)}
     assert all(e.challenge_id == ch.challenge_id for e in of(events, P.VerifierPenalized))
-    assert net.state.vbonds == {"v1": 100, "v2": 100, "v3": 100, "v4": 60, "v5": 70}
+    fee = net.state.runs[ch.run_id].seat_fee
+    assert {(e.verifier, e.amount) for e in of(events, P.VerifierPaid)} == {(v, fee) for v in ("v1", "v2", "v3")}
+    assert net.state.vbonds == {"v1": 100 + fee, "v2": 100 + fee, "v3": 100 + fee, "v4": 60, "v5": 70}
     assert net.state.slashed == {"v4": 40, "v5": 30}
+    assert net.state.burned == 70 and net.state.reserved == {}  # penalties are burned; every seat freed
     # Below the stake after its penalty: v4 sits on no later committee.
     assert "v4" not in dict(P.eligible_verifiers(net.state))
 
 
-def test_a_no_show_pays_from_its_active_bond_then_from_what_it_unbonds():
-    net = Net({"v1": 100, "v2": 100, "v3": 120}, dataclasses.replace(PARAMS, no_show_penalty=50))
+def test_a_seat_pays_its_penalty_from_its_reserved_collateral():
+    """A seat reserves verifier_stake of its account's free bond until its round is settled: the
+    reserved part cannot be unbonded (BondReserved), the free part can, and the penalty is taken
+    from the reservation, never from an unbonding amount."""
+    params = dataclasses.replace(PARAMS, no_show_penalty=50, unbonding_delay=40)  # released after the round
+    net = Net({"v1": 100, "v2": 100, "v3": 120}, params)
     ch = net.issue()
-    assert "v3" in ch.committee
-    # After the draw v3 unbonds 100 in two parts: 20 stays active, 40 + 60 wait for release.
-    net.chain.block(("v3", UnbondVerifier(40)))
-    net.chain.block(("v3", UnbondVerifier(60)))
+    assert ch.committee == ("v1", "v2", "v3") and net.state.reserved == {"v1": 100, "v2": 100, "v3": 100}
+    assert P.free_bond(net.state, "v3") == 20
+    before = copy.deepcopy(net.state)
+    with pytest.raises(P.BondReserved, match="'v3' has 20 of its bond of 120 free; the rest backs seats of open rounds"):
+        net.chain.block(("v3", UnbondVerifier(40)))
+    assert net.state.vbonds == before.vbonds and net.state.unbonding == before.unbonding
+    (ev,) = net.chain.block(("v3", UnbondVerifier(20)))  # the free part; 100 stays active
+    assert (ev.amount, ev.bond) == (20, 100)
     net.open(ch)
     good = net.good(ch)
     events = net.play(ch, {"v1": good, "v2": good})
     (pen,) = of(events, P.VerifierPenalized)
     assert (pen.verifier, pen.why, pen.amount) == ("v3", "no_commit", 50)
-    # 20 from the active bond, the other 30 from the newest unbonding amount first.
-    assert net.state.vbonds["v3"] == 0
-    assert [x[1] for x in net.state.unbonding["v3"]] == [40, 30]
-    # Unbonding never outruns a penalty: what is released is what is left.
-    released = net.chain.advance_to(net.chain.number + PARAMS.unbonding_delay)
-    assert sorted(e.amount for e in of(released, P.BondReleased) if e.verifier == "v3") == [30, 40]
+    assert net.state.vbonds["v3"] == 50 and net.state.unbonding["v3"][0][1] == 20  # unbonding untouched
+    assert net.state.reserved == {}  # the round is settled: its collateral left is free again
+    assert P.free_bond(net.state, "v3") == 50
+    released = net.chain.advance_to(net.chain.number + params.unbonding_delay)
+    assert [e.amount for e in of(released, P.BondReleased) if e.verifier == "v3"] == [20]
 
 
-def test_a_penalty_takes_at_most_what_is_left():
-    params = dataclasses.replace(PARAMS, no_show_penalty=500)
+def test_a_penalty_is_at_most_one_seats_collateral_and_an_emptied_account_leaves():
+    # No penalty of a seat may exceed what the seat reserves, so every penalty is paid in full.
+    with pytest.raises(ParamRangeError, match="no_show_penalty must be .* in 0..verifier_stake \\(100\\)"):
+        dataclasses.replace(PARAMS, no_show_penalty=101)
+    with pytest.raises(ParamRangeError, match="outlier_penalty"):
+        dataclasses.replace(PARAMS, outlier_penalty=101)
+    params = dataclasses.replace(PARAMS, no_show_penalty=100)
     net = Net({"v1": 100, "v2": 100, "v3": 100}, params)
     ch = net.issue()
-    net.chain.block(("v3", UnbondVerifier(100)))
+    with pytest.raises(P.BondReserved):  # a seated account cannot run from its penalty
+        net.chain.block(("v3", UnbondVerifier(100)))
     net.open(ch)
     good = net.good(ch)
     events = net.play(ch, {"v1": good, "v2": good})
     (pen,) = of(events, P.VerifierPenalized)
-    assert pen.amount == 100 and net.state.vbonds["v3"] == 0
-    assert [x[1] for x in net.state.unbonding["v3"]] == [0]
-    assert net.state.slashed["v3"] == 100
-    assert of(net.chain.advance_to(net.chain.number + PARAMS.unbonding_delay), P.BondReleased) == []
+    assert (pen.verifier, pen.amount) == ("v3", 100) and net.state.slashed["v3"] == 100
+    # Its whole bond went to the penalty: nothing active, unbonding or reserved, so v3 left the registry.
+    assert "v3" not in net.state.verifiers and "v3" not in net.state.vbonds and "v3" not in net.state.reserved
+    assert net.state.verifiers == ["v1", "v2"]
 
 
 # --- one challenge per block --------------------------------------------------------------------
@@ -239,11 +306,14 @@ def test_rechallenges_during_the_draws_do_not_count_as_taken_steps():
     """Early challenges re-challenged while later ones are still drawn: their repeated steps are
     not taken twice, so every step of a small run can still be drawn (before the fix the ninth
     block's draw raised DeriveError inside on_block, which stops a follower at that block)."""
+    # One seat a first round, no penalties, and units for every concurrent committee: the seats
+    # are bonded and stay away, so every round with its opening re-challenges.
     params = P.ProtocolParams(commit_window=1, reveal_window=1, opening_deadline=1, challenge_delay=1,
-                              challenges_per_run=8, quorum_min_reveals=3, max_rounds=8)
+                              challenges_per_run=8, quorum_min_reveals=3, max_rounds=8, committee_size=1,
+                              no_show_penalty=0)
     run = SyntheticRun(steps=8)
     chain = PureChain(params)
-    chain.block(("miner", run.register()))
+    chain.block(("miner", run.register()), *[(f"v{i}", bond(100 * 100)) for i in range(1, 4)])
     chain.block(("miner", run.submit_full_root()))
     for _ in range(20):  # the miner opens every round in time; no one witnesses: every round re-challenges
         chain.block(*[("miner", run.opening(cid, ch.step)) for cid, ch in chain.state.challenges.items()
@@ -261,7 +331,8 @@ def test_an_inconclusive_round_rechallenges_with_a_larger_committee_and_longer_w
     ch = net.issue()
     net.open(ch)
     c = list(ch.committee)
-    events = net.play(ch, {c[0]: net.good(ch)})  # one reveal: below quorum_min_reveals
+    one = next(v for v in c if c.count(v) == 1)
+    events = net.play(ch, {one: net.good(ch)})  # one revealed seat: below quorum_min_reveals (seats)
     (res,) = of(events, P.ChallengeResolved)
     n = res.block
     assert res.verdict == "inconclusive" and res.round == 1 and "re-challenged" in res.reason
@@ -270,11 +341,13 @@ def test_an_inconclusive_round_rechallenges_with_a_larger_committee_and_longer_w
     assert nxt.challenge_id == res.rechallenge and (nxt.round, nxt.first) == (2, ch.challenge_id)
     assert (nxt.run_id, nxt.step, nxt.index, nxt.root, nxt.size) == (ch.run_id, ch.step, ch.index, ch.root, ch.size)
     assert len(nxt.committee) == 6  # committee_size doubled
+    assert res.block == ch.escalate_deadline + 1 and nxt.block == n
     assert nxt.opening_deadline == n + 2 * PARAMS.opening_deadline
     assert nxt.commit_deadline == nxt.opening_deadline + 2 * PARAMS.commit_window
     assert nxt.reveal_deadline == nxt.commit_deadline + 2 * PARAMS.reveal_window
-    # The absent committee members paid for not committing.
-    assert {e.verifier for e in of(events, P.VerifierPenalized)} == set(c[1:])
+    # The absent committee members paid for not committing, a seat each.
+    assert {(e.verifier, e.amount) for e in of(events, P.VerifierPenalized)} == {
+        (v, PARAMS.no_show_penalty * c.count(v)) for v in c if v != one}
     old = net.state.challenges[ch.challenge_id]
     assert old.verdict == "inconclusive" and old.rechallenge == nxt.challenge_id
     assert net.state.challenges[nxt.challenge_id].first == ch.challenge_id
@@ -311,6 +384,11 @@ def test_the_dispute_round_seats_everyone_and_the_plurality_decides():
     r3 = of(net.play(r2, {}), P.ChallengeIssued)[0]
     assert r3.round == 3 == PARAMS.max_rounds and r3.first == ch.challenge_id
     assert set(r3.committee) == set(EIGHT)  # every eligible verifier (the no-shows kept enough bond)
+    # every free seat unit of the network (fewer than MAX_DISPUTE_SEATS): no draw, and no escalation window
+    units = seat_units([(v, b) for v, b in net.state.vbonds.items()], PARAMS.verifier_stake)
+    assert list(r3.committee) == dispute_seats(digest("pot/test/block/v1", r3.block), r3.challenge_id, units, 4096)
+    assert list(r3.committee) == [v for v, k in units for _ in range(k)]
+    assert r3.escalate_deadline == r3.reveal_deadline
     net.open(r3)
     good = net.good(r3)
     # v2..v5's seats (one per verifier_stake of bond) are below the share of all the seats, but the
@@ -326,21 +404,83 @@ def test_the_dispute_round_seats_everyone_and_the_plurality_decides():
     assert set(res.outliers) == {"v1", "v6"}
 
 
-def test_no_winner_in_the_dispute_round_leaves_the_step_unresolved():
-    net = Net({"v1": 1000, "v2": 1000, "v3": 1000, "v4": 1000})  # enough bond to sit through the no-shows
+def _dispute(net: Net) -> P.ChallengeIssued:
+    """The run's challenge taken to its dispute round: two rounds with their openings and no reveal."""
     ch = net.issue()
     net.open(ch)
     r2 = of(net.play(ch, {}), P.ChallengeIssued)[0]
     net.open(r2)
     r3 = of(net.play(r2, {}), P.ChallengeIssued)[0]
     net.open(r3)
-    events = net.play(r3, {"v1": net.good(r3)})  # one reveal: below quorum_min_reveals, no winner
+    assert r3.round == PARAMS.max_rounds
+    return r3
+
+
+def test_a_tie_in_the_dispute_round_leaves_the_step_unresolved():
+    """The dispute round's two largest clusters hold as many seats: nothing decides the step. The
+    miner's stake stays locked, and the run's escrow is forfeited (burned) when the run settles."""
+    net = Net({"v1": 1000, "v2": 1000, "v3": 1000, "v4": 1000})  # enough bond to sit through the no-shows
+    r3 = _dispute(net)
+    seats = {v: r3.committee.count(v) for v in set(r3.committee)}
+    assert seats["v1"] == seats["v2"] > 0
+    events = net.play(r3, {"v1": net.good(r3), "v2": (NOISE, None)})
+    (res,) = of(events, P.ChallengeResolved)
+    assert res.verdict == "inconclusive" and res.rechallenge is None
+    assert "tie" in res.reason and "unresolved after the dispute round" in res.reason
+    assert of(events, P.ChallengeIssued) == [] and of(events, P.MinerSlashed) == []
+    # nobody won: no fee, and nobody is an outlier of an undecided step
+    assert of(events, P.VerifierPaid) == [] and of(events, P.VerifierOutlier) == []
+    run = net.state.runs[r3.run_id]
+    assert run.slashed == 0 and net.state.bonds["miner"] == run.stake
+    assert all(net.state.challenges[c].verdict is not None for c in run.challenges)
+    (settled,) = of(events, P.RunSettled)
+    assert (settled.stake_released, settled.escrow_released, settled.unresolved) == (0, 0, 1)
+    assert settled.escrow_burned == run.escrow > 0 and run.escrow_left == 0 and run.settled
+    assert any(isinstance(e, P.Burned) and e.subject == run.run_id and e.amount == run.escrow for e in events)
+
+
+def test_no_reveal_in_the_dispute_round_leaves_the_step_unresolved():
+    net = Net({"v1": 1000, "v2": 1000, "v3": 1000, "v4": 1000})
+    r3 = _dispute(net)
+    events = net.play(r3, {})
     (res,) = of(events, P.ChallengeResolved)
     assert res.verdict == "inconclusive" and res.rechallenge is None and "unresolved" in res.reason
-    assert of(events, P.ChallengeIssued) == [] and of(events, P.MinerSlashed) == []
-    run = net.state.runs[ch.run_id]
-    assert run.slashed == 0 and net.state.bonds["miner"] == run.stake  # the stake stays bonded
-    assert all(net.state.challenges[c].verdict is not None for c in run.challenges)
+    (settled,) = of(events, P.RunSettled)
+    assert settled.unresolved == 1 and settled.stake_released == 0
+
+
+def test_refused_seats_of_the_dispute_round_make_it_fraud():
+    """Availability is the miner's duty: refused seats holding dispute_refusal_share (1/2) of the
+    revealed seats make the step fraud, however many seats it did serve; fewer refused seats are
+    set aside (not outliers) and the largest served cluster decides."""
+    net = Net({"v1": 1000, "v2": 1000, "v3": 1000, "v4": 1000})
+    r3 = _dispute(net)
+    assert PARAMS.dispute_refusal_share == Fraction(1, 2)
+    refused = refused_pair(r3.challenge_id)
+    good = net.good(r3)
+    seats = {v: r3.committee.count(v) for v in set(r3.committee)}
+    assert 2 * (seats["v1"] + seats["v2"]) >= len(r3.committee)  # at least half the revealed seats
+    events = net.play(r3, {"v1": refused, "v2": refused, "v3": good, "v4": good})
+    (res,) = of(events, P.ChallengeResolved)
+    assert res.verdict == "fraud" and "serving every seat is the miner's duty" in res.reason
+    assert res.outliers == () and of(events, P.VerifierPenalized) == []  # the served seats are not at fault
+    (slash,) = of(events, P.MinerSlashed)
+    assert slash.amount == PARAMS.slash_amount
+    assert {e.verifier for e in of(events, P.VerifierPaid)} == {"v1", "v2"}  # the refused seats' cluster
+
+
+def test_fewer_refused_seats_than_the_share_are_set_aside_in_the_dispute_round():
+    net = Net({"v1": 1000, "v2": 1000, "v3": 1000, "v4": 1000})
+    r3 = _dispute(net)
+    refused = refused_pair(r3.challenge_id)
+    good = net.good(r3)
+    seats = {v: r3.committee.count(v) for v in set(r3.committee)}
+    assert 2 * seats["v1"] < len(r3.committee) and seats["v2"] + seats["v3"] > seats["v4"]
+    events = net.play(r3, {"v1": refused, "v2": good, "v3": good, "v4": (NOISE, None)})
+    (res,) = of(events, P.ChallengeResolved)
+    assert res.verdict == "honest" and res.outliers == ("v4",)  # v1's refusal is no outlier
+    assert {e.verifier for e in of(events, P.VerifierPenalized)} == {"v4"}
+    assert of(events, P.MinerSlashed) == []
 
 
 def test_a_refused_opening_gets_a_second_window_then_is_fraud():
@@ -449,11 +589,14 @@ def test_an_oversize_spec_is_refused_at_registration():
 
 
 def _busy_net() -> Net:
-    """A state with every v2 field in use: bonds, unbonding, penalties, a refused round, a second round."""
+    """A state with most fields in use: bonds, unbonding, penalties and burns, fees paid, a refused
+    round, a second round whose seats hold reservations, the run's escrow partly spent."""
     net = Net(EIGHT)
     ch = net.issue()
     net.open(ch)
-    net.play(ch, {v: refused_pair(ch.challenge_id) for v in ch.committee[:2]})
+    top = max(sorted(set(ch.committee)), key=ch.committee.count)  # the account of the most seats
+    # its seats refuse the opening (a quorum of them); the others commit and never reveal
+    net.play(ch, {v: refused_pair(ch.challenge_id) if v == top else None for v in ch.committee})
     (r2,) = [e for e in net.chain.of(P.ChallengeIssued) if e.round == 2]
     net.open(r2)
     good = net.good(r2)
@@ -462,14 +605,16 @@ def _busy_net() -> Net:
     return net
 
 
-def test_snapshots_round_trip_every_v2_field_and_continue_identically():
+def test_snapshots_round_trip_every_field_and_continue_identically():
     net = _busy_net()
     state = net.state
     r2 = [c for c in state.challenges.values() if c.round == 2][0]
     assert state.vbonds and state.unbonding and r2.first and r2.committee and r2.refused_rounds == 1
-    assert state.runs[r2.run_id].drawn == 1 and state.runs[r2.run_id].replay_blocks >= 1
+    run = state.runs[r2.run_id]
+    assert run.drawn == 1 and run.replay_blocks >= 1 and 0 < run.escrow_left < run.escrow
+    assert state.reserved and r2.held and state.paid and state.burned > 0 and r2.escalate_deadline > r2.reveal_deadline
     snap = state.to_cbor()
-    assert cbor.decode(snap)["version"] == "pot/protocol-state/v2"
+    assert cbor.decode(snap)["version"] == "pot/protocol-state/v3"
     restored = P.ProtocolState.from_cbor(snap)
     assert restored == state
     assert restored.to_cbor() == snap
@@ -480,16 +625,26 @@ def test_snapshots_round_trip_every_v2_field_and_continue_identically():
     assert a == b and net.state == twin.state
 
 
-def test_a_v1_snapshot_is_refused_with_a_clear_message():
+def test_snapshots_of_older_protocols_are_refused_with_a_clear_message():
     net = _busy_net()
-    d = cbor.decode(net.state.to_cbor())
-    d["version"] = "pot/protocol-state/v1"
-    for k in ("vbonds", "unbonding"):
+    for old, gone in (("v1", ("vbonds", "unbonding", "reserved", "burned", "paid")),
+                      ("v2", ("reserved", "burned", "paid"))):
+        d = cbor.decode(net.state.to_cbor())
+        d["version"] = f"pot/protocol-state/{old}"
+        for k in gone:
+            del d[k]
+        with pytest.raises(P.SnapshotError, match=f"a pot/protocol-state/{old} snapshot.*this node reads "
+                                                  f"pot/protocol-state/v3.*drop the snapshot"):
+            P.ProtocolState.from_cbor(cbor.encode(d))
+    # A v3 snapshot lacking a field is unusable too, never half-read.
+    for k in ("vbonds", "reserved"):
+        d = cbor.decode(net.state.to_cbor())
         del d[k]
-    with pytest.raises(P.SnapshotError, match="a pot/protocol-state/v1 snapshot.*this node reads pot/protocol-state/v2"):
-        P.ProtocolState.from_cbor(cbor.encode(d))
-    # A v2 snapshot lacking a v2 field is unusable too, never half-read.
+        with pytest.raises(P.SnapshotError, match="unusable"):
+            P.ProtocolState.from_cbor(cbor.encode(d))
+    # Reservations past the active bond are no state the rules can reach.
     d = cbor.decode(net.state.to_cbor())
-    del d["vbonds"]
-    with pytest.raises(P.SnapshotError, match="unusable"):
+    account = next(iter(d["reserved"]))
+    d["reserved"][account] = d["vbonds"][account] + 1
+    with pytest.raises(P.SnapshotError, match=f"{account!r} has .* reserved of an active bond of"):
         P.ProtocolState.from_cbor(cbor.encode(d))
