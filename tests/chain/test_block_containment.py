@@ -21,11 +21,12 @@ PARAMS = P.ProtocolParams(challenge_delay=1, opening_deadline=2, commit_window=2
 
 def _two_runs(path) -> tuple[DevTransport, SyntheticRun, SyntheticRun]:
     """Two runs of one miner whose challenges are issued in the same block and, never opened,
-    resolve in the same block (fraud), then a few empty blocks."""
+    resolve in the same block (fraud), then a few empty blocks. The verifier's bond backs both
+    committees (committee_size seat units each, reserved while the rounds are open)."""
     a, b = SyntheticRun(steps=4, seed="run-a"), SyntheticRun(steps=4, seed="run-b")
     miner = DevTransport(path, "miner")
     miner.record_params(PARAMS)
-    DevTransport(path, "v1").submit([bond(PARAMS.verifier_stake)])
+    DevTransport(path, "v1").submit([bond(PARAMS.verifier_stake * 2 * PARAMS.committee_size)])
     miner.submit([a.register(), b.register()])
     miner.submit([a.submit_full_root(), b.submit_full_root()])
     for _ in range(8):
@@ -65,6 +66,9 @@ def test_a_resolution_that_fails_halfway_is_undone_and_the_others_resolve(tmp_pa
     assert [e.block for e in failed] == list(range(failed[0].block, miner.finalized_head() + 1))
     assert all("1234" not in e.to_json() for e in failed)
     assert ch_a.verdict is None and ch_b.verdict == "fraud"
+    # A's seats still hold their collateral (the undone resolution freed nothing), B's are free again.
+    assert one.state.reserved == {"v1": PARAMS.verifier_stake * PARAMS.committee_size} == ch_a.held
+    assert one.state.runs[b.run_id].settled and not one.state.runs[a.run_id].settled
     assert one.state.runs[a.run_id].slashed == 0 and one.state.runs[b.run_id].slashed == PARAMS.slash_amount
     assert one.state.slashed == {"miner": PARAMS.slash_amount}
     # Two followers agree byte for byte, events included.
@@ -79,6 +83,7 @@ def test_a_resolution_that_fails_halfway_is_undone_and_the_others_resolve(tmp_pa
     monkeypatch.setattr(rules, "_resolve", real)
     miner.seal()
     one.sync()
+    assert one.state.reserved == {} and one.state.runs[a.run_id].settled
     assert _challenge_of(one, a).verdict == "fraud" and not [e for e in one.events if e.block > failed[-1].block
                                                              and isinstance(e, BlockWorkFailed)]
 

@@ -5,6 +5,7 @@ calls still apply, and the protocol state stays within its caps."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 
@@ -184,10 +185,16 @@ def test_registration_fields_over_the_caps_are_refused_with_a_code():
     assert len(state.runs[run.run_id].registration) == 32  # a digest, whatever the spec's size
 
 
-def test_open_runs_per_miner_and_witnesses_per_challenge_are_capped(monkeypatch):
+def test_open_runs_per_miner_are_capped_and_witnesses_are_the_seated_accounts(monkeypatch):
+    """Open runs of one miner are capped (TooMany). Witness lists need no cap of their own: only a
+    seated account commits, once, and a round seats at most MAX_DISPUTE_SEATS accounts, so
+    arrival order never decides who takes part (an unseated account is NotInCommittee, never
+    crowded out)."""
+    from chain.protocol.params import MAX_DISPUTE_SEATS, MAX_WITNESSES_PER_CHALLENGE
+
+    assert MAX_WITNESSES_PER_CHALLENGE == MAX_DISPUTE_SEATS
     monkeypatch.setattr(rules, "MAX_OPEN_RUNS_PER_MINER", 2)
-    monkeypatch.setattr(rules, "MAX_WITNESSES_PER_CHALLENGE", 2)
-    state = P.new_state(PARAMS)
+    state = P.new_state(dataclasses.replace(PARAMS, committee_size=2))
     runs = [SyntheticRun(seed=f"r{i}", steps=4) for i in range(3)]
     for who in ("v1", "v2", "v3"):
         _apply(state, bond(), who)
@@ -199,18 +206,20 @@ def test_open_runs_per_miner_and_witnesses_per_challenge_are_capped(monkeypatch)
     events = P.on_block(state, type("B", (), {"number": 3, "hash": b"\3" * 32})())
     (issued,) = [e for e in events if isinstance(e, P.ChallengeIssued)]
     cid = issued.challenge_id
-    assert issued.committee == ("v1", "v2", "v3")
-    for i, who in enumerate(("v1", "v2", "v3")):
-        com, _ = witness(cid, who, runs[0].value_hash(issued.step))
-        (ev,) = _apply(state, com, who, 3)
-        assert isinstance(ev, P.WitnessCommitted) if i < 2 else ev.refusal == "TooMany"
-    assert len(state.challenges[cid].commitments) == 2
-    # The opening's URI is capped too.
+    assert len(issued.committee) == 2 and len(set(issued.committee)) == 2  # one unit each: two accounts
+    # The opening's URI is capped.
     op = runs[0].opening(cid, issued.step)
     long_uri = C.SubmitOpening(op.challenge_id, op.opening_digest, "http://" + "u" * MAX_URI_BYTES, op.leaf,
                                op.leaf_proof)
     (ev,) = _apply(state, long_uri, "miner", 3)
     assert ev.refusal == "FieldTooLarge"
+    assert isinstance(_apply(state, op, "miner", 3)[0], P.OpeningSubmitted)
+    unseated = next(v for v in ("v1", "v2", "v3") if v not in issued.committee)
+    for who in (unseated, *issued.committee):  # the unseated one first: it still takes no seat
+        com, _ = witness(cid, who, runs[0].value_hash(issued.step))
+        (ev,) = _apply(state, com, who, 3)
+        assert isinstance(ev, P.WitnessCommitted) if who in issued.committee else ev.refusal == "NotInCommittee"
+    assert set(state.challenges[cid].commitments) == set(issued.committee)
 
 
 def test_rejected_reveals_keep_one_record_per_verifier():
@@ -223,7 +232,8 @@ def test_rejected_reveals_keep_one_record_per_verifier():
     (issued,) = [e for e in events if isinstance(e, P.ChallengeIssued)]
     ch = state.challenges[issued.challenge_id]
     com, rev = witness(ch.challenge_id, "v1", run.value_hash(ch.step))
-    _apply(state, com, "v1", 3)
+    _apply(state, run.opening(ch.challenge_id, ch.step), "miner", 3)
+    assert isinstance(_apply(state, com, "v1", 3)[0], P.WitnessCommitted)
     bad = C.RevealWitnessValue(ch.challenge_id, bytes(32), proof(ch.challenge_id), 0, rev.salt)
     for _ in range(5):
         evs = _apply(state, bad, "v1", ch.commit_deadline + 1)
@@ -239,6 +249,7 @@ def test_hostile_spec_and_leaf_bytes_are_refused_with_a_code_quickly():
     (ev,) = _apply(state, run.register(spec=shared))
     assert ev.refusal == "InvalidCall"
     _apply(state, run.register())
+    _apply(state, bond(), "v1")  # a free seat unit: the challenge is drawn
     _apply(state, run.submit_full_root(), n=2)
     events = P.on_block(state, type("B", (), {"number": 3, "hash": b"\3" * 32})())
     (issued,) = [e for e in events if isinstance(e, P.ChallengeIssued)]
