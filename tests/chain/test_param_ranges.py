@@ -54,15 +54,58 @@ def _record(**changes) -> bytes:
     return cbor.encode(d)
 
 
+PENALTIES = ("no_show_penalty", "outlier_penalty")  # each at most verifier_stake, one seat's collateral
+
+
+def _params(name: str, value: int) -> ProtocolParams:
+    """The default parameters with `name` at `value`, and the penalties' bound, verifier_stake,
+    moved with it (a penalty at its maximum needs the largest stake, the least stake no penalty)."""
+    kw = {name: value}
+    if name in PENALTIES:
+        kw["verifier_stake"] = PARAM_RANGES["verifier_stake"][1]
+    elif name == "verifier_stake":
+        kw.update(dict.fromkeys(PENALTIES, 0))
+    return ProtocolParams(**kw)
+
+
 @pytest.mark.parametrize("name", sorted(PARAM_RANGES))
 def test_each_parameter_is_refused_one_past_its_bounds_naming_it_its_value_and_range(name):
     lo, hi = PARAM_RANGES[name]
-    assert getattr(ProtocolParams(**{name: hi}), name) == hi
-    assert getattr(ProtocolParams(**{name: lo}), name) == lo
+    assert getattr(_params(name, hi), name) == hi
+    assert getattr(_params(name, lo), name) == lo
     for bad in (hi + 1, lo - 1):
         with pytest.raises(ParamRangeError, match=rf"protocol parameter {name} must be .* in {lo}\.\.") as err:
-            ProtocolParams(**{name: bad})
+            _params(name, bad)
         assert repr(bad) in str(err.value) and (err.value.name, err.value.value) == (name, bad)
+
+
+@pytest.mark.parametrize("name", PENALTIES)
+def test_a_penalty_is_refused_past_verifier_stake(name):
+    """Every penalty of a seat is paid in full from the verifier_stake the seat reserves."""
+    assert getattr(ProtocolParams(verifier_stake=70, **{name: 70}), name) == 70
+    with pytest.raises(ParamRangeError, match=rf"{name} must be a non-negative integer in 0\.\.verifier_stake "
+                                              rf"\(70\): a seat reserves verifier_stake and pays every penalty "
+                                              rf"from it, got 71") as err:
+        ProtocolParams(verifier_stake=70, **{name: 71})
+    assert (err.value.name, err.value.hi) == (name, 70)
+    # a record goes through the same check
+    with pytest.raises(ParamRangeError, match=name):
+        ProtocolParams.from_cbor(_record(verifier_stake=70, **{name: 71}))
+
+
+@pytest.mark.parametrize("name", ["slash_reward_share", "dispute_refusal_share"])
+def test_the_v3_shares_are_fractions_in_their_ranges(name):
+    zero_ok = name == "slash_reward_share"  # all of a slash may be burned; a refusal share of 0 is no rule
+    if zero_ok:
+        assert getattr(ProtocolParams(**{name: 0}), name) == 0
+    else:
+        with pytest.raises(ParamRangeError, match=rf"{name} must be a fraction in \(0, 1\]"):
+            ProtocolParams(**{name: 0})
+    assert getattr(ProtocolParams(**{name: "1"}), name) == 1
+    with pytest.raises(ParamRangeError, match=name):
+        ProtocolParams(**{name: Fraction(3, 2)})
+    with pytest.raises(ParamRangeError, match=name):
+        ProtocolParams(**{name: Fraction(1, 1 << 32)})
 
 
 def test_the_range_messages_and_the_fraction_and_step_bounds():
@@ -88,21 +131,24 @@ def test_the_range_messages_and_the_fraction_and_step_bounds():
 
 def test_the_derivation_holds_its_arithmetic():
     assert MAX_ROUND == 9 and sum(range(1, MAX_ROUND + 1)) == 45
-    assert MAX_DEADLINE_SPAN == deadline_span() == 136 * MAX_WINDOW + 72 < 1 << 62
+    assert MAX_DEADLINE_SPAN == deadline_span() == 145 * MAX_WINDOW + 72 < 1 << 62
     assert MAX_BLOCK + MAX_DEADLINE_SPAN < INT63
     assert MAX_BOND * MAX_VERIFIERS <= 1 << 60 and MAX_BOND * MAX_DISPUTE_SEATS <= 1 << 60
     assert MAX_QUORUM_TERM * MAX_DISPUTE_SEATS < 1 << 44
 
 
 def test_the_worst_case_deadlines_through_the_rules_stay_within_63_bits_and_the_snapshot():
-    """A run whose root lands at MAX_BLOCK, every window at its maximum: its last challenge's nine
-    rounds, opened by the real rules one after the other, end exactly at the span the derivation
-    gives, and the state holding them round-trips through its snapshot."""
+    """A run whose root lands at MAX_BLOCK, every window at its maximum (its opening window too):
+    its last challenge's nine rounds, opened by the real rules one after the other, end within the
+    span the derivation gives (which counts an escalation window for every round; the dispute
+    rounds, from max_rounds on, have none), and the state holding them round-trips through its
+    snapshot."""
     state = ProtocolState(params=LARGEST, head=MAX_BLOCK)
     run_id = b"\x01" * 32
     run = RunState(run_id=run_id, miner="m", registration=bytes(32), spec_digest=bytes(32), mode="value",
                    declared_steps=MAX_DECLARED_STEPS, endpoint="http://m", stake=MAX_BOND,
-                   replay_blocks=LARGEST.max_replay_blocks, root=b"\x02" * 32, size=MAX_DECLARED_STEPS + 1)
+                   replay_blocks=LARGEST.max_replay_blocks, opening_blocks=LARGEST.max_replay_blocks,
+                   root=b"\x02" * 32, size=MAX_DECLARED_STEPS + 1)
     state.runs[run_id] = run
     root_block = MAX_BLOCK
     n = root_block + LARGEST.challenge_delay + (MAX_CHALLENGES_PER_RUN - 1)  # the last first-round draw
@@ -113,20 +159,26 @@ def test_the_worst_case_deadlines_through_the_rules_stay_within_63_bits_and_the_
                                       refused_rounds=int(r == MAX_ROUND))
         assert isinstance(issued, P.ChallengeIssued) and issued.round == r
         ch: ChallengeState = state.challenges[cid]
-        assert ch.opening_deadline == n + LARGEST.opening_deadline * r
+        assert ch.opening_deadline == n + LARGEST.max_replay_blocks * r
         assert ch.reveal_deadline == n + 3 * MAX_WINDOW * r
+        dispute = r >= LARGEST.max_rounds
+        assert ch.dispute == dispute
+        assert ch.escalate_deadline == ch.reveal_deadline + (0 if dispute else LARGEST.escalation_window)
         first = first or cid
-        n = ch.reveal_deadline + 1  # the round resolves at the block after its reveal window
+        n = ch.escalate_deadline + 1  # the round resolves at the block after its escalation window
     last = n - 1
-    assert last == root_block + MAX_DEADLINE_SPAN - 1 and last < INT63
+    disputes = MAX_ROUND - LARGEST.max_rounds + 1  # rounds 8 and 9
+    assert last == root_block + MAX_DEADLINE_SPAN - 1 - disputes * MAX_WINDOW and last < INT63
     again = ProtocolState.from_cbor(state.to_cbor())
     assert again.challenges == state.challenges and again.params == LARGEST
 
 
 def test_the_worst_case_bonds_releases_and_penalties_through_the_rules():
     """Verifiers bonding MAX_BOND at MAX_BLOCK, one unbonding it (its release MAX_BLOCK +
-    unbonding_delay), penalties of MAX_BOND per seat on a full dispute committee, and running
-    totals that saturate: every number stays within 63 bits and the snapshot round-trips."""
+    unbonding_delay), a dispute round seating the others with verifier_stake = MAX_BOND each,
+    penalties asked of MAX_BOND per seat on every seat a dispute round can hold, rewards past the
+    bond cap burned, and running totals that saturate: every number stays within 63 bits and the
+    snapshot round-trips."""
     state = ProtocolState(params=LARGEST, head=MAX_BLOCK - 1)
     for i in range(8):
         events = P.apply_recorded(state, BondVerifier(amount=MAX_BOND), f"v{i}", MAX_BLOCK)
@@ -134,20 +186,50 @@ def test_the_worst_case_bonds_releases_and_penalties_through_the_rules():
     assert P.apply_recorded(state, BondVerifier(amount=1), "v0", MAX_BLOCK)[0].refusal == "FieldTooLarge"
     (unbonding,) = P.apply_recorded(state, UnbondVerifier(amount=MAX_BOND), "v7", MAX_BLOCK)
     assert unbonding.release_block == MAX_BLOCK + MAX_WINDOW < INT63
-    ch = ChallengeState(challenge_id=b"\x03" * 32, run_id=b"\x04" * 32, index=0, step=1, root=bytes(32), size=2,
-                        mode="value", issued=MAX_BLOCK, opening_deadline=MAX_BLOCK + 1, commit_deadline=MAX_BLOCK + 2,
-                        reveal_deadline=MAX_BLOCK + 3, round=MAX_ROUND, committee=["v0"] * MAX_DISPUTE_SEATS)
+    run = RunState(run_id=b"\x04" * 32, miner="m", registration=bytes(32), spec_digest=bytes(32), mode="value",
+                   declared_steps=1, endpoint="http://m", stake=MAX_BOND, replay_blocks=LARGEST.max_replay_blocks,
+                   opening_blocks=LARGEST.max_replay_blocks, root=bytes(32), size=2)
+    state.runs[run.run_id] = run
+    cid = b"\x03" * 32
+    rules._open_round(state, run, cid, 0, 1, MAX_BLOCK, bytes(32), round_=MAX_ROUND, first=None, refused_rounds=1)
+    ch = state.challenges[cid]
+    assert ch.dispute and ch.committee == [f"v{i}" for i in range(7)]  # one unit each; v7 has no free bond
+    assert state.reserved == ch.held == {f"v{i}": MAX_BOND for i in range(7)}
+    # Asked for MAX_BOND on each of MAX_DISPUTE_SEATS seats (2^60): it pays what its seats hold.
     (taken,) = rules._penalize(state, ch, "v0", LARGEST.no_show_penalty * MAX_DISPUTE_SEATS, "no_commit", MAX_BLOCK)
-    assert taken.amount == MAX_BOND and state.vbonds["v0"] == 0
+    assert taken.amount == MAX_BOND and state.vbonds["v0"] == 0 and "v0" not in state.reserved
+    assert rules._penalize(state, ch, "v0", MAX_BOND, "outlier", MAX_BLOCK) == []  # nothing left to take
     state.slashed["v1"] = INT63 - 1
     rules._penalize(state, ch, "v1", MAX_BOND, "outlier", MAX_BLOCK)
     assert state.slashed["v1"] == INT63  # a running total saturates instead of leaving 63 bits
-    state.bonds["v2"] = INT63
-    P.apply_recorded(state, UnbondVerifier(amount=1), "v2", MAX_BLOCK)
-    P.apply_recorded(state, BondVerifier(amount=1), "v2", MAX_BLOCK)
-    assert state.bonds["v2"] == INT63
+    # A reward past the bond cap is burned; the burned total saturates.
+    state.burned = INT63 - 1
+    events = rules._credit(state, cid, "v2", MAX_BOND, "seat_fee", MAX_BLOCK)
+    assert [(type(e).__name__, e.amount) for e in events] == [("Burned", MAX_BOND)] and state.burned == INT63
+    assert state.vbonds["v2"] == MAX_BOND
+    # The stake an account ever bonded is a running total that saturates, kept after it left.
+    state.bonds["v9"] = INT63
+    P.apply_recorded(state, BondVerifier(amount=MAX_BOND), "v9", MAX_BLOCK)
+    assert state.bonds["v9"] == INT63 and state.vbonds["v9"] == MAX_BOND
     assert sum(state.vbonds.values()) + sum(a for w in state.unbonding.values() for _, a in w) <= INT63
-    assert ProtocolState.from_cbor(state.to_cbor()).unbonding == state.unbonding
+    again = ProtocolState.from_cbor(state.to_cbor())
+    assert again.unbonding == state.unbonding and again.reserved == state.reserved and again.burned == INT63
+
+
+def test_the_largest_escrow_is_refused_at_registration_never_stored():
+    """With every fee parameter at its maximum, a run's escrow would leave one amount's cap: it is
+    refused (EscrowTooLarge) before anything keeps it."""
+    from chain.protocol.cost import opening_blocks, run_escrow
+
+    run = SyntheticRun()
+    state = ProtocolState(params=LARGEST)
+    cost = replay_cost(run.spec, LARGEST)
+    assert opening_blocks(run.spec, LARGEST, 1) <= LARGEST.max_replay_blocks  # it would register but for the escrow
+    _, escrow = run_escrow(cost.blocks, LARGEST)
+    assert escrow > MAX_BOND
+    (ev,) = P.apply_recorded(state, run.register(), "miner", 1)
+    assert ev.refusal == "EscrowTooLarge" and f"would be {escrow} units; one amount is at most {MAX_BOND}" in ev.reason
+    assert state.runs == {} and state.bonds == {}
 
 
 def test_the_replay_sizing_at_its_extremes_stays_exact():
