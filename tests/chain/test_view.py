@@ -9,7 +9,7 @@ from chain.dev import DevTransport
 from chain.protocol import ProtocolParams, SnapshotError
 from chain.transport import Block
 from chain.view import ChainView, seal_snapshot, snapshot_key
-from tests.chain.runs import SyntheticRun
+from tests.chain.runs import SyntheticRun, bond
 
 PARAMS = ProtocolParams(challenge_delay=1)
 
@@ -61,6 +61,7 @@ def test_snapshot_resume_equals_full_replay(tmp_path):
     view = ChainView(miner, PARAMS)
     view.sync(until=2)
     view.save(snap)
+    DevTransport(tmp_path / "c.db", "v1").submit([bond()])  # a free seat unit: the challenge is drawn
     miner.submit([run.submit_root(9, 4)])
     miner.seal()
     miner.seal()
@@ -108,7 +109,11 @@ def test_a_call_that_breaks_the_protocol_is_recorded_not_fatal(tmp_path):
     assert view.cursor == 1
 
 
-def test_a_snapshot_of_protocol_v1_is_refused_naming_the_file_and_the_versions(tmp_path):
+@pytest.mark.parametrize(("old_version", "gone"), [
+    ("v1", ("vbonds", "unbonding", "reserved", "burned", "paid")),  # before verifier bonds
+    ("v2", ("reserved", "burned", "paid")),  # before seat collateral, fees and burns
+])
+def test_a_snapshot_of_an_older_protocol_is_refused_naming_the_file_and_the_versions(tmp_path, old_version, gone):
     from commitments import cbor
 
     _, miner = chain_with_run(tmp_path / "c.db")
@@ -118,16 +123,16 @@ def test_a_snapshot_of_protocol_v1_is_refused_naming_the_file_and_the_versions(t
     view.save(snap)
     domain, cursor, cursor_hash, state_bytes, _tag = cbor.decode(snap.read_bytes())
     old = cbor.decode(state_bytes)
-    old["version"] = "pot/protocol-state/v1"  # what a node before protocol v2 wrote
-    for k in ("vbonds", "unbonding"):
+    old["version"] = f"pot/protocol-state/{old_version}"  # what a node of that protocol wrote
+    for k in gone:
         old.pop(k)
     # Sealed with this node's key: the digest checks, the state inside is of the older version.
     snap.write_bytes(seal_snapshot(snapshot_key(snap.parent), domain, cursor, cursor_hash, cbor.encode(old)))
     with pytest.raises(SnapshotError) as err:
         ChainView.load(miner, snap, PARAMS)
     msg = str(err.value)
-    assert msg.startswith(f"{snap}: ") and "a pot/protocol-state/v1 snapshot" in msg
-    assert "this node reads pot/protocol-state/v2" in msg and "drop the snapshot" in msg
+    assert msg.startswith(f"{snap}: ") and f"a pot/protocol-state/{old_version} snapshot" in msg
+    assert "this node reads pot/protocol-state/v3" in msg and "drop the snapshot" in msg
     # Without the snapshot the view derives the same state from the chain.
     snap.unlink()
     fresh = ChainView.load(miner, snap, PARAMS)
@@ -136,19 +141,24 @@ def test_a_snapshot_of_protocol_v1_is_refused_naming_the_file_and_the_versions(t
 
 
 def test_summary_lists_open_challenges_and_verifiers(tmp_path):
-    from tests.chain.runs import bond
+    from chain.calls import UnbondVerifier
 
     run = SyntheticRun()
     miner = DevTransport(tmp_path / "c.db", "miner")
     DevTransport(tmp_path / "c.db", "v1").submit([bond(120)])
-    DevTransport(tmp_path / "c.db", "v2").submit([bond(40)])
+    v2 = DevTransport(tmp_path / "c.db", "v2")
+    v2.submit([bond(40)])  # refused: below verifier_stake, v2 is no verifier yet
+    v2.submit([bond(100)])
+    v2.submit([UnbondVerifier(100)])  # all of it, before the draw: no seat for v2
     miner.submit([run.register()])
     miner.submit([run.submit_full_root()])
     miner.seal()
     view = ChainView(miner, ProtocolParams(challenge_delay=1, challenges_per_run=2))
     view.sync()
+    (refused,) = view.of(P.CallRefused)
+    assert (refused.origin, refused.refusal) == ("v2", "BondBelowMinimum")
     s = view.summary()
-    assert s["cursor"] == 5 and s["runs"] == 1
+    assert s["cursor"] == 7 and s["runs"] == 1
     assert s["challenges"] == {"open": 1, "resolved": 0, "verdicts": {}}
     (c,) = s["open_challenges"]
     (issued,) = view.of(P.ChallengeIssued)
@@ -156,9 +166,10 @@ def test_summary_lists_open_challenges_and_verifiers(tmp_path):
     assert c["first"] is None and not c["opened"] and (c["commitments"], c["reveals"]) == (0, 0)
     assert (c["opening_deadline"], c["commit_deadline"], c["reveal_deadline"]) == (
         issued.opening_deadline, issued.commit_deadline, issued.reveal_deadline)
+    release = 4 + ProtocolParams().unbonding_delay
     assert s["verifiers"] == [
         {"account": "v1", "bond": 120, "eligible": True, "unbonding": [], "penalized": 0},
-        {"account": "v2", "bond": 40, "eligible": False, "unbonding": [], "penalized": 0},
+        {"account": "v2", "bond": 0, "eligible": False, "unbonding": [[release, 100]], "penalized": 0},
     ]
     import json
 
