@@ -39,8 +39,11 @@ REQUIRED: list[str] = [
     "challenges/derive.py::challenge_step_at+",
     "challenges/derive.py::draw_committee+",
     "challenges/derive.py::dispute_seats+",
+    "challenges/derive.py::seat_units",
     "challenges/verdict.py::decide+",
     "chain/protocol/cost.py::replay_cost+",
+    "chain/protocol/cost.py::opening_blocks+",
+    "chain/protocol/cost.py::run_escrow+",
 ]
 
 MAX_DOC_BYTES = 4 << 20  # a document or source file larger than this is refused, not parsed

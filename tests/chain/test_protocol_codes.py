@@ -52,6 +52,14 @@ REFUSAL_CODES = {
     "NotBonded": "NotBonded",
     "AmountOverBond": "AmountOverBond",
     "ParamOutOfRange": "ParamOutOfRange",
+    # protocol v3
+    "NoOpening": "NoOpening",
+    "BondBelowMinimum": "BondBelowMinimum",
+    "BondReserved": "BondReserved",
+    "CheckpointIntervalTooLong": "CheckpointIntervalTooLong",
+    "EscrowTooLarge": "EscrowTooLarge",
+    "NotEscalable": "NotEscalable",
+    "InsufficientFreeBond": "InsufficientFreeBond",
 }
 EVENT_CODES = {
     "RunRegistered": "RunRegistered",
@@ -75,6 +83,12 @@ EVENT_CODES = {
     "BondReleased": "BondReleased",
     "VerifierPenalized": "VerifierPenalized",
     "BlockWorkFailed": "BlockWorkFailed",
+    # protocol v3
+    "ChallengeEscalated": "ChallengeEscalated",
+    "VerifierPaid": "VerifierPaid",
+    "EscalationSettled": "EscalationSettled",
+    "Burned": "Burned",
+    "RunSettled": "RunSettled",
 }
 
 
@@ -145,7 +159,7 @@ def test_stored_codes_map_back_to_refusals():
 
 # The reasons a RemarkIgnored event records (chain.calls.IGNORE_REASONS): pinned like the codes.
 IGNORE_REASON_CODES = ("too_large", "bad_cbor", "bad_shape", "unknown_call", "bad_fields", "truncated",
-                       "bad_prefix", "unfunded_bond", "decoder_fault", "transport_fault")
+                       "bad_prefix", "unfunded_bond", "unfunded_run", "decoder_fault", "transport_fault")
 
 
 def test_ignore_reason_table_is_pinned():

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from chain.calls import StartTrainingCommitment, derive_run_id, encode_call
-from chain.protocol.cost import replay_cost
-from chain.protocol.params import MAX_DISPUTE_SEATS, ProtocolParams
+from chain.protocol.cost import opening_blocks, replay_cost, run_escrow
+from chain.protocol.params import ProtocolParams
 from chain.protocol.state import registration_digest
 from challenges.derive import (
     COMMITTEE_DOMAIN,
@@ -25,6 +25,7 @@ from challenges.derive import (
     dispute_seats,
     draw_committee,
     rechallenge_id,
+    seat_units,
 )
 from challenges.refused import refused_value_hash
 from challenges.witness import proof_key, state_proof, witness_commitment
@@ -47,8 +48,9 @@ DATASET = bytes([0x33]) * 32
 ENDPOINT = "http://miner.example:8000"
 BLOCK = bytes([0xB1]) * 32  # the hash of the block that issues challenge 0
 RESOLVE_BLOCK = bytes([0xB2]) * 32  # the hash of the block that resolves its first round
-VERIFIERS = [("bob", 100), ("carol", 200), ("dave", 300)]
+VERIFIERS = [("bob", 300), ("carol", 550), ("dave", 1200)]  # free bonds; verifier_stake is 100
 SEATS = 5
+DISPUTE_CAP = 7  # the dispute lottery shown as if MAX_DISPUTE_SEATS were 7
 SALT = bytes(range(0x40, 0x60))
 WITNESS = "carol"
 
@@ -97,7 +99,11 @@ def example() -> dict[str, str]:
     out["registration wire"] = wrap(wire.hex())
     out["registration digest"] = registration_digest(cbor.encode(call.to_wire())).hex()
     params = ProtocolParams()
-    out["replay blocks"] = f"replay_blocks = {replay_cost(spec, params).blocks}"
+    blocks = replay_cost(spec, params).blocks
+    out["replay blocks"] = f"replay_blocks = {blocks}"
+    fee, escrow = run_escrow(blocks, params)
+    out["escrow"] = (f"opening_blocks = {opening_blocks(spec, params, call.checkpoint_interval)}, "
+                     f"seat_fee = {fee}, escrow = {escrow}")
 
     size = steps + 1
     root = merkle.root(leaves)
@@ -115,21 +121,23 @@ def example() -> dict[str, str]:
     out["rechallenge id"] = rechallenge_id(cid, 2, RESOLVE_BLOCK).hex()
 
     seed = BLOCK + cid
-    total = sum(w for _, w in VERIFIERS)
+    units = seat_units(VERIFIERS, params.verifier_stake)
+    out["units"] = "units = " + ", ".join(f"{a} {k}" for a, k in units)
+    total = sum(k for _, k in units)
     draws = []
     for j in range(SEATS):
         counter = 0
         while True:
             v = int.from_bytes(digest(COMMITTEE_DOMAIN, seed, j, counter)[:8], "big")
             counter += 1
-            if v < (1 << 64) - ((1 << 64) % total):
+            if v < (1 << 64) - ((1 << 64) % (total - j)):
                 break
-        draws.append(v % total)
-    committee = draw_committee(BLOCK, cid, VERIFIERS, SEATS)
+        draws.append(f"{v % (total - j)} of {total - j}")
+    committee = draw_committee(BLOCK, cid, units, SEATS)
     out["committee digest 0"] = digest(COMMITTEE_DOMAIN, seed, 0, 0).hex()
-    out["committee draws"] = "x = " + ", ".join(str(v) for v in draws)
+    out["committee draws"] = "x = " + ", ".join(draws)
     out["committee"] = "committee = [" + ", ".join(committee) + "]"
-    out["dispute seats"] = "dispute seats = [" + ", ".join(dispute_seats(VERIFIERS, params.verifier_stake, MAX_DISPUTE_SEATS)) + "]"
+    out["dispute seats"] = "dispute seats = [" + ", ".join(dispute_seats(BLOCK, cid, units, DISPUTE_CAP)) + "]"
 
     post = toy_state(step)
     key = proof_key(cid)
@@ -176,15 +184,21 @@ def test_the_replay_cost_table_is_the_code_s():
 
 
 def test_the_example_follows_the_protocol_rules():
-    """The example's committee is one the protocol would draw: three eligible accounts against
-    five seats would seat every account (dispute_seats), so the document shows draw_committee on
-    its own and says so; here the 2-seat first round of a committee_size = 2 network is checked to
-    be the draw's first two seats."""
+    """The example's committee is one the protocol would draw: 20 seat units against five seats,
+    drawn without replacement, each account holding at most its units; a 2-seat first round is the
+    draw's first two seats; the dispute lottery gives exactly the floors plus the lottery's seats."""
     spec = Spec.from_toml(SPEC)
     run_id = derive_run_id(ORIGIN, NONCE)
     root = merkle.root([toy_leaf(t) for t in range(spec.steps + 1)])
     cid = challenge_id(run_id, root, spec.steps + 1, 0, BLOCK)
-    assert draw_committee(BLOCK, cid, VERIFIERS, 2) == draw_committee(BLOCK, cid, VERIFIERS, SEATS)[:2]
+    units = seat_units(VERIFIERS, ProtocolParams().verifier_stake)
+    committee = draw_committee(BLOCK, cid, units, SEATS)
+    assert draw_committee(BLOCK, cid, units, 2) == committee[:2]
+    assert all(committee.count(a) <= k for a, k in units)
+    seats = dispute_seats(BLOCK, cid, units, DISPUTE_CAP)
+    total = sum(k for _, k in units)
+    assert len(seats) == DISPUTE_CAP
+    assert all(k * DISPUTE_CAP // total <= seats.count(a) <= k * DISPUTE_CAP // total + 1 for a, k in units)
 
 
 if __name__ == "__main__":
