@@ -1,9 +1,10 @@
 """`pot demo`: a whole network on one machine. Four verifier nodes bond on chain; then a miner trains
-a small GPT twice (honestly, and once on a substituted batch) and the verifiers, each on every
-challenge's committee, witness the challenged steps: two honestly, one revealing noise and one
-LAZY (it commits the public H(leaf t) with a made-up proof hash, never fetching or replaying). The
-demo prints progress, serves one node's dashboard and ends with a summary of verdicts, of the
-verifiers outside the winning cluster and penalised, and of every verifier's bond before and after.
+a small GPT twice (honestly, and once on a substituted batch) and the verifiers, each holding seats
+on every challenge's committee, witness the challenged steps: two honestly, one revealing noise and
+one LAZY (it commits the public H(leaf t) with a made-up proof hash, never fetching or replaying).
+The demo prints progress, serves one node's dashboard and ends with a summary of verdicts, of the
+verifiers outside the winning cluster and penalised, of the fees paid to the winning seats, and of
+every verifier's bond before and after.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import subprocess
 import time
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,13 @@ from chain.connect import connect
 from chain.dev import DevTransport
 from chain.network import read_network
 from chain.protocol import ProtocolParams
-from chain.protocol.events import VerifierBonded, VerifierPenalized
+from chain.protocol.events import (
+    ChallengeEscalated,
+    EscalationSettled,
+    VerifierBonded,
+    VerifierPaid,
+    VerifierPenalized,
+)
 from chain.transport import TransportError
 from chain.view import ChainView
 from commitments.dataset import prepare_default_corpus
@@ -59,9 +67,14 @@ FAULTS = {"none": "honest", "noise": "FAULTY: reveals noise",
 DEV_MINERS = ("miner-a", "miner-b")
 # Substrate dev keys: the two runs' miners, then the four verifiers.
 SUBSTRATE_KEYS = ("//Alice", "//Bob", "//Charlie", "//Dave", "//Eve", "//Ferdie")
-# What each verifier node bonds on start ([verifier] bond): ten times the committee floor, so that
-# a faulty one's outlier penalties are visible and leave it eligible for the demo's challenges.
-DEMO_BOND = 1000
+# What each verifier node bonds on start ([verifier] bond): a hundred seat units (verifier_stake
+# each), so that a committee drawn from the units seats every verifier, two challenges run at once,
+# and a faulty one's outlier penalties are visible and leave it eligible for the demo's challenges.
+DEMO_BOND = 10_000
+# Seats of a first-round committee per verifier: 160 seats drawn without replacement from the 400
+# seat units of four verifiers (each has none with probability below 1e-9), leaving 240 free for
+# the other run's challenge at the same time.
+SEATS_PER_VERIFIER = 40
 BOND_WAIT_S = 120.0
 # The chain view's retries when the chain does not answer: jittered, growing to 5 s, 20 at most.
 CHAIN_RETRY = Backoff(base_s=0.4, cap_s=5.0)
@@ -74,14 +87,25 @@ class DemoError(RuntimeError):
 
 def demo_params(steps: int, substitute_at: int) -> ProtocolParams:
     """Protocol parameters of the demo: the substituted step is challenged first and one step is
-    drawn (two challenges per run, in consecutive blocks); every verifier sits on every committee
-    (committee_size = the number of verifiers), with a seat per verifier_stake of bond (ten each),
-    and the winning cluster needs half of the seats. A penalty is per seat: 10 x 10 per challenge
-    leaves a faulty verifier eligible through all four challenges."""
+    drawn (two challenges per run, in consecutive blocks). Each verifier_stake of free bond is a
+    seat unit (a hundred per verifier) and a committee draws SEATS_PER_VERIFIER x 4 seats without
+    replacement from the free units, so every verifier sits on every committee and both runs'
+    challenges are open at once. The two honest verifiers hold half the units, so the winning
+    cluster needs a third of the seats (their share of a draw stays far above it, and far above
+    either faulty verifier's). A penalty is per seat: 10 x about 40 per challenge leaves a faulty
+    verifier eligible through all four challenges."""
     return ProtocolParams(commit_window=120, reveal_window=60, opening_deadline=60,
                           challenges_per_run=2, challenge_delay=2, quorum_min_reveals=3,
-                          committee_size=len(VERIFIERS), verifier_stake=100, no_show_penalty=10,
-                          outlier_penalty=10, forced_challenge_steps=(substitute_at,))
+                          quorum_share=Fraction(1, 3), committee_size=SEATS_PER_VERIFIER * len(VERIFIERS),
+                          verifier_stake=100, no_show_penalty=10, outlier_penalty=10,
+                          forced_challenge_steps=(substitute_at,))
+
+
+def node_escalates(fault: str) -> bool:
+    """Whether a demo node escalates a round it dissents from ([verifier] escalate): not the noisy
+    one, whose random values are no dissent worth a dispute round (it would stake escalation_stake
+    on noise, lose it, and take the demo through the dispute round's longer windows)."""
+    return fault != "noise"
 
 
 # --- the network ----------------------------------------------------------------------------------
@@ -122,6 +146,8 @@ class ChallengeInfo:
     committee: tuple[str, ...] = ()
     rechallenge: bytes | None = None
     penalties: list[tuple[str, int, str]] = field(default_factory=list)  # (account, amount, why)
+    payments: list[tuple[str, int, str]] = field(default_factory=list)  # (account, amount, why)
+    escalated_by: list[str] = field(default_factory=list)
 
 
 class Demo:
@@ -275,7 +301,8 @@ class Demo:
             chain["authority"] = self.authority
             self.verifier_accounts[self.addresses[key]] = name
         # [verifier] bond: the node bonds on start, before any challenge it is to sit on is drawn.
-        doc = {"node": node, "chain": chain, "database": {"url": ""}, "verifier": {"bond": DEMO_BOND},
+        doc = {"node": node, "chain": chain, "database": {"url": ""},
+               "verifier": {"bond": DEMO_BOND, "escalate": node_escalates(fault)},
                "fetch": {"allow": ["127.0.0.1"], "attempts": 5, "backoff_base_s": 0.3, "backoff_max_s": 3.0},
                "replay": {"workers": 1}, "http": {"listen": f"127.0.0.1:{free_port()}"},
                "protocol": self.params.to_dict()}
@@ -450,6 +477,21 @@ class Demo:
                 ch.penalties.append((ev.verifier, ev.amount, ev.why))
             self.say(f"block {ev.block}: challenge {short(ev.challenge_id)}: verifier {self._name(ev.verifier)} "
                      f"PENALISED {ev.amount} ({ev.why})")
+        elif isinstance(ev, VerifierPaid):
+            ch = self.challenges.get(ev.challenge_id)
+            if ch is not None:
+                ch.payments.append((ev.verifier, ev.amount, ev.why))
+            self.say(f"block {ev.block}: challenge {short(ev.challenge_id)}: verifier {self._name(ev.verifier)} "
+                     f"paid {ev.amount} ({ev.why})")
+        elif isinstance(ev, ChallengeEscalated):
+            ch = self.challenges.get(ev.challenge_id)
+            if ch is not None:
+                ch.escalated_by.append(ev.verifier)
+            self.say(f"block {ev.block}: challenge {short(ev.challenge_id)}: {self._name(ev.verifier)} ESCALATED it "
+                     f"to the dispute round, staking {ev.stake}")
+        elif isinstance(ev, EscalationSettled):
+            self.say(f"block {ev.block}: challenge {short(ev.challenge_id)}: the escalation of "
+                     f"{self._name(ev.verifier)} settled: {ev.returned} returned, {ev.forfeited} forfeited")
 
     def someone_must_act(self) -> bool:
         """True while a miner or a verifier still has to put something on chain in an open window
@@ -582,6 +624,8 @@ class Demo:
                 "seats": {self._name(v): c.committee.count(v) for v in dict.fromkeys(c.committee)},
                 "outliers": [self._name(v) for v in c.outliers],
                 "penalties": [{"verifier": self._name(v), "amount": a, "why": why} for v, a, why in c.penalties],
+                "payments": [{"verifier": self._name(v), "amount": a, "why": why} for v, a, why in c.payments],
+                "escalated_by": [self._name(v) for v in c.escalated_by],
                 "issued_block": c.issued_block, "resolved_block": c.resolved_block,
                 "seconds": round(c.resolved_at - c.issued_at, 2) if c.resolved_at else None})
         bonds = self.view.state.vbonds if self.view is not None else {}
@@ -590,13 +634,21 @@ class Demo:
             account = next(a for a, n in self.verifier_accounts.items() if n == name)
             penalties = [{"challenge_id": c.challenge_id.hex(), "amount": a, "why": why}
                          for c in self.challenges.values() for v, a, why in c.penalties if v == account]
+            payments = [{"challenge_id": c.challenge_id.hex(), "amount": a, "why": why}
+                        for c in self.challenges.values() for v, a, why in c.payments if v == account]
+            paid_by_why: dict[str, int] = {}
+            for p in payments:
+                paid_by_why[p["why"]] = paid_by_why.get(p["why"], 0) + p["amount"]
             verifiers.append({
                 "name": name, "account": account, "faulty": fault != "none", "fault": fault,
                 "outlier_count": sum(account in c.outliers for c in self.challenges.values()),
                 "revealed": sum(account in c.revealed for c in self.challenges.values()),
                 "seated": sum(account in c.committee for c in self.challenges.values()),
+                "seats": sum(c.committee.count(account) for c in self.challenges.values()),
                 "bond_before": self.bonds_before.get(account), "bond_after": bonds.get(account, 0),
-                "penalties": penalties, "penalised": sum(p["amount"] for p in penalties)})
+                "penalties": penalties, "penalised": sum(p["amount"] for p in penalties),
+                "payments": payments, "paid": sum(p["amount"] for p in payments), "paid_by_why": paid_by_why,
+                "escalations": sum(account in c.escalated_by for c in self.challenges.values())})
         honest = [r for r in runs if r["honest"]]
         subst = [r for r in runs if not r["honest"]]
         decided = [c for c in challenges if c["verdict"] in ("honest", "fraud")]
@@ -616,9 +668,14 @@ class Demo:
                 sum(p["why"] == "outlier" for p in v["penalties"]) >= len(decided) > 0
                 and v["bond_before"] is not None and v["bond_after"] < v["bond_before"] for v in lazy),
             "honest_verifiers_agree": all(v["outlier_count"] == 0 for v in verifiers if not v["faulty"]),
-            "honest_verifiers_unpenalised": all(v["penalised"] == 0 and v["bond_before"] is not None
-                                                and v["bond_after"] == v["bond_before"]
-                                                for v in verifiers if not v["faulty"]),
+            "honest_verifiers_unpenalised": all(v["penalised"] == 0 for v in verifiers if not v["faulty"]),
+            # Fees go to the winning seats only: the honest verifiers are paid, the outliers never.
+            "honest_verifiers_paid": all(v["paid"] > 0 for v in verifiers if not v["faulty"]),
+            "faulty_verifiers_unpaid": all(v["paid"] == 0 for v in verifiers if v["faulty"]),
+            # Every unit a bond gained or lost is a fee or a penalty the chain recorded.
+            "bonds_add_up": all(v["bond_before"] is not None
+                                and v["bond_after"] == v["bond_before"] + v["paid"] - v["penalised"]
+                                for v in verifiers),
         }
         return {"runs": runs, "challenges": challenges, "verifiers": verifiers,
                 "seconds": round(self.elapsed(), 2), "timings": {k: round(v, 2) for k, v in self.timings.items()},
@@ -626,15 +683,18 @@ class Demo:
                 "workdir": str(self.workdir), "workdir_kept": self.keep_workdir, "checks": checks, "ok": all(checks.values())}
 
     def say_bonds(self, summary: dict[str, Any]) -> None:
-        """Each verifier's bond before the runs and after the verdicts, with what it was penalised."""
+        """Each verifier's bond before the runs and after the verdicts, with the fees paid to it and
+        what it was penalised."""
         self.say("verifier bonds (before the runs -> after the verdicts):")
         for v in summary["verifiers"]:
             why: dict[str, int] = {}
             for p in v["penalties"]:
                 why[p["why"]] = why.get(p["why"], 0) + p["amount"]
-            paid = ", ".join(f"{k} {n}" for k, n in sorted(why.items())) or "no penalty"
+            taken = ", ".join(f"{k} {n}" for k, n in sorted(why.items())) or "no penalty"
+            paid = ", ".join(f"{k} {n}" for k, n in sorted(v["paid_by_why"].items())) or "no fee"
             self.say(f"  {v['name']:<3} {FAULTS[v['fault']]:<72} {v['bond_before']} -> {v['bond_after']} "
-                     f"({paid}; outlier in {v['outlier_count']} of {v['seated']} seat(s))")
+                     f"(paid: {paid}; penalised: {taken}; outlier in {v['outlier_count']} of {v['seated']} "
+                     f"challenge(s))")
 
     # --- the whole thing -------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:

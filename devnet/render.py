@@ -1,5 +1,6 @@
 """How a person reads a local network: short ids, and the demo's summary as a table of runs,
-challenges and verifiers with the checks it makes."""
+challenges and verifiers (with the fees paid to each and the penalties taken) and the checks it
+makes."""
 
 from __future__ import annotations
 
@@ -28,13 +29,16 @@ def render(summary: dict[str, Any]) -> str:
         out.append(f"    {c['id'][:16]}  {c['run_id'][:16]}  {c['step']:>4}  {str(c['verdict']):<12} "
                    f"{c['cluster_size']}/{c['reveals']:<5}  {took:>6}  {', '.join(c['outliers']) or '-'}")
     out.append("  verifiers:")
+    out.append(f"    {'name':<4}  {'role':<28} {'outlier':>7}  {'seats':>5}  {'fees paid':>9}  {'penalised':>9}  bond"
+               "   (outlier: challenges outside the winning cluster; fees and penalties are per seat)")
     for v in summary["verifiers"]:
         what = {"none": "honest", "noise": "faulty (reveals noise)",
                 "lazy": "lazy (reveals public data)"}.get(v.get("fault", "none" if not v["faulty"] else "noise"),
                                                           str(v.get("fault")))
-        bond = f"  bond {v['bond_before']} -> {v['bond_after']}" if "bond_before" in v else ""
-        out.append(f"    {v['name']}  {what:<28} outlier in {v['outlier_count']} of "
-                   f"{len(summary['challenges'])} challenge(s){bond}")
+        bond = f"{v['bond_before']} -> {v['bond_after']}" if "bond_before" in v else "-"
+        outlier = f"{v['outlier_count']}/{len(summary['challenges'])}"
+        out.append(f"    {v['name']:<4}  {what:<28} {outlier:>7}  {v.get('seats', '-'):>5}  {v.get('paid', '-'):>9}  "
+                   f"{v.get('penalised', '-'):>9}  {bond}")
     out.append("  checks: " + ", ".join(f"{k} {'yes' if ok else 'NO'}" for k, ok in summary["checks"].items()))
     where = summary["workdir"] if summary.get("workdir_kept") else \
         f"{summary['workdir']} (removed at exit; --workdir keeps them)"

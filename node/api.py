@@ -113,6 +113,13 @@ class PenaltyOut(_Model):
     why: str | None = Field(description="no_commit, no_reveal or outlier.")
 
 
+class PaymentOut(_Model):
+    block: int
+    challenge_id: str | None
+    amount: int = Field(description="What the chain credited to this node's bond.")
+    why: str | None = Field(description="seat_fee, slash_share or dispute_pool.")
+
+
 class PendingBondOut(_Model):
     amount: int
     sent_block: int = Field(description="The finalized head when the bond call was sent.")
@@ -121,10 +128,14 @@ class PendingBondOut(_Model):
 
 
 _STAKE_EXAMPLE: dict[str, Any] = {
-    "account": "v1", "block": 118, "bond": 50, "target": 100, "verifier_stake": 100, "eligible": False,
+    "account": "v1", "block": 118, "bond": 62, "target": 100, "verifier_stake": 100, "eligible": False,
+    "reserved": 0, "free": 62,
     "unbonding": [{"amount": 50, "release_block": 150}], "unbonding_total": 50, "penalised_total": 50,
     "bonded_total": 150, "released_total": 0,
     "penalties": [{"block": 46, "challenge_id": EXAMPLE_ID, "amount": 50, "why": "outlier"}],
+    "paid_total": 12, "paid_by_why": {"seat_fee": 12, "slash_share": 0, "dispute_pool": 0},
+    "payments": [{"block": 40, "challenge_id": EXAMPLE_ID, "amount": 12, "why": "seat_fee"}],
+    "escalation_stake": 500, "escalated_total": 0, "forfeited_total": 0,
     "pending_bond": None}
 
 
@@ -132,16 +143,24 @@ class StakeOut(_Model):
     model_config = ConfigDict(json_schema_extra={"examples": [_STAKE_EXAMPLE]})
     account: str | None
     block: int | None = Field(description="The block of the chain state these figures are from.")
-    bond: int | None = Field(description="The active bond (committee weight); null before the node started once.")
+    bond: int | None = Field(description="The active bond, reserved part included; null before the node started once.")
     target: int | None = Field(description="The bond the node keeps ([verifier] bond); 0: it never bonds.")
-    verifier_stake: int | None = Field(description="The least active bond a committee seat needs.")
-    eligible: bool | None = Field(description="bond >= verifier_stake: the account can be drawn onto committees.")
+    verifier_stake: int | None = Field(description="What one committee seat reserves of the free bond.")
+    eligible: bool | None = Field(description="free >= verifier_stake: the account can be drawn onto committees.")
+    reserved: int | None = Field(description="What the account's seats and escalations of open rounds reserve.")
+    free: int | None = Field(description="bond - reserved: what new seats, escalations and unbonding may take.")
     unbonding: list[UnbondingOut]
     unbonding_total: int
     penalised_total: int = Field(description="Every penalty this node's database recorded for the account.")
     bonded_total: int
     released_total: int
     penalties: list[PenaltyOut] = Field(description="The latest penalties, newest first.")
+    paid_total: int = Field(description="Every fee and share the chain credited to the account (VerifierPaid).")
+    paid_by_why: dict[str, int] = Field(description="paid_total by why: seat_fee, slash_share, dispute_pool.")
+    payments: list[PaymentOut] = Field(description="The latest payments, newest first.")
+    escalation_stake: int | None = Field(description="What one escalation reserves of the free bond.")
+    escalated_total: int = Field(description="The stakes of every escalation this node made.")
+    forfeited_total: int = Field(description="The escalation stakes the dispute round took (it proved the node wrong).")
     pending_bond: PendingBondOut | None = Field(description="A bond call sent and not yet on chain.")
 
 
@@ -241,7 +260,8 @@ _CHALLENGE_EXAMPLE: dict[str, Any] = {
     "status": "honest", "verdict": "honest", "verdict_reason": "the largest cluster equals H(leaf t)",
     "in_winning_cluster": True, "outlier": False, "refusal_class": None, "matches_leaf": True,
     "witness_disclosed": True, "issued_block": 9, "resolved_block": 40, "round": 1, "first_id": None,
-    "rechallenge": None, "on_committee": True, "penalty": None, "penalty_why": None, "note": None,
+    "rechallenge": None, "on_committee": True, "penalty": None, "penalty_why": None, "escalation": None,
+    "note": None,
     "created_at": 1764410000.0, "updated_at": 1764410031.0}
 
 
@@ -279,6 +299,11 @@ class ChallengeOut(_Model):
                                       "(a job it is not on is skipped).")
     penalty: int | None = Field(None, description="What the chain took from this node's bond for this challenge.")
     penalty_why: str | None = Field(None, description="no_commit, no_reveal or outlier.")
+    escalation: str | None = Field(None, description=(
+        "This node's escalation of the round to the dispute round (protocol v3): journaled, unaffordable (its "
+        "free bond did not cover escalation_stake), missed (the escalation window closed first), escalated (on "
+        "chain), returned or forfeited (how the dispute round settled its stake); null: none. Null until "
+        "witness_disclosed."))
     note: str | None = Field(description="Why a job stopped or is waiting (a retry, a missed window, a re-challenge).")
     created_at: float
     updated_at: float | None = Field(description="Null while sealed (when the job last moved tells how).")
@@ -340,7 +365,7 @@ class ClusterOut(_Model):
 class ChallengeDetailOut(ChallengeOut):
     model_config = ConfigDict(json_schema_extra={"examples": [{
         **_CHALLENGE_EXAMPLE, "mode": "value", "root": "cd" * 32, "size": 9, "endpoint": "http://127.0.0.1:8800",
-        "deadlines": {"opening": 13, "commit": 31, "reveal": 39}, "committee": ["v1", "v2", "v3"],
+        "deadlines": {"opening": 13, "commit": 31, "reveal": 39, "escalate": 41}, "committee": ["v1", "v2", "v3"],
         "opening": {"digest": "ef" * 32, "uri": "http://127.0.0.1:8800/openings/ef", "block": 11,
                     "bytes": 52311, "leaf_hash": "aa" * 32, "mirrors": ["http://mirror.example/openings/ef"],
                     "served_by": "http://127.0.0.1:8800/openings/ef"},
@@ -362,7 +387,8 @@ class ChallengeDetailOut(ChallengeOut):
     root: str
     size: int
     endpoint: str
-    deadlines: dict[str, int]
+    deadlines: dict[str, int] = Field(description="The round's last blocks: opening, commit, reveal and (protocol "
+                                      "v3) escalate; it resolves at the block after the last.")
     committee: list[str] = Field(description="The challenge's committee, in draw order (only its reveals count).")
     opening: dict[str, Any] = Field(description="The opening on chain: digest, URI, mirrors, block, leaf hash; "
                                     "its size and the address that served it once fetched.")

@@ -262,8 +262,8 @@ class ProtocolSection(_Section):
     fee_per_replay_block: int = _P.fee_per_replay_block
     slash_reward_share: list[int] | str = Field(default_factory=lambda: [_P.slash_reward_share.numerator,
                                                                          _P.slash_reward_share.denominator])
-    dispute_refusal_share: list[int] | str = Field(default_factory=lambda: [_P.dispute_refusal_share.numerator,
-                                                                            _P.dispute_refusal_share.denominator])
+    dispute_honest_share: list[int] | str = Field(default_factory=lambda: [_P.dispute_honest_share.numerator,
+                                                                            _P.dispute_honest_share.denominator])
     escalation_window: int = _P.escalation_window
     escalation_stake: int = _P.escalation_stake
 
@@ -271,7 +271,7 @@ class ProtocolSection(_Section):
         from fractions import Fraction
 
         shares = {}
-        for name in ("quorum_share", "slash_reward_share", "dispute_refusal_share"):
+        for name in ("quorum_share", "slash_reward_share", "dispute_honest_share"):
             share = getattr(self, name)
             if isinstance(share, list):
                 if len(share) != 2:
@@ -291,12 +291,17 @@ class ProtocolSection(_Section):
 
 
 class VerifierSection(_Section):
-    """This node's verifier bond: committees are drawn from bonded accounts only."""
+    """This node's verifier bond (committees are drawn from bonded accounts only) and whether it
+    escalates a round it dissents from."""
 
     # The active bond the node keeps: on start and after a reconnect, a bond below it is topped
     # up with one bond_verifier call. "auto": the chain's verifier_stake (the least a committee
     # seat needs); 0: never bond (a node that only follows the chain).
     bond: int | Literal["auto"] = "auto"
+    # Protocol v3: when a round this node revealed on is about to resolve to another value half
+    # than its own, escalate it to the dispute round (one escalate_challenge call, reserving the
+    # chain's escalation_stake of free bond, lost if the dispute proves the node wrong).
+    escalate: bool = True
 
     @field_validator("bond")
     @classmethod

@@ -10,6 +10,12 @@ Protocol v2: the node keeps its verifier bond at `[verifier] bond` (one journale
 call after a start or a reconnect, node.stake), works only the challenges whose committee it sits
 on (the others are skipped), commits to and reveals the witness pair (value hash, proof hash),
 fetches an opening from its mirrors when its URI fails, and records penalties and re-challenges.
+
+Protocol v3: a seat reserves collateral of the free bond; once a round's reveal window has closed
+and until its escalation deadline, a node whose revealed value half differs from the value the
+round would resolve to (chain.protocol.round_result) escalates it to the dispute round with one
+journaled escalate_challenge call, if its free bond covers the escalation stake (`[verifier]
+escalate`); the fees paid to it, its escalations and their settlements are recorded with its stake.
 """
 
 from __future__ import annotations
@@ -31,13 +37,16 @@ from sqlalchemy import and_, func, select, update
 from sqlalchemy.engine import Connection, Engine
 
 from chain import protocol as P
-from chain.calls import IGNORE_REASONS, BondVerifier
+from chain.calls import IGNORE_REASONS, BondVerifier, EscalateChallenge
 from chain.network import NetworkParamsError, read_network, seeded_state, start_params
 from chain.protocol import ProtocolState, SnapshotError
 from chain.protocol.events import (
     BlockWorkFailed,
     BondReleased,
+    ChallengeEscalated,
+    EscalationSettled,
     VerifierBonded,
+    VerifierPaid,
     VerifierPenalized,
     VerifierUnbonding,
 )
@@ -204,6 +213,8 @@ class VerifierNode:
         self.snapshot_block: int | None = None  # the block the database's snapshot is of (None: none yet)
         self.snapshot_bytes = 0
         self._bond_due = True  # check the bond once caught up (set again after a reconnect)
+        self._agreed: set[bytes] = set()  # rounds whose would-be value this node's reveal agrees with
+        self._stake_saved: tuple[Any, ...] | None = None  # the stake figures last saved (node.stake)
 
     @staticmethod
     def _replay_backend(cfg: NodeConfig) -> Any:
@@ -358,6 +369,7 @@ class VerifierNode:
         self.ingest()
         self.clock.observe(self.head, time.monotonic())
         self.ensure_bond()
+        self.escalate()
         self._send_wake.set()
         self.collect()
         self.schedule()
@@ -483,6 +495,85 @@ class VerifierNode:
         log_event(log, "bond_sent", account=self.account, amount=amount, bond=active, target=target, head=self.head,
                   resent=pending is not None, tx_hash=_hex(receipt.tx_hash))
 
+    # --- escalation (protocol v3) ------------------------------------------------------------------
+    def escalate(self) -> None:
+        """Escalate each round this node revealed on that is about to resolve against its reveal.
+
+        Once the view has applied a round's reveal deadline (every reveal is in) and while a call
+        sent now can still land by its escalation deadline, the round's result as it stands
+        (chain.protocol.round_result) is compared with this node's revealed value half (the value
+        hash, or the bucket in bucket mode): the node dissents when the winning value half differs
+        from its own and so does the verdict its own value gives (honest when it is the miner's
+        H(leaf t) or declared bucket, else fraud): an escalation disputes the round's verdict. A
+        refusal of the opening is no verdict on the step: it never escalates. A dissent is
+        escalated once: an escalate_challenge call journaled (txs, kind "escalate") and sent by the
+        sender thread, if the free bond covers the chain's escalation_stake; otherwise
+        `escalation_unaffordable` is logged with the numbers. Off with `[verifier] escalate = false`."""
+        view = self.view
+        if not self.cfg.verifier.escalate or view is None or not self.account:
+            return
+        state, n = view.state, view.cursor
+        with self.engine.connect() as conn:
+            jobs = list(conn.execute(select(challenges).where(
+                challenges.c.stage == Stage.REVEALED, challenges.c.escalation.is_(None),
+                challenges.c.escalate_deadline.is_not(None), challenges.c.reveal_deadline <= n)))
+        for job in jobs:
+            cid = bytes(job.challenge_id)
+            if cid in self._agreed:
+                continue
+            ch = state.challenges.get(cid)
+            mine = ch.reveals.get(self.account) if ch is not None else None
+            if ch is None or ch.verdict is not None or ch.dispute or mine is None:
+                continue
+            result = P.round_result(state, cid)
+            value = mine[0] if ch.mode == "value" else mine[1]
+            if not self._dissents(ch, value, result):
+                self._agreed.add(cid)  # nothing to dissent from: the reveals are final after their deadline
+                continue
+            winning = result.winning_value.hex() if isinstance(result.winning_value, bytes) else result.winning_value
+            own = value.hex() if isinstance(value, bytes) else value
+            if n >= ch.escalate_deadline:
+                self._escalation(cid, "missed")
+                log_event(log, "escalation_missed", level=logging.WARNING, challenge_id=cid.hex(), cursor=n,
+                          escalate_deadline=ch.escalate_deadline, value=own, winning_value=winning,
+                          detail="the node read the round's reveals after its escalation window closed")
+                continue
+            stake_needed, free = state.params.escalation_stake, P.free_bond(state, self.account)
+            if free < stake_needed:
+                self._escalation(cid, "unaffordable")
+                log_event(log, "escalation_unaffordable", level=logging.WARNING, challenge_id=cid.hex(),
+                          escalation_stake=stake_needed, free_bond=free, bond=state.vbonds.get(self.account, 0),
+                          reserved=state.reserved.get(self.account, 0), value=own, winning_value=winning,
+                          verdict=result.verdict,
+                          detail="the round resolves to another value than this node revealed, and its free bond "
+                                 "does not cover the escalation stake: it is not escalated")
+                continue
+            with self.engine.begin() as conn:
+                tx, inserted = journal.journal_escalation(conn, challenge_id=cid, verifier=self.account)
+                conn.execute(update(challenges).where(challenges.c.challenge_id == cid).values(
+                    escalation="journaled", updated_at=time.time(),
+                    status=f"escalating to the dispute round: the round resolves {result.verdict} to "
+                           f"{str(winning)[:16]}, this node revealed {str(own)[:16]}; staking {stake_needed} of "
+                           f"{free} free bond"))
+            log_event(log, "escalation_journaled", challenge_id=cid.hex(), escalation_stake=stake_needed,
+                      free_bond=free, value=own, winning_value=winning, verdict=result.verdict, inserted=inserted,
+                      escalate_deadline=ch.escalate_deadline)
+            self._send_wake.set()
+
+    @staticmethod
+    def _dissents(ch: P.ChallengeState, value: bytes | int, result: Any) -> bool:
+        """Whether this node's revealed value half `value` disputes the round's would-be `result`."""
+        if result.verdict not in ("honest", "fraud") or value == result.winning_value:
+            return False
+        refused = refused_pair(ch.challenge_id)[0] if ch.mode == "value" else REFUSED_BUCKET
+        expected = (ch.opening or {}).get("leaf_hash") if ch.mode == "value" else ch.declared_bucket
+        if value == refused or expected is None:
+            return False
+        return ("honest" if value == expected else "fraud") != result.verdict
+
+    def _escalation(self, cid: bytes, what: str) -> None:
+        self._set(cid, escalation=what)
+
     # --- following the chain -------------------------------------------------------------------
     def ingest(self, max_blocks: int = 100) -> int:
         assert self.transport is not None and self.view is not None
@@ -571,13 +662,14 @@ class VerifierNode:
                     challenge_id=ev.challenge_id, run_id=ev.run_id, idx=ev.index, step=ev.step, root=ev.root,
                     size=ev.size, mode=ev.mode, endpoint=ev.endpoint, issued_block=ev.block,
                     opening_deadline=ev.opening_deadline, commit_deadline=ev.commit_deadline,
-                    reveal_deadline=ev.reveal_deadline, stage=stage, status=status,
-                    round=ev.round, first_id=ev.first, committee=json.dumps(list(ev.committee)),
+                    reveal_deadline=ev.reveal_deadline, escalate_deadline=ev.escalate_deadline, stage=stage,
+                    status=status, round=ev.round, first_id=ev.first, committee=json.dumps(list(ev.committee)),
                     on_committee=seated, attempts=0, next_attempt_at=0.0, created_at=now, updated_at=now))
                 relevant = True
                 log_event(log, "challenge_issued", challenge_id=_hex(ev.challenge_id), step=ev.step,
                           round=ev.round, first=_hex(ev.first), committee=len(ev.committee), on_committee=seated,
-                          commit_deadline=ev.commit_deadline, reveal_deadline=ev.reveal_deadline)
+                          commit_deadline=ev.commit_deadline, reveal_deadline=ev.reveal_deadline,
+                          escalate_deadline=ev.escalate_deadline)
             elif isinstance(ev, P.OpeningSubmitted):
                 job = self._job(conn, ev.challenge_id)
                 if job is not None and job.stage == Stage.AWAITING_OPENING:
@@ -613,6 +705,20 @@ class VerifierNode:
             elif isinstance(ev, P.VerifierOutlier) and ev.verifier == self.account:
                 conn.execute(update(challenges).where(challenges.c.challenge_id == ev.challenge_id)
                              .values(outlier=True, updated_at=now))
+            elif isinstance(ev, ChallengeEscalated):
+                ours = ev.verifier == self.account
+                if ours:
+                    journal.confirm_tx(conn, ev.challenge_id, self.account, "escalate", ev.block)
+                    conn.execute(update(challenges).where(challenges.c.challenge_id == ev.challenge_id)
+                                 .values(escalation="escalated", updated_at=now))
+                    staked = True
+                    self._stake_event(conn, ev, now)
+                log_event(log, "challenge_escalated", challenge_id=_hex(ev.challenge_id), verifier=ev.verifier,
+                          stake=ev.stake, disputes=ev.disputes, ours=ours, block=ev.block)
+            elif isinstance(ev, P.RunSettled):
+                log_event(log, "run_settled", run_id=_hex(ev.run_id), miner=ev.miner,
+                          stake_released=ev.stake_released, escrow_released=ev.escrow_released,
+                          escrow_burned=ev.escrow_burned, unresolved=ev.unresolved, block=ev.block)
             elif ev.code in stake.STAKE_EVENTS and getattr(ev, "verifier", None) == self.account:
                 staked = True  # not `relevant`: the kill point "event_ingested" is a challenge's
                 self._stake_event(conn, ev, now)
@@ -636,16 +742,29 @@ class VerifierNode:
                 # The refusal does not name the challenge; the deadlines settle the tx's fate.
                 log_event(log, "call_refused", level=logging.WARNING, call=ev.call, refusal=ev.refusal,
                           reason=ev.reason, block=ev.block)
+                if ev.call == EscalateChallenge.NAME:
+                    log_event(log, "escalation_refused", level=logging.ERROR, refusal=ev.refusal, reason=ev.reason,
+                              block=ev.block, detail="the chain refused this node's escalation; it is not sent "
+                                                     "again once its window closes")
                 if ev.call == BondVerifier.NAME:
                     # Sending it again would be refused again: wait for a restart or a reconnect.
                     stake.clear_bond(conn)
                     self._bond_due = False
                     log_event(log, "bond_refused", level=logging.ERROR, refusal=ev.refusal, reason=ev.reason,
                               detail="the node will not bond again before a restart or a reconnect")
-        if staked:
-            assert self.view is not None
+        assert self.view is not None
+        mine = self._stake_of(self.view.state)
+        if staked or mine != self._stake_saved:
+            # seats reserve and free collateral at issuance and resolution, not only at stake events
             stake.save_stake(conn, self.account, self.view.state, target=self.bond_target())
+            self._stake_saved = mine
         return relevant
+
+    def _stake_of(self, state: ProtocolState) -> tuple[Any, ...]:
+        """What the stake panel shows of the chain's state for this account (changed: save it)."""
+        a = self.account
+        return (state.vbonds.get(a, 0), state.reserved.get(a, 0), state.paid.get(a, 0), state.slashed.get(a, 0),
+                tuple(map(tuple, state.unbonding.get(a, []))))
 
     def _stake_event(self, conn: Connection, ev: P.Event, now: float) -> None:
         """A bond, unbonding, release or penalty of this node's account."""
@@ -663,6 +782,16 @@ class VerifierNode:
                 penalty=func.coalesce(challenges.c.penalty, 0) + ev.amount, penalty_why=ev.why, updated_at=now))
             log_event(log, "verifier_penalized", level=logging.WARNING, challenge_id=_hex(ev.challenge_id),
                       amount=ev.amount, why=ev.why, block=ev.block)
+        elif isinstance(ev, VerifierPaid):
+            log_event(log, "verifier_paid", challenge_id=_hex(ev.challenge_id), amount=ev.amount, why=ev.why,
+                      block=ev.block)
+        elif isinstance(ev, EscalationSettled):
+            outcome = "forfeited" if ev.forfeited else "returned"
+            conn.execute(update(challenges).where(challenges.c.challenge_id == ev.challenge_id)
+                         .values(escalation=outcome, updated_at=now))
+            log_event(log, "escalation_settled", level=logging.WARNING if ev.forfeited else logging.INFO,
+                      challenge_id=_hex(ev.challenge_id), returned=ev.returned, forfeited=ev.forfeited,
+                      block=ev.block)
 
     def _resolved(self, conn: Connection, ev: P.ChallengeResolved, now: float) -> bool:
         job = self._job(conn, ev.challenge_id)
@@ -683,7 +812,11 @@ class VerifierNode:
         values: dict[str, Any] = {}
         again = None
         if ev.rechallenge is not None:
-            again = f"re-challenged as {ev.rechallenge.hex()[:16]} (round {ev.round + 1})"
+            # an escalated round jumps to the dispute round: the view holds the next round already
+            nxt = self.view.state.challenges.get(ev.rechallenge)
+            rnd = nxt.round if nxt is not None else ev.round + 1
+            how = "escalated to the dispute round" if ch is not None and ch.escalations else "re-challenged"
+            again = f"{how} as {ev.rechallenge.hex()[:16]} (round {rnd})"
             values.update(rechallenge=ev.rechallenge,
                           status=f"{job.status}; {again}" if stopped and job.status else again)
         conn.execute(update(challenges).where(challenges.c.challenge_id == ev.challenge_id).values(
@@ -1181,7 +1314,52 @@ class VerifierNode:
                 pass
 
     def send_txs(self, transport: Transport, head: int) -> None:
-        """One pass over the jobs at commit or reveal: send what is due inside its window."""
+        """One pass over the jobs at commit or reveal, then the journaled escalations: send what is
+        due inside its window."""
+        self._send_commits_and_reveals(transport, head)
+        self._send_escalations(transport, head)
+
+    def _send_escalations(self, transport: Transport, head: int) -> None:
+        """Journaled escalate_challenge calls not yet on chain: each is sent (again after
+        resend_after_blocks) while it can land in its round's escalation window, and fails once
+        the window has closed. The job itself stays where it is: the round resolves regardless."""
+        with self.engine.connect() as conn:
+            rows = list(conn.execute(
+                select(challenges).select_from(txs.join(challenges, challenges.c.challenge_id == txs.c.challenge_id))
+                .where(txs.c.kind == "escalate", txs.c.verifier == self.account,
+                       txs.c.state.in_(("unstarted", "in_progress", "unconfirmed")))
+                .order_by(challenges.c.escalate_deadline, txs.c.id)))
+        for job in rows:
+            if self.stop.is_set():
+                return
+            cid = bytes(job.challenge_id)
+            tx = journal.get_tx(self.engine, cid, self.account, "escalate")
+            if tx is None or tx.state in ("confirmed", "failed"):
+                continue
+            view = self.view
+            ch = view.state.challenges.get(cid) if view is not None else None
+            if ch is not None and self.account in ch.escalations:
+                continue  # the ingest of its block confirms it
+            if job.escalate_deadline is None or head >= job.escalate_deadline:
+                with self.engine.begin() as conn:
+                    journal.set_tx_state(conn, tx.id, "failed", last_error="the escalation window closed")
+                    conn.execute(update(challenges).where(challenges.c.challenge_id == cid)
+                                 .values(escalation="missed", updated_at=time.time()))
+                log_event(log, "escalation_missed", level=logging.WARNING, challenge_id=cid.hex(), head=head,
+                          escalate_deadline=job.escalate_deadline,
+                          detail="the escalation was not on chain when its window closed")
+                continue
+            if head < job.reveal_deadline:
+                continue  # escalations open after the reveal window
+            due = (tx.state == "unstarted" or tx.id not in self.sent_here
+                   or head - (tx.sent_block or 0) >= self.cfg.chain.resend_after_blocks)
+            if due:
+                timeout = Budgets.send_budget(head=head, deadline=job.escalate_deadline, clock=self.clock,
+                                              cap_s=self.cfg.chain.submit_timeout_s)
+                self._send(transport, head, job, tx, timeout)
+
+    def _send_commits_and_reveals(self, transport: Transport, head: int) -> None:
+        """The jobs at commit or reveal: send what is due inside its window."""
         for job in self._jobs((Stage.COMMIT, Stage.REVEAL)):
             if self.stop.is_set():
                 return

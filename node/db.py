@@ -149,6 +149,11 @@ challenges = Table(
     Column("proof_hash", LargeBinary, nullable=True),
     Column("penalty", BigInteger, nullable=True),
     Column("penalty_why", String(16), nullable=True),
+    # Protocol v3 (revision 0005): the last block of the round's escalation window (it resolves at
+    # the block after), and this node's escalation of it: journaled | unaffordable | escalated |
+    # returned | forfeited (null: none).
+    Column("escalate_deadline", BigInteger, nullable=True),
+    Column("escalation", String(16), nullable=True),
     Column("attempts", Integer, nullable=False, default=0),
     Column("next_attempt_at", Float, nullable=False, default=0.0),
     Column("created_at", Float, nullable=False),
@@ -204,8 +209,11 @@ witness_conflicts = Table(
 Index("ix_witness_conflicts_challenge", witness_conflicts.c.challenge_id)
 
 # This node's stake as the chain recorded it, one row per event of its account: VerifierBonded
-# (amount, bond after), VerifierUnbonding (amount, release_block, bond left), BondReleased (amount)
-# and VerifierPenalized (amount taken, challenge_id, why: no_commit | no_reveal | outlier).
+# (amount, bond after), VerifierUnbonding (amount, release_block, bond left), BondReleased (amount),
+# VerifierPenalized (amount taken, challenge_id, why: no_commit | no_reveal | outlier), and since
+# protocol v3 VerifierPaid (amount credited, challenge_id, why: seat_fee | slash_share |
+# dispute_pool), ChallengeEscalated (the stake reserved, challenge_id) and EscalationSettled (the
+# stake returned or forfeited, challenge_id, why: returned | forfeited).
 stake_events = Table(
     "stake_events", metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
@@ -228,7 +236,7 @@ txs = Table(
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("challenge_id", LargeBinary, nullable=False),
     Column("verifier", String(128), nullable=False),
-    Column("kind", String(16), nullable=False),  # commit | reveal
+    Column("kind", String(16), nullable=False),  # commit | reveal | escalate
     Column("origin", String(128), nullable=False),
     Column("payload", LargeBinary, nullable=False),
     Column("state", String(16), nullable=False),

@@ -2,7 +2,8 @@
 
 Like a slashing-protection database, the decision "may I commit this?" is one transaction that
 happens before anything leaves the node; UNIQUE (challenge_id, verifier) makes a second, different
-commitment impossible. Txs then move unstarted -> in_progress -> unconfirmed -> confirmed.
+commitment impossible. Txs then move unstarted -> in_progress -> unconfirmed -> confirmed. An
+escalation (protocol v3) is journaled the same way, once per round: a tx of kind "escalate".
 
 Protocol v2 witnesses are pairs: the value hash H(recomputed leaf t) and the proof hash of the
 recomputed post-state; both enter the commitment and the reveal.
@@ -22,7 +23,7 @@ from sqlalchemy import and_, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
-from chain.calls import CommitWitness, RevealWitnessValue, encode_call
+from chain.calls import CommitWitness, EscalateChallenge, RevealWitnessValue, encode_call
 from challenges.witness import witness_commitment
 from node.db import txs, witness_conflicts, witnesses
 from node.logs import log_event
@@ -157,6 +158,25 @@ def check_and_insert_witness(engine: Engine, *, challenge_id: bytes, verifier: s
                         bytes(proof_hash)), True
 
 
+def journal_escalation(conn: Connection, *, challenge_id: bytes, verifier: str,
+                       origin: str | None = None) -> tuple[TxRecord, bool]:
+    """Journal this verifier's escalate_challenge call for a round (protocol v3), in the caller's
+    transaction, before it leaves the node: a tx of kind "escalate", `unstarted`. The UNIQUE
+    (challenge_id, verifier, kind) makes it the only one: a repeat returns the one journaled.
+    Returns (tx, inserted)."""
+    found = get_tx(conn, challenge_id, verifier, "escalate")
+    if found is not None:
+        return found, False
+    now = time.time()
+    conn.execute(txs.insert().values(
+        challenge_id=challenge_id, verifier=verifier, kind="escalate", origin=origin or verifier,
+        payload=encode_call(EscalateChallenge(challenge_id)), state="unstarted", sends=0, created_at=now,
+        updated_at=now))
+    tx = get_tx(conn, challenge_id, verifier, "escalate")
+    assert tx is not None
+    return tx, True
+
+
 def get_witness(engine: Engine, challenge_id: bytes, verifier: str) -> WitnessEntry | None:
     with engine.connect() as conn:
         return _existing(conn, challenge_id, verifier)
@@ -233,6 +253,6 @@ def fail_tx(conn: Connection, challenge_id: bytes, verifier: str, kind: str, rea
 
 __all__ = [
     "JournalError", "TxRecord", "WitnessEntry", "check_and_insert_witness", "confirm_tx", "differs", "fail_tx",
-    "get_tx", "get_witness", "list_txs", "mark_in_progress", "mark_send_error", "mark_unconfirmed",
+    "get_tx", "get_witness", "journal_escalation", "list_txs", "mark_in_progress", "mark_send_error", "mark_unconfirmed",
     "set_tx_state",
 ]

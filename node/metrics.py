@@ -114,12 +114,21 @@ class NodeCollector:
             g = GaugeMetricFamily("pot_verifier_bond", "This node's active verifier bond (protocol units).")
             g.add_metric([], bond["bond"])
             yield g
+            g = GaugeMetricFamily("pot_verifier_reserved", "What this node's seats and escalations of open rounds "
+                                  "reserve of its bond (protocol units).")
+            g.add_metric([], bond["reserved"] or 0)
+            yield g
         g = GaugeMetricFamily("pot_verifier_unbonding", "This node's bond amounts waiting for their release block.")
         g.add_metric([], bond["unbonding_total"])
         yield g
         c = CounterMetricFamily("pot_verifier_penalised", "Protocol units the chain took from this node's bond "
                                 "(no_commit, no_reveal, outlier).")
         c.add_metric([], bond["penalised_total"])
+        yield c
+        c = CounterMetricFamily("pot_fees_paid", "Protocol units the chain credited to this node's bond, by why "
+                                "(seat_fee, slash_share, dispute_pool).", labels=["why"])
+        for why, n in bond["paid_by_why"].items():
+            c.add_metric([why], n)
         yield c
 
         g = GaugeMetricFamily("pot_runs", "Runs registered on the followed chain.")

@@ -283,6 +283,7 @@ def challenge_summary(row: Any) -> dict[str, Any]:
         "issued_block": row.issued_block, "resolved_block": row.resolved_block,
         "round": row.round, "first_id": _hex(row.first_id), "rechallenge": _hex(row.rechallenge),
         "on_committee": row.on_committee, "penalty": row.penalty, "penalty_why": row.penalty_why,
+        "escalation": withheld(row.escalation),
         "note": row.status, "created_at": row.created_at, "updated_at": row.updated_at,
     }, sealed=bool(row.view_sealed), stage=row.view_stage)
 
@@ -440,7 +441,8 @@ def get_challenge(conn: Connection, cid: bytes, *, now: float | None = None) -> 
     outliers = list(resolved.get("outliers") or []) if resolved else []
     out.update(
         mode=row.mode, root=_hex(row.root), size=row.size, endpoint=row.endpoint,
-        deadlines={"opening": row.opening_deadline, "commit": row.commit_deadline, "reveal": row.reveal_deadline},
+        deadlines={"opening": row.opening_deadline, "commit": row.commit_deadline, "reveal": row.reveal_deadline,
+                   **({} if row.escalate_deadline is None else {"escalate": row.escalate_deadline})},
         committee=_json_list(row.committee),
         opening={"digest": _hex(row.opening_digest), "uri": row.opening_uri, "block": row.opening_block,
                  "bytes": row.opening_bytes, "leaf_hash": _hex(row.leaf_hash),

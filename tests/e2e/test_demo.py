@@ -1,6 +1,7 @@
 """`pot demo` as a person runs it: a subprocess whose last line is the JSON summary. Every verifier
 bonds before the runs; the honest run must be judged honest, the substituted step fraud, the noisy
-and the lazy verifier outliers of every challenge, penalised from their bonds, and no other."""
+and the lazy verifier outliers of every challenge, penalised from their bonds, and no other; the
+honest verifiers' winning seats are paid their fees (and a share of the slash), the others nothing."""
 
 from __future__ import annotations
 
@@ -41,20 +42,25 @@ def check_summary(summary: dict, substitute_at: int, limit: float = DEMO_TIMEOUT
     assert [v["verdict"] for v in forced] == ["fraud"]
     assert substituted["slashed"] > 0 and honest["slashed"] == 0
 
-    # Every challenge is on the list, decided in its first round, each with the size of its cluster
-    # out of four reveals: every verifier sits on every committee.
+    # Every challenge is on the list, decided in its first round (nobody escalates), each with the
+    # size of its cluster out of four reveals: every verifier holds seats on every committee.
     by_id = {c["id"]: c for c in summary["challenges"]}
     assert {v["challenge_id"] for r in summary["runs"] for v in r["verdicts"]} == set(by_id)
     assert len(by_id) == 2 * summary["params"]["challenges_per_run"]
     for c in by_id.values():
         assert c["run_id"] in (honest["run_id"], substituted["run_id"])
-        assert c["round"] == 1 and c["rechallenge"] is None, c
+        assert c["round"] == 1 and c["rechallenge"] is None and c["escalated_by"] == [], c
         assert sorted(c["committee"]) == ["v1", "v2", "v3", "v4"], c  # in account order: SS58 on chopsticks
         # a seat per verifier_stake of bond: the cluster counts the honest verifiers' seats
         assert c["reveals"] == 4 and c["cluster_size"] == c["seats"]["v1"] + c["seats"]["v2"], c
         assert sorted(c["outliers"]) == ["v3", "v4"]
         # The noisy and the lazy verifier pay the outlier penalty; nobody pays for a no-show.
         assert sorted((p["verifier"], p["why"]) for p in c["penalties"]) == [("v3", "outlier"), ("v4", "outlier")]
+        # Only the winning seats are paid: the same seat fee a seat, and of a fraud a share of the slash.
+        fees = {p["verifier"]: p["amount"] for p in c["payments"] if p["why"] == "seat_fee"}
+        assert set(fees) == {"v1", "v2"} and fees["v1"] * c["seats"]["v2"] == fees["v2"] * c["seats"]["v1"], c
+        shares = {p["verifier"] for p in c["payments"] if p["why"] == "slash_share"}
+        assert shares == ({"v1", "v2"} if c["verdict"] == "fraud" else set()), c
     assert by_id[forced[0]["challenge_id"]]["forced"] is True
 
     verifiers = {v["name"]: v for v in summary["verifiers"]}
@@ -66,11 +72,14 @@ def check_summary(summary: dict, substitute_at: int, limit: float = DEMO_TIMEOUT
         assert v["bond_before"] >= summary["params"]["verifier_stake"]
         owed = sum(penalty * c["seats"][name] for c in by_id.values())  # a penalty per seat held
         assert v["bond_after"] == v["bond_before"] - owed and v["penalised"] == owed
+        assert v["paid"] == 0 and v["payments"] == [] and v["escalations"] == 0
     for name in ("v1", "v2"):
         v = verifiers[name]
         assert not v["faulty"] and v["outlier_count"] == 0
-        assert v["bond_after"] == v["bond_before"] >= summary["params"]["verifier_stake"] and v["penalties"] == []
+        assert v["penalties"] == [] and v["paid"] > 0 and v["escalations"] == 0
+        assert v["bond_after"] == v["bond_before"] + v["paid"] and v["bond_before"] >= summary["params"]["verifier_stake"]
     assert summary["checks"]["lazy_verifier_penalised"] and summary["checks"]["lazy_verifier_outside_cluster"]
+    assert summary["checks"]["honest_verifiers_paid"] and summary["checks"]["bonds_add_up"]
     assert summary["ok"] is True and all(summary["checks"].values())
     assert 0 < summary["seconds"] < limit
 

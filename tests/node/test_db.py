@@ -125,7 +125,7 @@ def test_a_0001_database_migrates_to_witness_conflicts_keeping_its_rows(db_url):
         with pytest.raises(DatabaseError, match="run `pot node init"):
             open_database(db_url)
         migrate(eng)
-        assert current_revision(eng) == head_revision() == "0004"
+        assert current_revision(eng) == head_revision() == "0005"
         with eng.begin() as c:
             c.execute(witness_conflicts.insert().values(
                 challenge_id=bytes(32), verifier="v1", journaled_value_hash=b"\x01" * 32, journaled_norm_bucket=1,
@@ -151,7 +151,7 @@ def test_a_0002_database_migrates_to_protocol_v2_keeping_its_rows(db_url):
                       {"c": bytes(32), "s": b"\x01" * 32, "v": b"\x02" * 32, "m": b"\x03" * 32})
         assert "stake_events" not in sa.inspect(eng).get_table_names()
         migrate(eng)
-        assert current_revision(eng) == head_revision() == "0004"
+        assert current_revision(eng) == head_revision() == "0005"
         with eng.begin() as c:
             row = c.execute(sa.select(witnesses)).one()
             assert (bytes(row.value_hash), row.norm_bucket, row.proof_hash) == (b"\x02" * 32, 3, None)
