@@ -121,7 +121,7 @@ def test_the_verifier_bond_and_the_lazy_fault(tmp_path):
     assert cfg.node.fault == "lazy" and cfg.verifier.bond == 250
     assert cfg.verifier.target(ProtocolParams(verifier_stake=100)) == 250
     auto = load_config(None, env={})
-    assert auto.verifier.bond == "auto" and auto.verifier.target(ProtocolParams(verifier_stake=70)) == 70
+    assert auto.verifier.bond == "auto" and auto.verifier.target(ProtocolParams(verifier_stake=120)) == 120
     assert load_config(p, env={"POT_VERIFIER_BOND": "0"}).verifier.target(ProtocolParams()) == 0
     assert load_config(p, env={"POT_VERIFIER_BOND": "auto"}).verifier.bond == "auto"
     p.write_text("[verifier]\nbond = -5\n")

@@ -27,11 +27,12 @@ def _config(tmp_path, chain_db) -> str:
 
 @pytest.fixture
 def bonded(tmp_path):
-    """An instant dev chain with parameters recorded, on which v1 bonded 100."""
+    """An instant dev chain with parameters recorded, on which v1 bonded 140 (an unbond must leave
+    0 or at least verifier_stake, 100)."""
     path = tmp_path / "c.db"
     t = DevTransport(path, "v1", sealing="instant")
     t.record_params(PARAMS)
-    t.submit([BondVerifier(100)])
+    t.submit([BondVerifier(140)])
     t.close()
     return path
 
@@ -42,15 +43,15 @@ def test_unbond_over_the_bond_is_reported_as_refused_and_exits_1(tmp_path, bonde
     assert r.exit_code == 1, r.output
     got = json.loads(r.stdout)
     assert (got["ok"], got["refusal"], got["block"]) == (False, "AmountOverBond", 2)
-    assert "active bond of 100; it cannot unbond 1000" in got["reason"]
+    assert "active bond of 140; it cannot unbond 1000" in got["reason"]
     assert "error: unbond_verifier refused in block 2: AmountOverBond" in r.stderr
 
     r = CliRunner().invoke(node_app, ["unbond", "--config", cfg, "--amount", "40", "--timeout", "20"])
     assert r.exit_code == 0, r.output
     got = json.loads(r.stdout)
-    assert (got["ok"], got["block"], got["release_block"], got["bond"]) == (True, 3, 3 + 10, 60)
+    assert (got["ok"], got["block"], got["release_block"], got["bond"]) == (True, 3, 3 + 10, 100)
     assert got["outcome"] == ("unbond_verifier accepted in block 3: 40 unbonding, released at block 13; "
-                              "the active bond of v1 is now 60")
+                              "the active bond of v1 is now 100")
 
 
 def test_unbond_with_no_bond_at_all_is_not_bonded(tmp_path):

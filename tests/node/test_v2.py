@@ -130,14 +130,14 @@ def test_bond_zero_never_bonds_and_a_top_up_pays_the_difference(tmp_path, chain)
     assert off._bond_due is False
     off.shutdown()
     engine.dispose()
-    DevTransport(path, "v1").submit([BondVerifier(30)], wait=False)
+    DevTransport(path, "v1").submit([BondVerifier(100)], wait=False)  # a first bond is at least verifier_stake
     _seal(miner)
-    node, engine = _node(tmp_path, path, "[verifier]\nbond = 130\n")
+    node, engine = _node(tmp_path, path, "[verifier]\nbond = 230\n")
     node.start()
     node.ingest()
     node.ensure_bond()
     _seal(miner, node)
-    assert _calls(path, "v1") == [BondVerifier(30), BondVerifier(100)] and node.view.state.vbonds["v1"] == 130
+    assert _calls(path, "v1") == [BondVerifier(100), BondVerifier(130)] and node.view.state.vbonds["v1"] == 230
     node.shutdown()
     engine.dispose()
 
@@ -269,7 +269,7 @@ def test_pot_node_unbond_starts_unbonding_and_the_stake_shows_its_release(tmp_pa
     from node.commands import node_app
 
     path, miner = chain
-    node, engine = _node(tmp_path, path)
+    node, engine = _node(tmp_path, path, "[verifier]\nbond = 140\n")  # an unbond leaves 0 or >= verifier_stake
     node.start()
     node.ingest()
     node.ensure_bond()
@@ -294,7 +294,7 @@ def test_pot_node_unbond_starts_unbonding_and_the_stake_shows_its_release(tmp_pa
     with engine.connect() as c:
         st = stake.stake_status(c, "v1")
     release = got["block"] + PARAMS.unbonding_delay
-    assert (st["bond"], st["unbonding"], st["unbonding_total"]) == (60, [{"release_block": release, "amount": 40}], 40)
+    assert (st["bond"], st["unbonding"], st["unbonding_total"]) == (100, [{"release_block": release, "amount": 40}], 40)
     while node.view.cursor < release:
         _seal(miner, node)
     with engine.connect() as c:
