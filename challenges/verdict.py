@@ -76,7 +76,7 @@ def decide(
     refused_value: bytes | None = None,
     refused_bucket: int | None = None,
     seats: dict[str, int] | None = None,
-    refusal_share: Fraction | None = None,
+    honest_share: Fraction | None = None,
 ) -> VerdictResult:
     """Judge one round of a challenge.
 
@@ -89,11 +89,11 @@ def decide(
     reveal by the seats it holds; clusters, `quorum_min_reveals` and the quorum share all count
     seats.
 
-    A `dispute` round with a `refusal_share` judges availability first: refused seats holding at
-    least that share of the revealed seats make the step FRAUD (serving the opening is the
-    miner's duty, to every seat). Otherwise refused reveals are set aside (not outliers: a seat the
-    miner did not serve is not at fault) and the largest cluster of the others decides; a tie, or
-    no other reveal, is INCONCLUSIVE (unresolved).
+    A `dispute` round with an `honest_share` judges the miner, not the clusters: the step is
+    HONEST only if the seats whose value half is the miner's (H(leaf t), or its declared bucket)
+    hold more than that share of the revealed seats, refused and every other value counting
+    against it; otherwise FRAUD (serving the opening to every seat, and being right, are the
+    miner's duty). See `_dispute`.
     """
     if mode not in ("value", "bucket"):
         raise VerdictError(f"mode must be 'value' or 'bucket', got {mode!r}")
@@ -125,27 +125,9 @@ def decide(
         return VerdictResult(
             INCONCLUSIVE, reason=f"{revealed} {what}, the quorum needs {quorum_min_reveals}", **base
         )
-    if dispute and refusal_share is not None:
-        refusal_share = Fraction(refusal_share)
-        refused_key = (lambda k: k[:32] == refused_value) if mode == "value" else (lambda k: k == refused_bucket)
-        refused_seats = sum(size for key, size in clusters if refused_key(key))
-        if refused_seats and Fraction(refused_seats, revealed) >= refusal_share:
-            return VerdictResult(
-                FRAUD, mode, f"{refused_seats} of {revealed} revealed seats of the dispute round were refused the "
-                             f"opening, at least the share {refusal_share}: serving every seat is the miner's duty",
-                winning_value=refused_value if mode == "value" else refused_bucket,
-                cluster_size=refused_seats, reveals=n, clusters=clusters,  # the served seats are not at fault
-                winners=tuple(sorted(v for v, r in by_verifier.items() if refused_key(_key(r, mode)))))
-        kept = tuple((k, c) for k, c in clusters if not refused_key(k))
-        if not kept:
-            return VerdictResult(INCONCLUSIVE, reason="no reveal of the dispute round other than refusals", **base)
-        if len(kept) > 1 and kept[1][1] == kept[0][1]:
-            return VerdictResult(
-                INCONCLUSIVE, reason=f"tie: the two largest clusters of served seats both hold {kept[0][1]} seat(s)",
-                **base)
-        top = kept[0][0]
-        by_verifier = {v: r for v, r in by_verifier.items() if not refused_key(_key(r, mode))}
-        return _judge(top, kept[0][1], by_verifier, mode, expected_value, declared_bucket, revealed, n, seats, base)
+    if dispute and honest_share is not None:
+        return _dispute(clusters, by_verifier, mode, expected_value, declared_bucket, Fraction(honest_share),
+                        revealed, n, seats, base)
     (top, size), *rest = clusters
     if rest and rest[0][1] == size:
         return VerdictResult(
@@ -167,6 +149,40 @@ def decide(
             REFUSED, reason=f"winning cluster ({_of(size, revealed, n, seats)}) refused the opening", winning_value=top[:32] if mode == "value" else top,
             cluster_size=size, outliers=outliers, winners=_winners(by_verifier, top, mode), **base)
     return _judge(top, size, by_verifier, mode, expected_value, declared_bucket, revealed, n, seats, base)
+
+
+def _dispute(clusters: tuple[tuple[bytes | int, int], ...], by_verifier: dict[str, Reveal], mode: Mode,
+             expected_value: bytes | None, declared_bucket: int | None, honest_share: Fraction, revealed: int,
+             n: int, seats: dict[str, int] | None, base: dict) -> VerdictResult:
+    """The dispute round's verdict. The miner's value: H(leaf t) (mode "value") or the declared
+    bucket. HONEST when its seats hold more than `honest_share` of the revealed seats: the winning
+    cluster is the largest whole pair with that value (the first in key order on a tie), and every
+    other reveal is an outlier. Otherwise FRAUD: the winning cluster is the largest with another
+    value (a refusal included), and the outliers are the seats that backed the miner's value."""
+    if mode == "value" and expected_value is None:
+        raise VerdictError("mode 'value' needs expected_value (H(leaf t)) from the opening")
+    mine = (lambda k: k[:32] == expected_value) if mode == "value" else (lambda k: k == declared_bucket)
+    backing = sum(size for key, size in clusters if mine(key))
+    what = "H(leaf t)" if mode == "value" else f"the declared bucket {declared_bucket}"
+    if declared_bucket is None and mode == "bucket":
+        backing = 0
+    if Fraction(backing, max(revealed, 1)) > honest_share:
+        top, size = next((k, c) for k, c in clusters if mine(k))
+        outliers = tuple(sorted(v for v, r in by_verifier.items() if _key(r, mode) != top))
+        value = top[:32] if mode == "value" else top
+        return VerdictResult(
+            HONEST, reason=f"{backing} of {revealed} revealed seats of the dispute round back {what}, more than "
+                           f"the share {honest_share}", winning_value=value, cluster_size=size,
+            outliers=outliers, winners=_winners(by_verifier, top, mode), **base)
+    others = [(k, c) for k, c in clusters if not mine(k)]
+    top, size = others[0]
+    value = top[:32] if mode == "value" else top
+    outliers = tuple(sorted(v for v, r in by_verifier.items() if mine(_key(r, mode))))
+    return VerdictResult(
+        FRAUD, reason=f"{backing} of {revealed} revealed seats of the dispute round back {what}, not more than the "
+                      f"share {honest_share}: the miner did not serve, or did not commit, a step the network "
+                      f"reproduces", winning_value=value, cluster_size=size, outliers=outliers,
+        winners=_winners(by_verifier, top, mode), **base)
 
 
 def _judge(top: bytes | int, size: int, by_verifier: dict[str, Reveal], mode: Mode, expected_value: bytes | None,

@@ -262,8 +262,8 @@ class ProtocolSection(_Section):
     fee_per_replay_block: int = _P.fee_per_replay_block
     slash_reward_share: list[int] | str = Field(default_factory=lambda: [_P.slash_reward_share.numerator,
                                                                          _P.slash_reward_share.denominator])
-    dispute_refusal_share: list[int] | str = Field(default_factory=lambda: [_P.dispute_refusal_share.numerator,
-                                                                            _P.dispute_refusal_share.denominator])
+    dispute_honest_share: list[int] | str = Field(default_factory=lambda: [_P.dispute_honest_share.numerator,
+                                                                            _P.dispute_honest_share.denominator])
     escalation_window: int = _P.escalation_window
     escalation_stake: int = _P.escalation_stake
 
@@ -271,7 +271,7 @@ class ProtocolSection(_Section):
         from fractions import Fraction
 
         shares = {}
-        for name in ("quorum_share", "slash_reward_share", "dispute_refusal_share"):
+        for name in ("quorum_share", "slash_reward_share", "dispute_honest_share"):
             share = getattr(self, name)
             if isinstance(share, list):
                 if len(share) != 2:

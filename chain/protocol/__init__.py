@@ -112,6 +112,7 @@ from chain.protocol.state import (
     RunState,
     SnapshotError,
     eligible_verifiers,
+    escalation_room,
     free_bond,
     new_state,
 )
@@ -135,5 +136,5 @@ __all__ = [
     "ProtocolError", "RunIdNotOwned", "ReplayTooSlow", "NotInCommittee", "NotBonded",
     "AmountOverBond", "ParamOutOfRange", "NoOpening", "BondBelowMinimum", "BondReserved",
     "CheckpointIntervalTooLong", "EscrowTooLarge", "NotEscalable", "InsufficientFreeBond",
-    "ChallengeEscalated", "VerifierPaid", "EscalationSettled", "Burned", "RunSettled", "round_result", "free_bond",
+    "ChallengeEscalated", "VerifierPaid", "EscalationSettled", "Burned", "RunSettled", "round_result", "free_bond", "escalation_room",
 ]

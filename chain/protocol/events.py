@@ -278,14 +278,14 @@ class BlockWorkFailed(Event):
 
 @dataclass(frozen=True)
 class ChallengeEscalated(Event):
-    """A dissenting seat escalated a round to the dispute round, reserving `stake` of its bond on
-    its revealed value half `value_hash` (or bucket)."""
+    """An account disputed a round's verdict (`disputes`: "honest" or "fraud"), reserving `stake` of
+    its bond on the dispute round ruling the other way."""
 
     code: ClassVar[str] = "ChallengeEscalated"
     challenge_id: bytes
     verifier: str
     stake: int
-    value: bytes | int
+    disputes: str
 
 
 @dataclass(frozen=True)

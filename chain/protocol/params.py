@@ -127,7 +127,7 @@ PARAM_RANGES: dict[str, tuple[int, int]] = {
 
 # Fractions of the record, each [numerator, denominator] in lowest terms: name -> (may be 0?).
 FRACTION_PARAMS: dict[str, bool] = {"quorum_share": False, "slash_reward_share": True,
-                                    "dispute_refusal_share": False}
+                                    "dispute_honest_share": False}
 
 
 def _shown(v: int) -> str:
@@ -195,9 +195,9 @@ class ProtocolParams:
     # dispute round of every challenge).
     fee_per_replay_block: int = 2
     slash_reward_share: Fraction = Fraction(1, 2)  # of a slash, paid to the resolving round's winning seats
-    # In a dispute round, refused seats holding this share of the revealed seats make it fraud:
-    # serving the opening is the miner's duty.
-    dispute_refusal_share: Fraction = Fraction(1, 2)
+    # A dispute round judges a step honest only if the seats backing the miner's value hold more
+    # than this share of its revealed seats (refusals count against the miner: serving is its duty).
+    dispute_honest_share: Fraction = Fraction(1, 2)
     # After a round below the dispute round, a seat that revealed another value than the winning
     # cluster's may escalate to the dispute round for escalation_window blocks, reserving
     # escalation_stake of its free bond, which it loses if the dispute proves it wrong.
@@ -220,12 +220,14 @@ class ProtocolParams:
                 raise ParamRangeError(name, str(q), 0, 1, "a fraction",
                                       range_text=f"{'[' if zero else '('}0, 1] with a denominator of at most "
                                                  f"{_shown(MAX_QUORUM_TERM)}")
-        # Every penalty a seat can incur is paid in full from the seat's reserved collateral.
+        # Every penalty is paid in full: a unit of verifier_stake backs at most one seat of a round
+        # below the dispute round and one seat of the dispute round at once, each paying at most
+        # one penalty, so two penalties must fit in it.
         for name in ("no_show_penalty", "outlier_penalty"):
-            if getattr(self, name) > self.verifier_stake:
-                raise ParamRangeError(name, getattr(self, name), 0, self.verifier_stake, _kind(0),
-                                      range_text=f"0..verifier_stake ({self.verifier_stake}): a seat reserves "
-                                                 f"verifier_stake and pays every penalty from it")
+            if 2 * getattr(self, name) > self.verifier_stake:
+                raise ParamRangeError(name, getattr(self, name), 0, self.verifier_stake // 2, _kind(0),
+                                      range_text=f"0..verifier_stake / 2 ({self.verifier_stake // 2}): a unit of "
+                                                 f"bond backs a round's seat and a dispute seat at once")
         steps = self.forced_challenge_steps
         if any(isinstance(t, bool) or not isinstance(t, int) for t in steps):
             raise ValueError(f"protocol parameter forced_challenge_steps must be steps (integers), got {list(steps)!r}")

@@ -120,7 +120,9 @@ from chain.protocol.state import (
     ChallengeState,
     ProtocolState,
     RunState,
+    dispute_bonds,
     eligible_verifiers,
+    escalation_room,
     free_bond,
     registration_digest,
 )
@@ -458,14 +460,16 @@ def _unreserve(state: ProtocolState, account: str, amount: int) -> None:
 
 def _penalize(state: ProtocolState, ch: ChallengeState, account: str, amount: int, why: str, n: int,
               *, burn: bool = True) -> list[Event]:
-    """Take `amount` from what the account's seats reserve on this round: always paid in full,
-    since a seat reserves verifier_stake and no penalty of a seat exceeds it (params). Burned,
-    unless the caller pays it on (`burn=False`: a dispute round's pool)."""
-    take = min(amount, ch.held.get(account, 0))
+    """Take `amount` from what the account's seats hold on this round: always paid in full (a
+    round's seat holds verifier_stake, and a unit of bond backs at most one seat of a round below
+    the dispute round and one dispute seat, each paying at most one penalty of at most half a
+    unit; params). Burned, unless the caller pays it on (`burn=False`: a dispute round's pool)."""
+    take = min(amount, ch.held.get(account, 0), state.vbonds.get(account, 0))
     if take <= 0:
         return []
     ch.held[account] -= take
-    _unreserve(state, account, take)
+    if not ch.dispute:
+        _unreserve(state, account, take)
     state.vbonds[account] -= take
     state.slashed[account] = min(state.slashed.get(account, 0) + take, INT63)  # a running total, saturating
     if burn:
@@ -474,9 +478,11 @@ def _penalize(state: ProtocolState, ch: ChallengeState, account: str, amount: in
 
 
 def _free_seats(state: ProtocolState, ch: ChallengeState) -> None:
-    """Settle a round's reservations: what its seats still hold goes back to their free bond."""
+    """Settle a round's holds: what its seats still hold is free again (a dispute round's seats
+    hold outside `reserved`)."""
     for account in sorted(ch.held):
-        _unreserve(state, account, ch.held[account])
+        if not ch.dispute:
+            _unreserve(state, account, ch.held[account])
         ch.held[account] = 0
         _leave_if_empty(state, account)
     ch.pending = False
@@ -530,6 +536,9 @@ def _pay_seats(state: ProtocolState, ch: ChallengeState, run: RunState, winners:
 
 
 def _escalate(state: ProtocolState, c: EscalateChallenge, origin: str, n: int) -> list[Event]:
+    """Any bonded account may dispute a round's verdict, seated or not (the run's miner
+    included), by staking escalation_stake of its free bond on the dispute round ruling the
+    other way."""
     ch = _challenge(state, c.challenge_id)
     if ch.dispute:
         raise NotEscalable("the dispute round is the last word: it cannot be escalated")
@@ -540,22 +549,20 @@ def _escalate(state: ProtocolState, c: EscalateChallenge, origin: str, n: int) -
     _open_challenge(state, c.challenge_id)
     if origin in ch.escalations:
         return []
-    mine = ch.reveals.get(origin)
-    if mine is None or origin not in ch.held:
-        raise NotEscalable(f"{origin!r} revealed no value on this round: only a seat that revealed may escalate")
     result = _decide(state, ch)
     if not _final_value(ch, result):
-        raise NotEscalable(f"the round has no winning value to dissent from ({result.verdict}: {result.reason})")
-    value = mine[0] if ch.mode == "value" else mine[1]
-    if value == result.winning_value:
-        raise NotEscalable("the revealed value is the winning cluster's: there is nothing to dissent from")
+        raise NotEscalable(f"the round has no verdict to dispute ({result.verdict}: {result.reason})")
     stake = state.params.escalation_stake
-    free = free_bond(state, origin)
-    if stake > free:
-        raise InsufficientFreeBond(f"escalating reserves escalation_stake ({stake}); {origin!r} has {free} free bond")
+    room = escalation_room(state, origin)
+    if stake > room:
+        raise InsufficientFreeBond(
+            f"escalating reserves escalation_stake ({stake}); {origin!r} has room for {max(room, 0)} beyond what its "
+            f"seats and escalations may still be charged")
+    disputed = HONEST if result.verdict == HONEST else FRAUD
     _reserve(state, origin, stake)
-    ch.escalations[origin] = [value, stake]
-    return [ChallengeEscalated(n, ch.challenge_id, origin, stake, value)]
+    state.staked[origin] = state.staked.get(origin, 0) + stake
+    ch.escalations[origin] = [disputed, stake]
+    return [ChallengeEscalated(n, ch.challenge_id, origin, stake, disputed)]
 
 
 def _configure(state: ProtocolState, c: ConfigureNetwork, origin: str, n: int) -> list[Event]:
@@ -632,6 +639,11 @@ def on_block(state: ProtocolState, block: Any) -> list[Event]:
         _release_due(state, n, events)
     with _stage(events, n, "issuance"):
         p = state.params
+        if state.disputes:
+            parent = state.challenges.get(state.disputes[0][0])
+            _contained(state, events, n, "issuance", state.disputes[0][0].hex(),
+                       lambda: _open_queued_dispute(state, n, block_hash), parent,
+                       state.runs.get(parent.run_id) if parent else None)
         for run in sorted(state.runs.values(), key=lambda r: r.run_id):
             _contained(state, events, n, "issuance", run.run_id.hex(),
                        lambda r=run: _issue_due(state, r, n, block_hash, p), run)
@@ -651,11 +663,13 @@ def _issue_due(state: ProtocolState, run: RunState, n: int, block_hash: bytes, p
     """The run's next first-round challenge, when its turn has come and the network has the free
     seats for a full committee: committee_size seat units free, or every unit when the network has
     fewer (seats of open rounds hold theirs until settled, so a challenge waits for them rather
-    than sit a smaller committee)."""
+    than sit a smaller committee); when every round is a dispute round, none may be open."""
     if run.settled or run.challenges_at is None or run.challenges_at > n:
         return []
     if run.drawn >= min(p.challenges_per_run, run.size - 1):
         return []
+    if _seats(p, 1) is None and any(c.dispute and c.verdict is None for c in state.challenges.values()):
+        return []  # every round is a dispute round (max_rounds 1): one at a time
     units = seat_units(eligible_verifiers(state, exclude=run.miner), p.verifier_stake)
     free = sum(k for _, k in units)
     total = sum(b // p.verifier_stake for a, b in state.vbonds.items() if a != run.miner)
@@ -676,6 +690,7 @@ class _Savepoint:
         self.schedule = copy.deepcopy(state.schedule)
         self.slashed, self.vbonds = dict(state.slashed), dict(state.vbonds)
         self.reserved, self.paid, self.verifiers = dict(state.reserved), dict(state.paid), list(state.verifiers)
+        self.staked, self.disputes = dict(state.staked), [list(x) for x in state.disputes]
         self.unbonding = {k: [list(x) for x in v] for k, v in state.unbonding.items()}
         self.objects = [(o, copy.deepcopy(o)) for o in objects if o is not None]
         self.sizes = (len(state.runs), len(state.challenges))
@@ -685,6 +700,7 @@ class _Savepoint:
         s.params, s.configured_at, s.authority, s.burned = self.scalars
         s.schedule, s.slashed, s.vbonds, s.unbonding = self.schedule, self.slashed, self.vbonds, self.unbonding
         s.reserved, s.paid, s.verifiers = self.reserved, self.paid, self.verifiers
+        s.staked, s.disputes = self.staked, self.disputes
         for obj, saved in self.objects:
             for f in dataclass_fields(obj):
                 setattr(obj, f.name, getattr(saved, f.name))
@@ -745,18 +761,22 @@ def _seats(p: ProtocolParams, round_: int) -> int | None:
 def _open_round(state: ProtocolState, run: RunState, cid: bytes, index: int, step: int, n: int, block_hash: bytes,
                 *, round_: int, first: bytes | None, refused_rounds: int, escalated: bytes | None = None) -> list[Event]:
     p = state.params
-    units = seat_units(eligible_verifiers(state, exclude=run.miner), p.verifier_stake)
     seats = _seats(p, round_)
     if seats is None:
-        # the dispute round: every free seat unit of the network sits, at most MAX_DISPUTE_SEATS
-        # seats, exactly proportional to units (challenges.derive.dispute_seats)
-        committee = dispute_seats(block_hash, cid, units, MAX_DISPUTE_SEATS)
+        # the dispute round, one at a time: every unit of bond sits (state.dispute_bonds: less
+        # escalation stakes and what seats of other rounds may still be charged), at most
+        # MAX_DISPUTE_SEATS seats, exactly proportional to units (challenges.derive.dispute_seats);
+        # its seats hold outside `reserved`
+        bonds = dispute_bonds(state, exclude=run.miner)
+        committee = dispute_seats(block_hash, cid, seat_units(bonds, p.verifier_stake), MAX_DISPUTE_SEATS)
     else:
+        units = seat_units(eligible_verifiers(state, exclude=run.miner), p.verifier_stake)
         committee = draw_committee(block_hash, cid, units, seats)
     held = Counter(committee)
-    for account in sorted(held):  # every seat reserves its collateral for the round's life
+    for account in sorted(held):  # every seat holds its collateral for the round's life
         held[account] *= p.verifier_stake
-        _reserve(state, account, held[account])
+        if seats is not None:
+            _reserve(state, account, held[account])
     opening_deadline = n + run.opening_blocks * round_
     commit_deadline = opening_deadline + max(p.commit_window, run.replay_blocks) * round_
     reveal_deadline = commit_deadline + p.reveal_window * round_
@@ -773,6 +793,33 @@ def _open_round(state: ProtocolState, run: RunState, cid: bytes, index: int, ste
     return [ChallengeIssued(n, cid, run.run_id, index, step, run.root, run.size, run.mode, run.endpoint,
                             ch.opening_deadline, ch.commit_deadline, ch.reveal_deadline, round_, first,
                             tuple(committee), ch.escalate_deadline)]
+
+
+def _next_round(state: ProtocolState, parent: ChallengeState, round_: int, reopened: bool, n: int,
+                block_hash: bytes) -> list[Event]:
+    """Open the round after `parent` (a re-challenge, a reopened window or its dispute round). A
+    dispute round waits in `state.disputes` while another is open: one dispute at a time seats the
+    whole stake."""
+    p = state.params
+    if _seats(p, round_) is None and any(c.dispute and c.verdict is None for c in state.challenges.values()):
+        parent.queued = True
+        state.disputes.append([parent.challenge_id, round_, reopened])
+        return []
+    run = state.runs[parent.run_id]
+    first = parent.first or parent.challenge_id
+    nxt = rechallenge_id(first, round_, block_hash)
+    parent.rechallenge, parent.queued = nxt, False
+    return _open_round(state, run, nxt, parent.index, parent.step, n, block_hash, round_=round_, first=first,
+                       refused_rounds=parent.refused_rounds + reopened,
+                       escalated=parent.challenge_id if parent.escalations else None)
+
+
+def _open_queued_dispute(state: ProtocolState, n: int, block_hash: bytes) -> list[Event]:
+    """The first queued dispute round, once no dispute round is open."""
+    if not state.disputes or any(c.dispute and c.verdict is None for c in state.challenges.values()):
+        return []
+    cid, round_, reopened = state.disputes.pop(0)
+    return _next_round(state, state.challenges[cid], round_, reopened, n, block_hash)
 
 
 def _decide(state: ProtocolState, ch: ChallengeState) -> VerdictResult:
@@ -792,7 +839,7 @@ def _decide(state: ProtocolState, ch: ChallengeState) -> VerdictResult:
         dispute=ch.dispute,
         refused_value=refused_value_hash(ch.challenge_id),
         refused_bucket=REFUSED_BUCKET,
-        refusal_share=p.dispute_refusal_share,
+        honest_share=p.dispute_honest_share,
     )
 
 
@@ -821,7 +868,7 @@ def _resolve(state: ProtocolState, ch: ChallengeState, n: int, block_hash: bytes
     escalated = bool(ch.escalations) and _final_value(ch, result)
     if escalated:
         verdict, follow = INCONCLUSIVE, "escalate"
-        reason = (f"{reason}; escalated to the dispute round by {len(ch.escalations)} dissenting seat(s) "
+        reason = (f"{reason}; escalated to the dispute round by {len(ch.escalations)} account(s) "
                   f"staking {sum(e[1] for e in ch.escalations.values())}")
     elif verdict == REFUSED:
         if ch.refused_rounds == 0:
@@ -838,11 +885,13 @@ def _resolve(state: ProtocolState, ch: ChallengeState, n: int, block_hash: bytes
             follow = "rechallenge"
             reason = f"{reason}: re-challenged with a larger committee"
     events: list[Event] = []
-    nxt = None
+    nxt, next_round = None, None
     if follow is not None:
-        first = ch.first or ch.challenge_id
-        nxt = rechallenge_id(first, ch.round + 1, block_hash)
-        ch.rechallenge = nxt
+        next_round = max(ch.round + 1, p.max_rounds) if follow == "escalate" else ch.round + 1
+        if _seats(p, next_round) is None and any(c.dispute and c.verdict is None for c in state.challenges.values()):
+            reason = f"{reason}; its dispute round waits for the open one to resolve"
+        else:
+            nxt = rechallenge_id(ch.first or ch.challenge_id, next_round, block_hash)
     ch.verdict = verdict
     events.append(ChallengeResolved(
         n, ch.challenge_id, ch.run_id, ch.step, verdict, reason, result.mode,
@@ -860,7 +909,6 @@ def _resolve(state: ProtocolState, ch: ChallengeState, n: int, block_hash: bytes
                 events += _penalize(state, ch, v, p.no_show_penalty * seats[v], "no_commit", n, burn=not pooled)
             elif v not in ch.reveals:
                 events += _penalize(state, ch, v, p.no_show_penalty * seats[v], "no_reveal", n, burn=not pooled)
-    final = result.winning_value if verdict in (HONEST, FRAUD) else None
     pools: list[tuple[str, int]] = []
     if escalated:
         ch.pending = True  # its seats stay reserved: the dispute round settles them and its escalations
@@ -872,7 +920,8 @@ def _resolve(state: ProtocolState, ch: ChallengeState, n: int, block_hash: bytes
             events.append(VerifierOutlier(n, ch.challenge_id, v, value_hash, bucket))
             events += _penalize(state, ch, v, p.outlier_penalty * seats[v], "outlier", n, burn=not pooled)
         if ch.escalated is not None:
-            settled, forfeited = _settle_escalated(state, state.challenges[ch.escalated], final, n)
+            ruled = verdict if verdict in (HONEST, FRAUD) else None
+            settled, forfeited = _settle_escalated(state, state.challenges[ch.escalated], ruled, n)
             events += settled
             pools.append(("dispute_pool", forfeited))
         if pooled:
@@ -889,37 +938,40 @@ def _resolve(state: ProtocolState, ch: ChallengeState, n: int, block_hash: bytes
             else Counter()
         events += _pay_seats(state, ch, run, winners, pools, n)
         _free_seats(state, ch)
-    if nxt is not None:
-        round_ = max(ch.round + 1, p.max_rounds) if follow == "escalate" else ch.round + 1
-        events += _open_round(state, run, nxt, ch.index, ch.step, n, block_hash, round_=round_,
-                              first=ch.first or ch.challenge_id,
-                              refused_rounds=ch.refused_rounds + (follow == "reopen"),
-                              escalated=ch.challenge_id if follow == "escalate" else None)
+    if next_round is not None:
+        events += _next_round(state, ch, next_round, follow == "reopen", n, block_hash)
     events += _settle_run(state, run, n)
     return events
 
 
-def _settle_escalated(state: ProtocolState, parent: ChallengeState, final: bytes | int | None,
+def _settle_escalated(state: ProtocolState, parent: ChallengeState, ruled: str | None,
                       n: int) -> tuple[list[Event], int]:
-    """Settle an escalated round against its dispute round's value half `final` (None: the dispute
-    left the step unresolved): its seats that revealed another value than `final` pay
-    outlier_penalty a seat, and every seat's reservation is freed. An escalator gets its stake
-    back only if the dispute vindicated it (its value is `final`); otherwise, an unresolved dispute
-    included, the stake is forfeited, so escalating to grief an honest miner costs the stake.
-    Returns the events and the forfeited total (the dispute's pool)."""
+    """Settle an escalated round by its dispute round's verdict `ruled` ("honest", "fraud", or None:
+    unresolved). Honest: its seats that revealed another value than the miner's pay
+    outlier_penalty a seat; fraud: its seats that backed the miner's value do. Every seat's hold is
+    then freed. An escalator gets its stake back only if the dispute ruled against the verdict it
+    disputed; otherwise, an unresolved dispute included, the stake is forfeited, so escalating to
+    grief costs the stake. Returns the events and the forfeited total (the dispute's pool)."""
     p = state.params
     seats = Counter(parent.committee)
+    mine = parent.opening["leaf_hash"] if parent.mode == "value" and parent.opening else parent.declared_bucket
     events: list[Event] = []
-    if final is not None:
+    if ruled is not None:
         for v in sorted(parent.reveals):
-            if v in seats and _value_of(parent, parent.reveals[v]) != final:
+            backed = _value_of(parent, parent.reveals[v]) == mine
+            if v in seats and backed == (ruled == FRAUD):
                 events += _penalize(state, parent, v, p.outlier_penalty * seats[v], "outlier", n, burn=False)
     forfeited = 0
     for v in sorted(parent.escalations):
-        value, stake = parent.escalations[v]
-        wrong = value != final
+        disputed, stake = parent.escalations[v]
+        wrong = ruled is None or ruled == disputed
         _unreserve(state, v, stake)
-        if wrong:
+        left = state.staked.get(v, 0) - stake
+        if left:
+            state.staked[v] = left
+        else:
+            state.staked.pop(v, None)
+        if wrong:  # paid in full: escalation_room kept the stake out of every penalty's reach
             state.vbonds[v] -= stake
             state.slashed[v] = min(state.slashed.get(v, 0) + stake, INT63)
             forfeited += stake
@@ -937,7 +989,7 @@ def _settle_run(state: ProtocolState, run: RunState, n: int) -> list[Event]:
     if run.settled or run.challenges_at is None or run.drawn < min(p.challenges_per_run, run.size - 1):
         return []
     rounds = [state.challenges[c] for c in run.challenges]
-    if any(ch.verdict is None or ch.pending for ch in rounds):
+    if any(ch.verdict is None or ch.pending or ch.queued for ch in rounds):
         return []
     unresolved = sum(1 for ch in rounds if ch.verdict == INCONCLUSIVE and ch.rechallenge is None and ch.opening)
     run.settled = True

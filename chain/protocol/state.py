@@ -3,6 +3,7 @@ CBOR snapshot form, so that a follower can restart from a cursor without replayi
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
@@ -84,10 +85,11 @@ class ChallengeState:
     held: dict[str, int] = field(default_factory=dict)
     escalate_deadline: int = 0
     dispute: bool = False  # every seat unit of the network sits (the dispute round)
-    # account -> [value half (bytes) or bucket (int), stake]: the escalations of this round
+    # account -> [the verdict it disputes ("honest" or "fraud"), stake]: the escalations of this round
     escalations: dict[str, list[Any]] = field(default_factory=dict)
     escalated: bytes | None = None  # a dispute round: the escalated round it settles
     pending: bool = False  # an escalated round, waiting for its dispute round to settle it
+    queued: bool = False  # its dispute round waits in the queue behind the open one
 
 
 @dataclass
@@ -102,7 +104,14 @@ class ProtocolState:
     slashed: dict[str, int] = field(default_factory=dict)  # account -> total slashed or penalised
     verifiers: list[str] = field(default_factory=list)  # accounts that bonded as verifiers, first bond first
     vbonds: dict[str, int] = field(default_factory=dict)  # verifier -> active bond (reserved included)
-    reserved: dict[str, int] = field(default_factory=dict)  # verifier -> bond reserved by seats and escalations
+    # verifier -> bond reserved by its seats of rounds below the dispute round and its escalation
+    # stakes; `staked` is the escalation stakes alone (a dispute round's seats leave them out).
+    reserved: dict[str, int] = field(default_factory=dict)
+    staked: dict[str, int] = field(default_factory=dict)
+    # Dispute rounds waiting for the open one to resolve (one dispute round at a time, so each
+    # seats the whole stake): [escalated or re-challenged round's id, the dispute round's number,
+    # whether it reopens a refused opening].
+    disputes: list[list[Any]] = field(default_factory=list)
     burned: int = 0  # units taken out of circulation (saturating)
     paid: dict[str, int] = field(default_factory=dict)  # verifier -> fees and shares credited (running total)
     unbonding: dict[str, list[list[int]]] = field(default_factory=dict)  # verifier -> [[release_block, amount]]
@@ -126,6 +135,8 @@ class ProtocolState:
             "verifiers": list(self.verifiers),
             "vbonds": dict(self.vbonds),
             "reserved": dict(self.reserved),
+            "staked": dict(self.staked),
+            "disputes": [list(x) for x in self.disputes],
             "burned": self.burned,
             "paid": dict(self.paid),
             "unbonding": {k: [list(x) for x in v] for k, v in self.unbonding.items()},
@@ -167,6 +178,8 @@ class ProtocolState:
                 verifiers=_accounts(obj["verifiers"], "verifiers"),
                 vbonds=_int_map(obj["vbonds"], "vbonds"),
                 reserved=_int_map(obj["reserved"], "reserved"),
+                staked=_int_map(obj["staked"], "staked"),
+                disputes=_disputes(obj["disputes"]),
                 burned=_int(obj["burned"], "burned"),
                 paid=_int_map(obj["paid"], "paid"),
                 unbonding=_unbonding(obj["unbonding"]),
@@ -193,7 +206,7 @@ def registration_digest(encoded: bytes) -> bytes:
 
 U64 = (1 << 64) - 1  # the wire's `uint` (docs/protocol.md §2.2): no state integer exceeds it
 _STATE_KEYS = {"version", "params", "head", "runs", "challenges", "bonds", "slashed", "verifiers", "vbonds",
-               "reserved", "burned", "paid", "unbonding", "authority", "configured_at", "schedule"}
+               "reserved", "staked", "disputes", "burned", "paid", "unbonding", "authority", "configured_at", "schedule"}
 _VERDICTS = (HONEST, FRAUD, INCONCLUSIVE)
 _MODES = ("value", "bucket")
 
@@ -346,7 +359,20 @@ _CHALLENGE_FIELDS: dict[str, Callable[[Any, str], Any]] = {
     "escalations": _map_of(lambda v, name: _escalation(v, name), MAX_WITNESSES_PER_CHALLENGE),
     "escalated": _maybe(_b32),
     "pending": lambda v, name: _flag(v, name),
+    "queued": lambda v, name: _flag(v, name),
 }
+
+
+def _disputes(v: Any) -> list[list[Any]]:
+    if not isinstance(v, list):
+        raise ValueError("disputes must be a list")
+    out = []
+    for i, row in enumerate(v):
+        if not (isinstance(row, list) and len(row) == 3):
+            raise ValueError(f"disputes[{i}] must be [round id, round, reopened]")
+        out.append([_b32(row[0], f"disputes[{i}] round id"), _int(row[1], f"disputes[{i}] round", lo=1, hi=64),
+                    _flag(row[2], f"disputes[{i}] reopened")])
+    return out
 
 
 def _flag(v: Any, name: str) -> bool:
@@ -358,8 +384,7 @@ def _flag(v: Any, name: str) -> bool:
 def _escalation(v: Any, name: str) -> list[Any]:
     if not (isinstance(v, list) and len(v) == 2):
         raise ValueError(f"{name} must be [value, stake]")
-    value = _b32(v[0], f"{name} value") if isinstance(v[0], bytes) else _bucket(v[0], f"{name} value")
-    return [value, _uint(v[1], f"{name} stake")]
+    return [_choice((HONEST, FRAUD))(v[0], f"{name} verdict"), _uint(v[1], f"{name} stake")]
 
 
 def _rows(v: Any, name: str, kind: type, spec: dict[str, Callable[[Any, str], Any]]) -> list[Any]:
@@ -399,9 +424,9 @@ def _accounts(v: Any, name: str) -> list[str]:
 def _check_links(state: ProtocolState) -> None:
     """What on_block relies on between the tables: each challenge's run exists and lists it, each
     run's challenges exist, a run slashed no more than its stake, the deadlines in order."""
-    for a, held in state.reserved.items():
-        if held > state.vbonds.get(a, 0):
-            raise ValueError(f"{a!r} has {held} reserved of an active bond of {state.vbonds.get(a, 0)}")
+    for a, held in state.staked.items():
+        if held > state.reserved.get(a, 0):
+            raise ValueError(f"{a!r} has {held} staked on escalations but {state.reserved.get(a, 0)} reserved")
     for r in state.runs.values():
         if r.escrow_left > r.escrow:
             raise ValueError(f"run {r.run_id.hex()[:16]} holds more escrow than it escrowed")
@@ -480,16 +505,63 @@ def _row(obj: Any) -> dict[str, Any]:
     return {f.name: getattr(obj, f.name) for f in fields(obj)}
 
 
+def dispute_held(state: ProtocolState, account: str) -> int:
+    """What the open dispute round's seats of `account` still hold (at most one dispute is open)."""
+    return sum(ch.held.get(account, 0) for ch in state.challenges.values() if ch.dispute and ch.verdict is None)
+
+
 def free_bond(state: ProtocolState, account: str) -> int:
-    """An account's active bond less what its seats and escalations reserve."""
-    return state.vbonds.get(account, 0) - state.reserved.get(account, 0)
+    """An account's active bond less what its seats (of every round) and escalations hold: what
+    it may unbond."""
+    return max(0, state.vbonds.get(account, 0) - state.reserved.get(account, 0) - dispute_held(state, account))
+
+
+def open_seats(state: ProtocolState, *, dispute: bool | None = None) -> Counter:
+    """account -> its seats on rounds whose penalties are still to come (open, or escalated and
+    waiting for their dispute round); `dispute` True or False counts only rounds of that kind.
+    One pass over the challenges."""
+    out: Counter = Counter()
+    for ch in state.challenges.values():
+        if (ch.verdict is None or ch.pending) and (dispute is None or ch.dispute == dispute):
+            out.update(a for a in ch.committee if ch.held.get(a))
+    return out
+
+
+def dispute_bonds(state: ProtocolState, exclude: str | None = None) -> list[tuple[str, int]]:
+    """[(account, the bond a dispute round seats)], in account order: the active bond less the
+    escalation stakes, and no more than keeps the dispute's seats (one penalty each at most) within
+    what the account's seats on other open rounds leave. A seat of another round and a dispute
+    seat may share a unit of bond: their penalties together fit in it (params: two penalties <=
+    verifier_stake)."""
+    p = state.params
+    worst = max(p.no_show_penalty, p.outlier_penalty)
+    seats = open_seats(state, dispute=False)
+    out = []
+    for a, b in sorted(state.vbonds.items()):
+        if a == exclude:
+            continue
+        own = max(0, b - state.staked.get(a, 0))
+        if worst:  # the dispute's seats may be charged at most what the other seats leave
+            own = min(own, p.verifier_stake * (max(0, own - worst * seats[a]) // worst))
+        out.append((a, own))
+    return out
 
 
 def eligible_verifiers(state: ProtocolState, exclude: str | None = None) -> list[tuple[str, int]]:
     """[(account, free bond)] of the accounts a committee may seat: free bond at least
     verifier_stake (one seat's collateral), the run's miner excluded, in account order."""
     floor = state.params.verifier_stake
-    return sorted((a, f) for a in state.vbonds if a != exclude and (f := free_bond(state, a)) >= floor)
+    return sorted((a, f) for a in state.vbonds
+                  if a != exclude and (f := state.vbonds[a] - state.reserved.get(a, 0)) >= floor)
+
+
+def escalation_room(state: ProtocolState, account: str) -> int:
+    """What `account` may still stake on escalations: its active bond less its escalation stakes
+    and the most its seats on open rounds (the dispute round's included) can still be penalised,
+    one penalty a seat. So every penalty and every forfeited stake is paid in full."""
+    p = state.params
+    worst = max(p.no_show_penalty, p.outlier_penalty)
+    return state.vbonds.get(account, 0) - state.staked.get(account, 0) - worst * open_seats(state)[account]
 
 
 

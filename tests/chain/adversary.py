@@ -23,7 +23,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from chain.calls import EscalateChallenge, UnbondVerifier
-from chain.protocol import ProtocolParams, apply_recorded, on_block
+from chain.protocol import ProtocolParams, apply_recorded, escalation_room, on_block, round_result
 from chain.protocol.events import (
     BondReleased,
     CallRefused,
@@ -86,6 +86,7 @@ class Game:
     honest_refusals: list[CallRefused] = field(default_factory=list)
     # (challenge id, account, refusal code) of every refused escalation
     escalation_refusals: list[tuple[bytes, str, str]] = field(default_factory=list)
+    watched: set[bytes] = field(default_factory=set)  # rounds an honest account escalated (or could not)
 
     def true_value(self, step: int) -> bytes:
         return witness_value_hash(self.truth[step])
@@ -131,7 +132,7 @@ def _plan(game: Game, ev: ChallengeIssued, rng: random.Random, plan: dict[int, l
     for a in sorted(seats):
         if a.startswith("h"):
             value = (game.true_value(ev.step), proof(cid)) if a in rnd.served else (refused, refused)
-            reveal, escalate = True, a in rnd.served
+            reveal, escalate = True, False  # honest accounts escalate by watching (play)
         else:
             play = plays[a]
             if play == "withhold_commit":
@@ -203,6 +204,7 @@ def play(sc: Scenario, rng: random.Random, *, max_blocks: int = 2000) -> Game:
             free = chain.state.vbonds.get(a, 0) - chain.state.reserved.get(a, 0)
             if free > 0:  # all of it, or some: a refusal (below the minimum, reserved) is part of the game
                 calls.append((a, UnbondVerifier(rng.choice([free, rng.randint(1, free)]))))
+        calls += _honest_escalations(game, chain.number + 1)
         rng.shuffle(calls)
         for (origin, call), evs in zip(calls, _block(chain, calls), strict=True):
             for ev in evs:
@@ -216,6 +218,33 @@ def play(sc: Scenario, rng: random.Random, *, max_blocks: int = 2000) -> Game:
         seen = len(chain.events)
         check_books(game)
     return game
+
+
+def _honest_escalations(game: Game, n: int) -> list:
+    """Honest accounts watch every round: inside its escalation window, when the verdict its
+    reveals give is wrong (fraud on a true step, honest on a forged one), the first honest account
+    (seated or not) with the free bond escalates it, once."""
+    state, p = game.chain.state, game.scenario.params
+    calls = []
+    for cid, ch in state.challenges.items():
+        if ch.dispute or ch.verdict is not None or not ch.reveal_deadline < n <= ch.escalate_deadline:
+            continue
+        if any(a.startswith("h") for a in ch.escalations) or cid in game.watched:
+            continue
+        result = round_result(state, cid)
+        final = result.verdict in ("honest", "fraud") or (result.verdict == "refused" and ch.refused_rounds > 0)
+        says_fraud = result.verdict != "honest"
+        if not final or says_fraud == game.scenario.forged:
+            continue
+        for a in sorted(x for x in state.vbonds if x.startswith("h")):
+            if escalation_room(state, a) >= p.escalation_stake:
+                calls.append((a, EscalateChallenge(cid)))
+                game.watched.add(cid)
+                break
+        else:
+            game.escalation_refusals += [(cid, a, "InsufficientFreeBond") for a in state.vbonds if a.startswith("h")]
+            game.watched.add(cid)
+    return calls
 
 
 def drain(game: Game) -> None:
@@ -235,9 +264,10 @@ def why_wrong(game: Game, cid: bytes) -> str:
     if game.chain.state.challenges[cid].dispute:
         return "judged wrong"
     truth = game.true_value(rnd.issued.step)
-    dissent = [a for a in rnd.seats if a.startswith("h") and rnd.values.get(a, (None,))[0] == truth]
+    dissent = sorted(a for a in game.chain.state.vbonds if a.startswith("h")) or \
+        [a for a in rnd.seats if a.startswith("h") and rnd.values.get(a, (None,))[0] == truth]
     if not dissent:
-        return "no honest seat"
+        return "no honest account"
     codes = {a: {c for i, x, c in game.escalation_refusals if i == cid and x == a} for a in dissent}
     if all(codes[a] == {"InsufficientFreeBond"} for a in dissent):
         return "no free bond"
@@ -264,12 +294,13 @@ def check_books(game: Game) -> None:
             f"{ev.verifier} paid {ev.amount} for {ev.why} on {seats} seat(s); the rule asks {rule[ev.why] * seats}")
     for a, b in s.vbonds.items():
         assert b >= 0, f"{a}'s active bond is {b}"
-        assert 0 <= s.reserved.get(a, 0) <= b, f"{a} reserves {s.reserved.get(a, 0)} of an active bond of {b}"
+        assert 0 <= s.staked.get(a, 0) <= s.reserved.get(a, 0), f"{a} stakes {s.staked.get(a, 0)}, reserves {s.reserved}"
     assert all(r > 0 for r in s.reserved.values()), s.reserved
     held: Counter = Counter()
     for ch in s.challenges.values():
         for a, amount in ch.held.items():
-            held[a] += amount
+            if not ch.dispute:  # a dispute round's seats hold outside `reserved`
+                held[a] += amount
         for a, (_, stake) in ch.escalations.items():
             held[a] += stake
     assert +held == Counter(s.reserved), f"reserved {s.reserved} != what rounds and escalations hold {dict(+held)}"
