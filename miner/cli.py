@@ -71,7 +71,13 @@ def train(
     port: int = typer.Option(8760, "--port", help="prover port"),
     token: str | None = typer.Option(None, "--token", envvar="POT_PROVER_TOKEN",
                                      help="bearer token of the prover's private routes (/admin/*)"),
-    keep_every: int = typer.Option(10, "--keep-every", min=1, help="keep the full state every K steps"),
+    keep_every: int = typer.Option(
+        10, "--keep-every", min=1, help="keep the full state every K steps; the registration declares K as the run's "
+                                        "checkpoint_interval, and the opening window is sized for it"),
+    adapt_keep_every: bool = typer.Option(
+        True, "--adapt-keep-every/--no-adapt-keep-every",
+        help="lower --keep-every when regenerating a step would not fit in half the opening window (at start, and "
+             "again once step times are measured); off: refuse to start instead, and only warn during training"),
     root_every: int | None = typer.Option(None, "--root-every", min=1, help="submit the root every N steps"),
     substitute_batch_at: int | None = typer.Option(
         None, "--substitute-batch-at", min=1,
@@ -128,33 +134,14 @@ def train(
             server = BackgroundServer(out, host, port, token).start()
         trainer = Trainer(spec, ds, out, transport, endpoint=endpoint or f"http://{host}:{port}",
                           keep_every=keep_every, root_every=root_every, substitute_batch_at=substitute_batch_at,
-                          params=params, progress=not as_json, ranks=ranks, pretrained=init, mirrors=mirror)
+                          params=params, progress=not as_json, ranks=ranks, pretrained=init, mirrors=mirror,
+                          adapt_keep_every=adapt_keep_every)
         if substitute_batch_at is not None:
             typer.echo(f"FAULT INJECTION: step {substitute_batch_at} trains on a substituted batch", err=True)
         verdicts = trainer.run(follow=follow, timeout=timeout)
-        final = trainer.final_verdicts()
-        # "verdicts": every round's; "final": each challenge (by its first round's id) as its last
-        # round left it, a re-challenged step once.
-        summary = {"run_id": trainer.run_id.hex(), "account": trainer.account, "nonce": trainer.nonce.hex(),
-                   "root": trainer.tree.root().hex(), "size": trainer.tree.size,
-                   "run_dir": str(out), "openings": {c.hex(): d.hex() for c, d in trainer.answered.items()},
-                   "verdicts": {c.hex(): v for c, v in verdicts.items()},
-                   "final": {c.hex(): v for c, v in final.items()},
-                   "rounds": {c.hex(): r for c, (_, r) in trainer.rounds.items()},
-                   "mirrors": list(trainer.mirrors),
-                   "unanswered": {c.hex(): why for c, why in trainer.failed.items()}}
-        if as_json:
-            typer.echo(json.dumps(summary))
-        else:
-            typer.echo(f"run {summary['run_id']}: {summary['size'] - 1} steps, root {summary['root']}")
-            for c, v in summary["verdicts"].items():
-                r = summary["rounds"].get(c, 1)
-                typer.echo(f"challenge {c[:16]}{f' (round {r})' if r > 1 else ''}: {v}")
-            for c, why in summary["unanswered"].items():
-                typer.echo(f"challenge {c[:16]}: not opened: {why}")
-        # A fraud verdict, or an opening the chain refused: a check came out negative.
-        if any(v == "fraud" for v in verdicts.values()) or trainer.refused:
-            raise typer.Exit(1)
+        code = report(trainer, verdicts, out, as_json=as_json)
+        if code:
+            raise typer.Exit(code)
     except _domain_errors() as exc:
         _fail(str(exc))
     finally:
@@ -164,6 +151,42 @@ def train(
             server.stop()
         if ranks is not None:
             ranks.close()
+
+
+def report(trainer: Any, verdicts: dict[bytes, str], out: Path, *, as_json: bool = False) -> int:
+    """Print what a trained and followed run came to (one JSON line, or lines of text) and every
+    refusal of a call the trainer sent (its code and reason, on stderr; they were logged as read
+    too), and return the exit status: 1 when a check came out negative (a fraud verdict, a call the
+    chain refused, an opening refused as late (OpeningTooLate) among them, or a challenge left
+    unopened), else 0."""
+    final = trainer.final_verdicts()
+    # "verdicts": every round's; "final": each challenge (by its first round's id) as its last
+    # round left it, a re-challenged step once.
+    summary = {"run_id": trainer.run_id.hex(), "account": trainer.account, "nonce": trainer.nonce.hex(),
+               "root": trainer.tree.root().hex(), "size": trainer.tree.size,
+               "run_dir": str(out), "openings": {c.hex(): d.hex() for c, d in trainer.answered.items()},
+               "verdicts": {c.hex(): v for c, v in verdicts.items()},
+               "final": {c.hex(): v for c, v in final.items()},
+               "rounds": {c.hex(): r for c, (_, r) in trainer.rounds.items()},
+               "mirrors": list(trainer.mirrors),
+               "keep_every": trainer.store.keep_every, "checkpoint_interval": trainer.checkpoint_interval,
+               "opening_blocks": trainer.window_blocks,
+               "unanswered": {c.hex(): why for c, why in trainer.failed.items()},
+               "refusals": list(trainer.refusals)}
+    if as_json:
+        typer.echo(json.dumps(summary))
+    else:
+        typer.echo(f"run {summary['run_id']}: {summary['size'] - 1} steps, root {summary['root']}")
+        for c, v in summary["verdicts"].items():
+            r = summary["rounds"].get(c, 1)
+            typer.echo(f"challenge {c[:16]}{f' (round {r})' if r > 1 else ''}: {v}")
+        for c, why in summary["unanswered"].items():
+            typer.echo(f"challenge {c[:16]}: not opened: {why}")
+    for r in trainer.refusals:
+        typer.echo(f"refused: {r['what']}: {r['refusal']}: {r['reason']} (block {r['block']})", err=True)
+    negative = (any(v == "fraud" for v in verdicts.values()) or trainer.refusals or trainer.refused
+                or trainer.failed)
+    return 1 if negative else 0
 
 
 def _relaunch(nproc: int) -> None:
@@ -284,7 +307,7 @@ def recipe_verify(
         raise typer.Exit(1)
 
 
-__all__ = ["miner_app", "recipe_app"]
+__all__ = ["miner_app", "recipe_app", "report"]
 
 
 # --- pot model ----------------------------------------------------------------------------------

@@ -17,8 +17,10 @@ the number of ranks (the steps are byte-identical to one process).
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,7 @@ from chain.calls import (
 from chain.network import BlockMemo, NetworkParamsError, check_pinned, read_network
 from chain.outcome import submit_and_read
 from chain.protocol import ChallengeIssued, ChallengeResolved
+from chain.protocol.cost import opening_blocks
 from chain.protocol.params import MAX_URI_BYTES
 from chain.protocol.state import registration_digest
 from chain.transport import TransportError
@@ -51,6 +54,15 @@ from commitments.schedule import Schedule, derive_schedule
 from commitments.spec import Spec
 from commitments.transcript import TranscriptWriter, load_session_key, save_session_key
 from miner.checkpoints import CheckpointError, CheckpointStore
+from miner.window import (
+    BlockTime,
+    Fit,
+    block_time,
+    declared_fit,
+    largest_declared,
+    largest_within,
+    reference_pace,
+)
 from oracle.norm_bucket import norm_bucket
 from oracle.step import init_state
 from oracle.step import step as oracle_step
@@ -62,6 +74,8 @@ OFFLINE_ACCOUNT = "offline"
 DEFAULT_ENDPOINT = "http://127.0.0.1:8760"
 SUBMIT_TRIES = 5
 SUBMIT_BACKOFF = Backoff(base_s=0.5, cap_s=30.0)
+PACE_STEPS = 16  # the step time is the median of this many latest steps
+PACE_MIN_STEPS = 3  # measured steps before the measured step time replaces the reference estimate
 
 
 class TrainerError(RuntimeError):
@@ -91,7 +105,8 @@ class Trainer:
                  substitute_batch_at: int | None = None, params: Any = None, progress: bool = True,
                  log: Callable[[str], None] | None = None, submit_timeout: float = 60.0,
                  ranks: Any = None, pretrained: Any = None, mirrors: Any = (),
-                 account: str | None = None) -> None:
+                 account: str | None = None, adapt_keep_every: bool = True,
+                 block_seconds: float | None = None) -> None:
         if dataset.sample_len != spec.sample_len:
             raise TrainerError(f"the dataset's samples hold {dataset.sample_len} tokens, the spec needs "
                                f"{spec.sample_len} (seq_len + 1)")
@@ -99,6 +114,8 @@ class Trainer:
             raise TrainerError(f"substitute_batch_at {substitute_batch_at} is outside steps 1..{spec.steps}")
         if root_every is not None and root_every < 1:
             raise TrainerError(f"root_every must be positive, got {root_every}")
+        if block_seconds is not None and not block_seconds > 0:
+            raise TrainerError(f"block_seconds must be a positive number of seconds, got {block_seconds}")
         self.spec = spec
         self.dataset = dataset
         self.ranks = ranks if ranks is not None and ranks.world > 1 else None
@@ -124,6 +141,16 @@ class Trainer:
         self.store: Any = (CheckpointStore(run_dir, keep_every=keep_every, spec=spec, batch_fn=self.batch)
                            if self.leader else None)
         self._params = params
+        # The opening window (miner.window): the keep-every asked for, whether it may be lowered to
+        # fit, the checkpoint_interval the registration declares, the window and its block time.
+        self.requested_keep_every = keep_every
+        self.adapt_keep_every = adapt_keep_every
+        self.block_seconds = block_seconds
+        self.checkpoint_interval: int | None = None
+        self.window_blocks: int | None = None
+        self.block: BlockTime | None = None
+        self._step_times: deque[float] = deque(maxlen=PACE_STEPS)
+        self._pace_warned = False
         self.pretrained = pretrained  # a fine-tune's parameters file (the spec's [init])
         if spec.init is not None and pretrained is None:
             raise TrainerError("the spec fine-tunes pretrained parameters ([init]): give their file (--init)")
@@ -141,6 +168,7 @@ class Trainer:
         self.resolved: dict[bytes, str] = {}  # our challenge_id -> verdict (an inconclusive round included)
         self.failed: dict[bytes, str] = {}  # our challenge_id -> why no opening could be built or sent
         self.refused: dict[bytes, str] = {}  # our challenge_id -> the chain's refusal of its opening, in words
+        self.refusals: list[dict[str, Any]] = []  # every refusal of a call this trainer sent, as it was read
         # (step, size, root) -> digest of its opening file: a re-challenge of a step reuses it
         self._openings: dict[tuple[int, int, bytes], bytes] = {}
         self._unseen: list[Any] = []  # synced events poll has not looked at yet
@@ -186,6 +214,7 @@ class Trainer:
         if meta is None:
             if len(self.store):
                 raise TrainerError(f"{self.store.dir}: holds leaves but no run metadata; use a fresh directory")
+            self._plan(None)  # the keep-every and the interval to declare, before anything is written
             state = init_state(self.spec, pretrained=self.pretrained)
             self.initial_hash = state.digest()
             # The nonce is persisted before anything is sent: a restart re-sends the same registration.
@@ -205,6 +234,12 @@ class Trainer:
         else:
             self._check_meta(meta)
             self.run_id, self.nonce, self.initial_hash = meta["run_id"], meta["nonce"], meta["initial_hash"]
+            # The registration is re-sent identical: the interval declared then (a run directory
+            # written before runs declared one registered the call's default, 1).
+            declared = meta.get("checkpoint_interval", 1)
+            if not isinstance(declared, int) or isinstance(declared, bool) or declared < 1:
+                raise TrainerError(f"{self.store.dir}: meta.cbor holds no usable checkpoint_interval ({declared!r})")
+            self._plan(declared, kept=meta.get("keep_every"))
             self.transcript = TranscriptWriter.resume(transcript_path, load_session_key(key_path),
                                                       drop_partial_tail=True)
             if not len(self.store):
@@ -231,6 +266,7 @@ class Trainer:
             "initial_hash": self.initial_hash,
             "steps": self.spec.steps,
             "keep_every": self.store.keep_every,
+            "checkpoint_interval": self.checkpoint_interval,
             "endpoint": self.endpoint,
             "substitute_batch_at": self.substitute_batch_at,
         }
@@ -257,6 +293,88 @@ class Trainer:
         return {"run_id": self.run_id, "initial_hash": self.initial_hash,
                 "schedule_commitment": self.schedule.commitment, "dataset_hash": self.dataset.dataset_hash,
                 "spec_digest": self.spec.digest(), "declared_steps": self.spec.steps, "endpoint": self.endpoint}
+
+    # --- the opening window ----------------------------------------------------------------
+    def _protocol_params(self) -> Any:
+        """The parameters the run's window is sized under: the chain's as of its head (a transport),
+        else the pinned ones, else None (an offline run: nothing to size against)."""
+        if self.transport is None:
+            return self._params
+        self._sync()
+        return self.view.params
+
+    def _plan(self, declared: int | None, *, kept: Any = None) -> None:
+        """Choose the keep-every, and for a new run (`declared` None) the checkpoint_interval its
+        registration declares: the keep-every, whose regeneration must fit in the opening window the
+        protocol gives for it (miner.window), at the reference speed since no step is measured yet.
+        A resumed run keeps the interval it declared (`declared`) and keeps states at most that far
+        apart (and no farther apart than `kept`, the keep-every it had). A keep-every that does not fit
+        is lowered with adapt_keep_every, else refused (TrainerError naming the largest that fits)."""
+        want = min(self.requested_keep_every, max(1, self.spec.steps))  # past the last step keeps nothing more
+        if declared is not None:
+            want = min(want, declared)
+            if isinstance(kept, int) and not isinstance(kept, bool) and kept >= 1:
+                want = min(want, kept)
+        params = self._protocol_params()
+        if params is None:
+            self.checkpoint_interval = declared or want
+            self.store.keep_every = want
+            return
+        self.block = block_time(self.transport, params, self.block_seconds)
+        (step, build), source = reference_pace(self.spec, params), "the reference estimate"
+        if declared is None:
+            fit = declared_fit(self.spec, params, want, self.block, step, source, build)
+            too_long = fit.window_blocks > params.max_replay_blocks
+            best = (want if fit.fits and not too_long
+                    else largest_declared(self.spec, params, want, self.block, step, build))
+        else:
+            fit = Fit(want, opening_blocks(self.spec, params, declared), self.block, step, source, build)
+            too_long = False
+            best = want if fit.fits else largest_within(fit.window_blocks, want, self.block, step, build)
+            if not Fit(best, fit.window_blocks, self.block, step, source, build).fits:
+                best = None
+        if best != want:
+            why = fit.words() + (f"; that window is over the protocol's max_replay_blocks "
+                                 f"({params.max_replay_blocks})" if too_long else "")
+            if best is None:
+                raise TrainerError(f"--keep-every {self.requested_keep_every} does not fit the run's opening window, "
+                                   f"and no keep-every does, not even 1: {why}")
+            if not self.adapt_keep_every:
+                raise TrainerError(f"--keep-every {self.requested_keep_every} does not fit the run's opening window: "
+                                   f"{why}. The largest keep-every that fits is {best}: pass --keep-every {best}, "
+                                   "or --adapt-keep-every to lower it by itself")
+            self._log(f"--keep-every {self.requested_keep_every} lowered to {best} (--adapt-keep-every): {why}")
+        self.checkpoint_interval = declared if declared is not None else best
+        self.window_blocks = opening_blocks(self.spec, params, self.checkpoint_interval)
+        self.store.keep_every = best
+
+    def _check_pace(self, t: int) -> bool:
+        """After step t: with this machine's measured step time (the median of the last PACE_STEPS
+        steps), does regenerating from a state kept every keep_every steps still fit in
+        FIT_SHARE of the run's opening window? If not, lower keep_every from step t on (True: the
+        caller keeps the state after step t, so the next steps regenerate from it), and say so.
+        Without adapt_keep_every it only warns, once. A data-parallel step is no measure: rank 0
+        regenerates alone, on the CPU, so there the reference estimate stays the only one."""
+        if (self.window_blocks is None or self.block is None or self.ranks is not None
+                or len(self._step_times) < PACE_MIN_STEPS):
+            return False
+        step = statistics.median(self._step_times)
+        k = self.store.keep_every
+        fit = Fit(k, self.window_blocks, self.block, step, f"measured: the median of the last {len(self._step_times)} steps")
+        if fit.fits:
+            return False
+        best = largest_within(self.window_blocks, k, self.block, step)
+        if best >= k or not self.adapt_keep_every:
+            if not self._pace_warned:
+                self._pace_warned = True
+                self._log(f"warning after step {t}: {fit.words()}; openings may come late"
+                          + ("" if best >= k else f" (pass --keep-every {best}, or --adapt-keep-every)"))
+            return False
+        self.store.keep_every = best
+        self.store.write_meta(self._meta(self.nonce))
+        self._log(f"keep-every lowered from {k} to {best} from step {t} on: {fit.words()} (the states kept before "
+                  f"step {t} stay {k} steps apart)")
+        return True
 
     # --- chain ----------------------------------------------------------------------------
     def _submit(self, calls: list[Any], what: str) -> Any:
@@ -285,6 +403,8 @@ class Trainer:
         self._unseen += outcome.synced
         for c in outcome.calls:
             if not c.ok:
+                self.refusals.append({"what": what, "call": c.call, "block": c.block, "refusal": c.refusal.refusal,
+                                      "reason": c.refusal.reason, "words": c.words()})
                 self._log(f"{what}: the chain refused it: {c.words()}")
         return outcome
 
@@ -309,11 +429,15 @@ class Trainer:
         return events
 
     def registration(self) -> StartTrainingCommitment:
-        """The run's start_training_commitment: the same bytes every time (the nonce is persisted)."""
+        """The run's start_training_commitment: the same bytes every time (the nonce and the declared
+        checkpoint_interval are persisted)."""
+        if self.checkpoint_interval is None:
+            raise TrainerError("the run is not prepared: prepare() chooses the checkpoint_interval it declares")
         return StartTrainingCommitment(
             run_id=self.run_id, nonce=self.nonce, initial_hash=self.initial_hash,
             schedule_commitment=self.schedule.commitment, dataset_hash=self.dataset.dataset_hash,
-            spec=self.spec.to_cbor(), declared_steps=self.spec.steps, endpoint=self.endpoint)
+            spec=self.spec.to_cbor(), declared_steps=self.spec.steps, endpoint=self.endpoint,
+            checkpoint_interval=self.checkpoint_interval)
 
     def register(self) -> None:
         """Submit start_training_commitment (idempotent: an identical repeat is a no-op on chain)
@@ -333,6 +457,11 @@ class Trainer:
             raise TrainerError(f"run {self.run_id.hex()[:16]} was not registered: {why}")
         self._log(got.words())
         self.submitted_size = run.size
+        self.window_blocks = run.opening_blocks  # the chain's figure is the one that counts
+        if self.block is not None:
+            self._log(f"opening window: {run.opening_blocks} blocks of {self.block.seconds:.3g} s "
+                      f"({self.block.source}) for a state kept every {self.store.keep_every} steps "
+                      f"(declared checkpoint_interval {run.checkpoint_interval})")
 
     def submit_root(self) -> None:
         """Move the run's root on chain to the current tree (append-only, with a consistency proof);
@@ -357,12 +486,14 @@ class Trainer:
         if self.progress:
             rng = tqdm(rng, desc="train", unit="step", file=sys.stderr, initial=first - 1, total=last)
         for t in rng:
+            began = time.perf_counter()
             self.state, loss = oracle_step(self.state, self.batch(t), self.spec, t, ranks=self.ranks)
             if not self.leader:
                 continue
             here = self.state if self.state.device.type == "cpu" else self.state.to("cpu")
             leaf = step_leaf(t, here.digest(), loss_bits(loss.cpu()))
-            if self.store.should_keep(t, self.spec.steps):
+            self._step_times.append(time.perf_counter() - began)
+            if self._check_pace(t) or self.store.should_keep(t, self.spec.steps):
                 self.store.save_state(here)
             self.store.append_leaf(leaf)
             self.tree.append(leaf)
@@ -496,9 +627,13 @@ class Trainer:
                   + (f" (round {ev.round})" if getattr(ev, "round", 1) > 1 else ""))
         return d
 
-    def follow(self, *, poll: float = 1.0, timeout: float | None = None,
+    def follow(self, *, poll: float | None = None, timeout: float | None = None,
                stop: Callable[[], bool] | None = None) -> dict[bytes, str]:
-        """Answer challenges until every challenge of the run is resolved (or timeout/stop)."""
+        """Answer challenges until every challenge of the run is resolved (or timeout/stop). The
+        chain is read every `poll` seconds: by default a quarter of its block time (at most 1 s,
+        at least 0.05 s), so that noticing a challenge takes little of its opening window."""
+        if poll is None:
+            poll = 1.0 if self.block is None else min(1.0, max(0.05, self.block.seconds / 4))
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self.poll():
             if stop is not None and stop():

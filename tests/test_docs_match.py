@@ -768,6 +768,14 @@ def check_root_every(_value: str, _tmp: Path) -> list[str]:
     return [] if opt.default is None else [f"pot miner train --root-every defaults to {opt.default}"]
 
 
+def check_keep_every(value: str, _tmp: Path) -> list[str]:
+    params = cli_root().commands["miner"].commands["train"].params
+    keep = next(p for p in params if "--keep-every" in p.opts)
+    adapt = next(p for p in params if "--adapt-keep-every" in p.opts)
+    problems = [] if keep.default == int(value) else [f"pot miner train --keep-every defaults to {keep.default}"]
+    return problems + ([] if adapt.default is True else ["pot miner train --adapt-keep-every is off by default"])
+
+
 def check_limit(value: str, tmp: Path) -> list[str]:
     lo, hi, default = map(int, re.fullmatch(r"(\d+)\.\.(\d+) \(default (\d+)\)", value).groups())
     eng = open_database(f"sqlite:///{tmp / 'limit.db'}", init=True)
@@ -838,6 +846,7 @@ MINER_CLI = [
     CliClaim("prover token env", r"`--token` \(or `(POT_\w+)`\) guards", check_prover_token_env),
     CliClaim("mirrors", r"`--mirror URL` \(repeatable, at most (\d+)\)", check_mirrors),
     CliClaim("root every", r"`--root-every` steps \((default: a quarter of the run)\)", check_root_every),
+    CliClaim("keep every", r"`--keep-every K` \(default (\d+)\)", check_keep_every),
 ]
 
 
