@@ -913,9 +913,7 @@ def _resolve(state: ProtocolState, ch: ChallengeState, n: int, block_hash: bytes
     if escalated:
         ch.pending = True  # its seats stay reserved: the dispute round settles them and its escalations
     else:
-        # A round the miner's refusal decided penalises no reveal outside the refused cluster: a seat
-        # the miner chose to serve did its work.
-        for v in () if result.verdict == REFUSED else result.outliers:
+        for v in result.outliers:
             value_hash, bucket = ch.reveals[v][0], ch.reveals[v][1]
             events.append(VerifierOutlier(n, ch.challenge_id, v, value_hash, bucket))
             events += _penalize(state, ch, v, p.outlier_penalty * seats[v], "outlier", n, burn=not pooled)

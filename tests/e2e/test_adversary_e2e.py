@@ -37,7 +37,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 # Windows leave room for a loaded machine (blocks every 0.5 s): the miner builds and opens within 20 s.
 PARAMS = ProtocolParams(commit_window=40, reveal_window=16, opening_deadline=40, challenge_delay=2,
-                        challenges_per_run=1, committee_size=4, quorum_min_reveals=3, max_rounds=3,
+                        challenges_per_run=1, committee_size=40, quorum_min_reveals=3, max_rounds=3,
                         forced_challenge_steps=(4,))
 HONEST = ["v1", "v2", "v3"]
 FETCH = {"connect_timeout_s": 2.0, "read_timeout_s": 2.0, "total_timeout_s": 6.0, "attempts": 2}
