@@ -21,12 +21,13 @@ from challenges.opening import load_opening
 from challenges.replay import verify_opening_file
 from devnet.procs import free_port
 from miner.cli import miner_app
-from tests.miner.helpers import corpus
+from tests.miner.helpers import bond_verifiers, corpus
 from tests.miner.test_recipe import spec_toml
 
 ROOT = Path(__file__).resolve().parents[2]
-# One challenge; nobody witnesses it, so round 1 is inconclusive and re-challenged, and round 2 (the
-# dispute round with max_rounds=2) is left unresolved.
+# One challenge; two verifiers bond (a challenge waits for seats) and nobody witnesses it, so round 1
+# is inconclusive and re-challenged, and round 2 (the dispute round with max_rounds=2) is left
+# unresolved.
 PARAMS = ProtocolParams(commit_window=3, reveal_window=3, opening_deadline=6, challenge_delay=1,
                         challenges_per_run=1, max_rounds=2, quorum_min_reveals=2, forced_challenge_steps=(2,))
 MIRROR = "http://mirror.example:8761"
@@ -38,6 +39,7 @@ def test_miner_train_process(tmp_path):
     db = tmp_path / "chain.db"
     sealer = DevTransport(db, "sealer", sealing="instant")
     sealer.record_params(PARAMS)
+    bond_verifiers(db, ("v1", "v2"))
     port = free_port()
     cmd = [sys.executable, "-m", "pot", "miner", "train", "--spec", str(spec), "--data", str(data),
            "--out", str(tmp_path / "run"), "--chain", f"dev://{db}", "--account", "miner", "--port", str(port),

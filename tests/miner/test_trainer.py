@@ -245,15 +245,16 @@ def test_a_run_directory_keeps_its_account(tmp_path, data):
 
 
 def test_every_round_of_a_rechallenged_step_is_opened(tmp_path, data):
-    """Nobody witnesses: round 1 is inconclusive and re-challenged under a new id, round 2 too, and
-    round 3 (every eligible verifier, here none) is left unresolved. The trainer opens each round
-    with the same file, within each round's deadline."""
+    """Two verifiers bond and never witness: round 1 is inconclusive and re-challenged under a new
+    id, round 2 too, and round 3 (the dispute round) is left unresolved. (With no bonded verifier a
+    run is never challenged: a challenge waits for seats.) The trainer opens each round with the
+    same file, within each round's deadline."""
     params = ProtocolParams(commit_window=2, reveal_window=2, opening_deadline=3, challenge_delay=1,
                             challenges_per_run=1, max_rounds=3, quorum_min_reveals=2,
                             forced_challenge_steps=(CHALLENGED,))
     spec = tiny_spec(STEPS)
     ds = Dataset.open(data, spec.sample_len)
-    miner = chain(tmp_path / "chain.db", params, verifiers=())
+    miner = chain(tmp_path / "chain.db", params, verifiers=("v1", "v2"))
     logs: list[str] = []
     tr = Trainer(spec, ds, tmp_path / "run", miner, keep_every=2, progress=False, log=logs.append)
     tr.run(follow=False)
