@@ -47,6 +47,7 @@ IGNORE_REASONS: dict[str, str] = {
     "truncated": "the payload is shorter than the pot1 prefix",
     "bad_prefix": "the payload nearly carries the pot1 prefix (its detail says how)",
     "unfunded_bond": "a bond_verifier call without its transfer into the protocol account in the same extrinsic",
+    "unfunded_run": "a start_training_commitment without its stake and escrow transfer in the same extrinsic",
     "decoder_fault": "decoding the payload failed unexpectedly",
     "transport_fault": "reading the payload from its block failed unexpectedly",
 }
@@ -55,7 +56,7 @@ IGNORE_REASONS: dict[str, str] = {
 # Reasons whose decoder message is our own deterministic text about the payload (the field, the
 # rule): an ignored record keeps it, cut to MAX_DETAIL, as its `detail`. Faults keep none.
 DETAILED_REASONS = frozenset({"too_large", "bad_cbor", "bad_shape", "unknown_call", "bad_fields", "truncated",
-                              "bad_prefix", "unfunded_bond"})
+                              "bad_prefix", "unfunded_bond", "unfunded_run"})
 MAX_DETAIL = 240
 
 

@@ -17,6 +17,7 @@ from chain.calls import CallDecodeError, Ignored, decode_call
 
 if TYPE_CHECKING:  # annotations only: the protocol is a reader of transports, not their dependency
     from chain.protocol.params import ProtocolParams
+    from chain.protocol.state import ProtocolState
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,14 @@ class Transport(abc.ABC):
     def block(self, number: int) -> Block:
         """The finalized block `number`, with its protocol calls decoded; a payload with our prefix
         that is not a call goes to `Block.ignored`, and no payload stops the others being read."""
+
+    def settle(self, block: Block, state: ProtocolState) -> Block:
+        """`block` as the protocol applies it under `state`, after the block's own protocol work
+        (so `state.params` are the parameters in force at it): a chain view calls this before it
+        applies a block's calls. A transport whose calls count only under a parameter decides
+        them here (the substrate-remark transport's paid calls, whose price is the network's
+        `planck_per_unit`); the default has none and returns the block as it is."""
+        return block
 
     def submit_payloads(self, payloads: list[bytes], *, wait: bool = True, timeout: float = 60.0) -> Receipt:
         """Submit calls already encoded with `encode_call` (e.g. bytes replayed from a journal).

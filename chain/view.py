@@ -152,6 +152,7 @@ class ChainView:
             if isinstance(ev, BlockWorkFailed):
                 log.error("block %d: %s work on %s failed inside the protocol (%s); undone, the follower goes on",
                           block.number, ev.stage, ev.subject or "the stage", ev.error_type)
+        block = self.transport.settle(block, self.state)  # calls that count under the parameters in force
         for ig in block.ignored:
             log.warning("block %d: payload %d from %s ignored: %s", block.number, ig.position, ig.origin, ig.reason)
             events.append(RemarkIgnored(block.number, ig.position, ig.origin, ig.reason,

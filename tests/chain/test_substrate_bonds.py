@@ -1,30 +1,54 @@
-"""Verifier bonds on Substrate: the keyless bond account, the funding rule on decoded events and
-extrinsics, and (on chopsticks) paid, bare, short and misdirected bonds through the remark
-transport, with the bond account's balance read from System.Account."""
+"""Money on Substrate: the keyless bond account, the funding rule for bonds and run registrations
+(the miner's stake and the verification escrow) on decoded events and extrinsics under the
+network's parameters, and (on chopsticks) paid, bare, short and misdirected bonds and
+registrations through the remark transport, with the bond account's balance read from
+System.Account, and a configure_network record changing planck_per_unit from its block on."""
 
 from __future__ import annotations
 
 import pytest
 from scalecodec.utils.ss58 import ss58_encode
 
-from chain.calls import MAX_DETAIL, BondVerifier, CommitWitness, UnbondVerifier, encode_call
+from chain.calls import (
+    MAX_DETAIL,
+    BondVerifier,
+    CommitWitness,
+    ConfigureNetwork,
+    Ignored,
+    UnbondVerifier,
+    encode_call,
+)
+from chain.protocol.cost import replay_cost, run_escrow
+from chain.protocol.events import ParamsEffective, RemarkIgnored, RunRegistered, VerifierBonded
+from chain.protocol.params import ProtocolParams
+from chain.protocol.state import new_state
 from chain.substrate import BOND_ACCOUNT, PLANCK_PER_UNIT, TransportError, bond_address, connect_substrate
 from chain.substrate.blocks import Executed, _record_event
 from chain.substrate.bonds import (
     MAX_BALANCE,
     BondError,
     bond_planck,
-    check_planck_per_unit,
+    funded_label,
+    funded_units,
     funding_shortfall,
 )
-from chain.substrate.remark import read_extrinsic
+from chain.substrate.remark import assemble, read_extrinsic
 from chain.substrate.scale import blake2_256
+from chain.view import ChainView
 from tests.chain.chopsticks_env import Chopsticks, chopsticks, fresh_chain, unique_key  # noqa: F401
+from tests.chain.runs import SyntheticRun
 
 CID = bytes(range(32))
 ALICE = bytes([1]) * 32
 BOB = bytes([2]) * 32
 P = PLANCK_PER_UNIT
+DEFAULTS = ProtocolParams()
+
+
+def _run_units(call, params: ProtocolParams = DEFAULTS) -> int:
+    """What a registration carries, computed here from the protocol's own cost functions."""
+    blocks = replay_cost(SyntheticRun().spec, params).blocks
+    return params.miner_stake + run_escrow(blocks, params)[1]
 
 
 def _commit(i: int) -> CommitWitness:
@@ -53,23 +77,40 @@ def test_nobody_can_hold_a_key_for_the_bond_account():
     assert x2 != 0 and pow(x2, (p - 1) // 2, p) == p - 1  # a non-residue: no such point
 
 
-def test_planck_per_unit_and_totals_are_checked():
-    assert check_planck_per_unit(1) == 1 and check_planck_per_unit(2**64) == 2**64
-    for bad in (0, -1, 2**64 + 1, True, 1.5, "10"):
-        with pytest.raises(BondError, match="planck_per_unit"):
-            check_planck_per_unit(bad)
+def test_payment_totals_are_checked():
+    assert P == DEFAULTS.planck_per_unit == 10**10  # the parameter's default is the documented value
     assert bond_planck([1, 2], P) == 3 * P and bond_planck([], P) == 0
     assert bond_planck([2**64 - 1], 2**64) == (2**64 - 1) * 2**64 <= MAX_BALANCE
     with pytest.raises(BondError, match="exceed a u128"):
         bond_planck([2**63, 2**63], 2**64)  # 2**128: one planck past a u128
 
 
-def test_connect_refuses_bad_bond_options_before_connecting():
-    # Port 1 has no node: these must be refused before any connection is tried.
-    with pytest.raises(TransportError, match="planck_per_unit must be in"):
-        connect_substrate("ws://127.0.0.1:1", "//Alice", planck_per_unit=0)
-    with pytest.raises(TransportError, match="only applies to kind='remark'"):
-        connect_substrate("ws://127.0.0.1:1", "//Alice", kind="pallet", planck_per_unit=P)
+def test_planck_per_unit_is_no_transport_option():
+    # Port 1 has no node: the option is refused before any connection is tried, on both kinds.
+    for kind in ("remark", "pallet"):
+        with pytest.raises(TransportError, match="planck_per_unit is no transport option: it is the network's"):
+            connect_substrate("ws://127.0.0.1:1", "//Alice", kind=kind, planck_per_unit=P)
+
+
+# --- what a funded call carries ------------------------------------------------------------------
+
+
+def test_a_registration_carries_the_miner_stake_and_the_escrow_under_the_params_in_force():
+    reg = SyntheticRun(miner=ss58_encode(ALICE, 2)).register()
+    assert funded_units(BondVerifier(amount=7), DEFAULTS) == 7
+    units = funded_units(reg, DEFAULTS)
+    assert units == _run_units(reg) and units > DEFAULTS.miner_stake  # the escrow is not nothing
+    # Both halves follow the parameters: the stake, and the fee the escrow is made of.
+    dearer = ProtocolParams(miner_stake=3000, fee_per_replay_block=5)
+    assert funded_units(reg, dearer) == _run_units(reg, dearer) == 3000 + run_escrow(
+        replay_cost(SyntheticRun().spec, dearer).blocks, dearer)[1]
+    label = funded_label(reg, DEFAULTS)
+    assert label == f"start_training_commitment(run {reg.run_id.hex()[:8]}, stake 1000 + escrow {units - 1000})"
+    # A registration the protocol refuses before any money moves carries nothing; nor do other calls.
+    assert funded_units(SyntheticRun().register(spec=b"\x01"), DEFAULTS) is None
+    assert funded_units(SyntheticRun().register(spec=b"\x00" * 20_000), DEFAULTS) is None
+    assert funded_units(UnbondVerifier(amount=3), DEFAULTS) is None
+    assert funded_units(_commit(1), DEFAULTS) is None
 
 
 # --- the funding rule --------------------------------------------------------------------------
@@ -113,10 +154,18 @@ def test_funding_rule_names_what_is_missing():
 
 def test_the_longest_detail_fits_an_ignored_record():
     big = [2**64 - 1, 2**64 - 1]
+    # A registration of a million-unit stake and a ten-million-unit escrow at 10**12 planck a unit.
+    run = "start_training_commitment(run 01234567, stake 1000000 + escrow 10000000)"
     for transfers in ([], [(ALICE, BOB, 1)], [(ALICE, BOND_ACCOUNT, 1)]):
-        for amounts in ([2**64 - 1], big):
-            detail = funding_shortfall(ALICE, transfers, amounts, planck_per_unit=2**64, ss58_format=2)
+        for amounts, labels, unit in (([2**64 - 1], None, 2**64), (big, None, 2**64), ([11_000_000], [run], 10**12)):
+            detail = funding_shortfall(ALICE, transfers, amounts, planck_per_unit=unit, ss58_format=2,
+                                       labels=labels)
             assert len(detail) <= MAX_DETAIL, detail
+    # Past that, the record cuts it: a detail is bounded whatever the numbers.
+    huge = run.replace("1000000", str(2**48)).replace("10000000", str(2**48))
+    detail = funding_shortfall(ALICE, [], [2**49], planck_per_unit=2**63 - 1, ss58_format=2, labels=[huge])
+    assert len(detail) > MAX_DETAIL
+    assert len(Ignored.of(0, "a", b"x", "unfunded_run", detail).detail) == MAX_DETAIL
 
 
 # --- events and extrinsics, as decoded from a block --------------------------------------------
@@ -159,15 +208,15 @@ def _transfer_call() -> dict:
     return {"module": "Balances", "function": "transfer_keep_alive", "inner": []}
 
 
-def _read(calls, transfers, *, signer=ALICE, position=0):
-    """What read_extrinsic makes of one executed extrinsic of `calls` whose events show these transfers."""
+def _read(calls, transfers, *, signer=ALICE, position=0, params=DEFAULTS):
+    """(calls, ignored, next position) of one executed extrinsic of `calls` whose events show these
+    transfers, decided under `params` (None: before the parameters are known)."""
     payloads = [c["remark"] for c in calls if "remark" in c]
     ex = Executed(success=True, remarks=[(signer, blake2_256(p)) for p in payloads], transfers=list(transfers))
     ext = {"address": ss58_encode(signer, 2), "call": _batch(_transfer_call(), *calls)}
-    out_calls: list = []
-    ignored: list = []
     pos = [position]
-    read_extrinsic(ext, ex, "block 1 extrinsic 2", out_calls, ignored, pos, ss58_format=2, planck_per_unit=P)
+    remarks = read_extrinsic(ext, ex, "block 1 extrinsic 2", pos, ss58_format=2, extrinsic=2)
+    out_calls, ignored = assemble(remarks, params, 2, 1)
     return out_calls, ignored, pos[0]
 
 
@@ -213,11 +262,56 @@ def test_a_transfer_to_another_account_or_from_another_signer_pays_nothing():
 def test_a_failed_extrinsic_carries_no_bond():
     payload = encode_call(BondVerifier(amount=1))
     ex = Executed(success=False, failure={"module": "Utility"}, transfers=[(ALICE, BOND_ACCOUNT, P)])
-    calls: list = []
-    ignored: list = []
-    read_extrinsic({"address": ss58_encode(ALICE, 2), "call": _batch(_remark(payload))}, ex, "b", calls,
-                   ignored, [0], ss58_format=2)
-    assert calls == [] and ignored == []
+    assert read_extrinsic({"address": ss58_encode(ALICE, 2), "call": _batch(_remark(payload))}, ex, "b", [0],
+                          ss58_format=2) == []
+
+
+def test_the_payment_is_checked_under_the_params_given():
+    alice, bond = ss58_encode(ALICE, 2), BondVerifier(amount=4)
+    remarks = [_remark(encode_call(_commit(1))), _remark(encode_call(bond))]
+    paid = [(ALICE, BOND_ACCOUNT, 4 * P)]
+    # Before the parameters are known the funded call is undecided: left out, the rest counts.
+    calls, ignored, _ = _read(remarks, paid, params=None)
+    assert calls == [(alice, _commit(1))] and ignored == []
+    assert _read(remarks, paid)[0] == [(alice, _commit(1)), (alice, bond)]
+    # The same payment under a dearer unit is short, and the detail names the unit in force.
+    calls, ignored, _ = _read(remarks, paid, params=ProtocolParams(planck_per_unit=10 * P))
+    assert calls == [(alice, _commit(1))]
+    assert ignored[0].reason == "unfunded_bond"
+    assert ignored[0].detail == (f"amount short: bond_verifier(amount=4) needs {40 * P} planck ({10 * P} per unit); "
+                                 f"the signer paid {4 * P} planck into the bond account")
+
+
+def test_a_registration_must_carry_its_stake_and_escrow():
+    alice = ss58_encode(ALICE, 2)
+    reg = SyntheticRun(miner=alice).register()
+    need = _run_units(reg) * P
+    remark = [_remark(encode_call(reg))]
+    assert _read(remark, [(ALICE, BOND_ACCOUNT, need)])[:2] == ([(alice, reg)], [])
+    calls, ignored, _ = _read(remark, [(ALICE, BOND_ACCOUNT, need - 1)])
+    assert calls == []
+    [ig] = ignored
+    assert (ig.position, ig.reason) == (0, "unfunded_run")
+    assert ig.detail == (f"amount short: {funded_label(reg, DEFAULTS)} needs {need} planck ({P} per unit); "
+                         f"the signer paid {need - 1} planck into the bond account")
+    _, ignored, _ = _read(remark, [])
+    assert ignored[0].detail.startswith(f"no transfer: start_training_commitment(run {reg.run_id.hex()[:8]}, stake")
+    # A registration whose spec the protocol refuses needs nothing here: the protocol refuses it.
+    bad = SyntheticRun(miner=alice).register(spec=b"\x01")
+    assert _read([_remark(encode_call(bad))], [])[:2] == ([(alice, bad)], [])
+
+
+def test_a_bond_and_a_registration_of_one_extrinsic_are_paid_together_or_not_at_all():
+    alice = ss58_encode(ALICE, 2)
+    reg, bond = SyntheticRun(miner=alice).register(), BondVerifier(amount=100)
+    remarks = [_remark(encode_call(bond)), _remark(encode_call(reg))]
+    need = (100 + _run_units(reg)) * P
+    assert [c for _, c in _read(remarks, [(ALICE, BOND_ACCOUNT, need)])[0]] == [bond, reg]
+    calls, ignored, _ = _read(remarks, [(ALICE, BOND_ACCOUNT, need - P)])
+    assert calls == [] and [(ig.position, ig.reason) for ig in ignored] == [(0, "unfunded_bond"), (1, "unfunded_run")]
+    assert ignored[0].detail == ignored[1].detail
+    assert ignored[0].detail.startswith(f"amount short: 2 funded calls (bonds, run registrations) summing to "
+                                        f"{need // P} units need {need} planck")
 
 
 # --- on a real runtime -------------------------------------------------------------------------
@@ -256,6 +350,15 @@ def _remark_call(si, payload: bytes):
     return si.compose_call("System", "remark_with_event", {"remark": payload})
 
 
+def _pay(si, planck: int):
+    return si.compose_call("Balances", "transfer_keep_alive", {"dest": "0x" + BOND_ACCOUNT.hex(), "value": planck})
+
+
+def _settled(t, number: int, params: ProtocolParams = DEFAULTS):
+    """Block `number` as read by `t` and settled under `params` (what a chain view applies)."""
+    return t.settle(t.block(number), new_state(params))
+
+
 @pytest.mark.chopsticks
 def test_a_bond_submitted_through_the_transport_is_paid_and_counts(pair):
     a, b = pair
@@ -264,12 +367,14 @@ def test_a_bond_submitted_through_the_transport_is_paid_and_counts(pair):
     start = _free(a, a.bond_account, before)
     calls = [BondVerifier(amount=3), _commit(1), BondVerifier(amount=2)]
     receipt = a.submit(calls)
-    block = b.block(receipt.block_number)  # any node sees the same
+    # Read, the block leaves its funded calls to the parameters; settled, they count.
+    assert b.block(receipt.block_number).calls == ((a.account, _commit(1)),)
+    block = _settled(b, receipt.block_number)  # any node sees the same
     assert block.calls == tuple((a.account, c) for c in calls) and block.ignored == ()
     assert _free(a, a.bond_account, receipt.block_number) - start == 5 * P
     # A bond re-sent from a journal (submit_payloads) is paid the same way.
     again = a.submit_payloads([encode_call(BondVerifier(amount=1))])
-    assert b.block(again.block_number).calls == ((a.account, BondVerifier(amount=1)),)
+    assert _settled(b, again.block_number).calls == ((a.account, BondVerifier(amount=1)),)
     assert _free(a, a.bond_account, again.block_number) - start == 6 * P
     # Unbonding is a plain remark: nothing comes back from the keyless account.
     out = a.submit([UnbondVerifier(amount=6)])
@@ -283,7 +388,7 @@ def test_a_bare_bond_remark_is_ignored_as_unfunded(pair):
     payload = encode_call(BondVerifier(amount=3))
     start = _free(a, a.bond_account, a.finalized_head())
     receipt = a.submit_remarks([payload, encode_call(_commit(2))])
-    block = b.block(receipt.block_number)
+    block = _settled(b, receipt.block_number)
     assert block.calls == ((a.account, _commit(2)),)
     [ig] = block.ignored
     assert (ig.position, ig.origin, ig.reason, ig.size) == (0, a.account, "unfunded_bond", len(payload))
@@ -298,13 +403,9 @@ def test_a_bare_bond_remark_is_ignored_as_unfunded(pair):
 def test_a_short_or_misdirected_transfer_does_not_fund_the_bond(pair):
     a, b = pair
     payload = encode_call(BondVerifier(amount=2))
-    dest = "0x" + BOND_ACCOUNT.hex()
     start = _free(a, a.bond_account, a.finalized_head())
-    short = _send_batch(a, lambda si: [
-        si.compose_call("Balances", "transfer_keep_alive", {"dest": dest, "value": 2 * P - 1}),
-        _remark_call(si, payload),
-    ])
-    block = b.block(short)
+    short = _send_batch(a, lambda si: [_pay(si, 2 * P - 1), _remark_call(si, payload)])
+    block = _settled(b, short)
     assert block.calls == ()
     [ig] = block.ignored
     assert ig.reason == "unfunded_bond"
@@ -318,27 +419,97 @@ def test_a_short_or_misdirected_transfer_does_not_fund_the_bond(pair):
         si.compose_call("Balances", "transfer_keep_alive", {"dest": b.account, "value": 2 * P}),
         _remark_call(si, payload),
     ])
-    block = b.block(wrong)
+    block = _settled(b, wrong)
     assert block.calls == () and block.ignored[0].reason == "unfunded_bond"
     assert block.ignored[0].detail.endswith(f"the signer paid {b.account}, not the bond account")
     # Two transfers covering the bond together do fund it (the rule sums the extrinsic's transfers).
-    split = _send_batch(a, lambda si: [
-        si.compose_call("Balances", "transfer_keep_alive", {"dest": dest, "value": P}),
-        _remark_call(si, payload),
-        si.compose_call("Balances", "transfer_keep_alive", {"dest": dest, "value": P}),
-    ])
-    assert b.block(split).calls == ((a.account, BondVerifier(amount=2)),)
+    split = _send_batch(a, lambda si: [_pay(si, P), _remark_call(si, payload), _pay(si, P)])
+    assert _settled(b, split).calls == ((a.account, BondVerifier(amount=2)),)
 
 
 @pytest.mark.chopsticks
-def test_planck_per_unit_is_a_transport_setting(chopsticks: Chopsticks):  # noqa: F811
+def test_a_registration_carries_the_miner_stake_and_escrow_and_counts(pair, chopsticks: Chopsticks):  # noqa: F811
+    a, b = pair
+    base = a.finalized_head()
+    view = ChainView(b, DEFAULTS, cursor=base)
+    reg = SyntheticRun(miner=a.account, seed="funded").register()
+    need = _run_units(reg) * P
+    start = _free(a, a.bond_account, base)
+    receipt = a.submit([reg])
+    assert _free(a, a.bond_account, receipt.block_number) - start == need  # exactly stake + escrow
+    events = view.sync()
+    [registered] = [e for e in events if isinstance(e, RunRegistered)]
+    assert (registered.run_id, registered.miner, registered.stake) == (reg.run_id, a.account, DEFAULTS.miner_stake)
+    assert DEFAULTS.miner_stake + registered.escrow == _run_units(reg)
+    assert not [e for e in events if isinstance(e, RemarkIgnored)]
+
+
+@pytest.mark.chopsticks
+def test_an_unfunded_or_underfunded_registration_is_ignored_with_the_reason(pair):
+    a, b = pair
+    view = ChainView(b, DEFAULTS, cursor=a.finalized_head())
+    bare = SyntheticRun(miner=a.account, seed="bare").register()
+    short = SyntheticRun(miner=a.account, seed="short").register()
+    need = _run_units(short) * P
+    n_bare = a.submit_remarks([encode_call(bare)]).block_number
+    n_short = _send_batch(a, lambda si: [_pay(si, need - 1), _remark_call(si, encode_call(short))])
+    events = view.sync()
+    assert not [e for e in events if isinstance(e, RunRegistered)] and view.state.runs == {}
+    ignored = {e.block: e for e in events if isinstance(e, RemarkIgnored)}
+    assert (ignored[n_bare].reason, ignored[n_short].reason) == ("unfunded_run", "unfunded_run")
+    assert ignored[n_bare].detail == (
+        f"no transfer: {funded_label(bare, DEFAULTS)} needs {need} planck ({P} per unit) into "
+        f"{a.bond_account}; none from the signer in this extrinsic")
+    assert ignored[n_short].detail == (
+        f"amount short: {funded_label(short, DEFAULTS)} needs {need} planck ({P} per unit); "
+        f"the signer paid {need - 1} planck into the bond account")
+    assert ignored[n_short].origin == a.account and ignored[n_short].message.startswith("a start_training_commitment")
+
+
+@pytest.mark.chopsticks
+def test_a_registration_the_account_cannot_pay_is_refused_before_sending(chopsticks: Chopsticks):  # noqa: F811
     fresh_chain(chopsticks)
-    t = connect_substrate(chopsticks.url, unique_key("bond-unit"), planck_per_unit=10**11)
+    t = connect_substrate(chopsticks.url, unique_key("poor-miner"))
     try:
-        chopsticks.fund([t.account])
-        start = _free(t, t.bond_account, t.finalized_head())
-        receipt = t.submit([BondVerifier(amount=1)])
-        assert t.block(receipt.block_number).calls == ((t.account, BondVerifier(amount=1)),)
-        assert _free(t, t.bond_account, receipt.block_number) - start == 10**11
+        chopsticks.fund([t.account], amount=10**12)  # fees, but nowhere near stake and escrow
+        reg = SyntheticRun(miner=t.account, seed="poor").register()
+        head = t.finalized_head()
+        with pytest.raises(TransportError, match=r"cannot pay for start_training_commitment\(run .* planck short"):
+            t.submit([reg])
+        assert t.finalized_head() == head and t._chain_next_nonce() == 0  # nothing was sent
     finally:
         t.close()
+
+
+@pytest.mark.chopsticks
+def test_planck_per_unit_follows_the_network_record_from_its_effective_block(pair, chopsticks: Chopsticks):  # noqa: F811
+    a, b = pair  # a configures the network (the first record names its authority); b bonds
+    dear = ProtocolParams(planck_per_unit=10 * P)
+    view = ChainView(b, DEFAULTS, cursor=a.finalized_head())
+    record = a.submit([ConfigureNetwork(params=dear.to_cbor(), effective_block=a.finalized_head() + 4)])
+    effective = record.block_number + 3
+    # Before the record takes effect a bond carries 10**10 planck a unit, and that counts.
+    early = _send_batch(b, lambda si: [_pay(si, 100 * P), _remark_call(si, encode_call(BondVerifier(amount=100)))])
+    assert early < effective
+    chopsticks.new_blocks(effective - b.finalized_head())
+    # From its block on, the same payment is short, under the record's unit.
+    late = _send_batch(b, lambda si: [_pay(si, 100 * P), _remark_call(si, encode_call(BondVerifier(amount=100)))])
+    events = view.sync()
+    assert [e.block for e in events if isinstance(e, ParamsEffective)] == [effective]
+    assert [(e.block, e.amount) for e in events if isinstance(e, VerifierBonded)] == [(early, 100)]
+    [ig] = [e for e in events if isinstance(e, RemarkIgnored)]
+    assert (ig.block, ig.reason) == (late, "unfunded_bond")
+    assert ig.detail == (f"amount short: bond_verifier(amount=100) needs {1000 * P} planck ({10 * P} per unit); "
+                         f"the signer paid {100 * P} planck into the bond account")
+    # The transport pays what the record says: it read the parameters from the view it serves.
+    start = _free(b, b.bond_account, late)
+    paid = b.submit([BondVerifier(amount=100)])
+    assert _free(b, b.bond_account, paid.block_number) - start == 1000 * P
+    assert [(e.block, e.amount) for e in view.sync() if isinstance(e, VerifierBonded)] == [(paid.block_number, 100)]
+    # A transport no view has served reads them from the chain's records.
+    fresh = connect_substrate(chopsticks.url, unique_key("bond-late"))
+    try:
+        chopsticks.fund([fresh.account])
+        assert fresh.submit_params()[0].planck_per_unit == 10 * P
+    finally:
+        fresh.close()
