@@ -36,7 +36,9 @@ from chain.protocol.state import ChallengeState, ProtocolState, RunState
 from commitments import cbor
 from tests.chain.runs import SyntheticRun
 
-LARGEST = ProtocolParams(**{name: hi for name, (_, hi) in PARAM_RANGES.items()},
+PENALTIES = ("no_show_penalty", "outlier_penalty")  # each at most verifier_stake / 2 (two share a unit of bond)
+LARGEST = ProtocolParams(**{name: hi for name, (_, hi) in PARAM_RANGES.items() if name not in PENALTIES},
+                         **dict.fromkeys(PENALTIES, PARAM_RANGES["verifier_stake"][1] // 2),
                          quorum_share=Fraction(MAX_QUORUM_TERM - 1, MAX_QUORUM_TERM),
                          forced_challenge_steps=tuple(range(MAX_DECLARED_STEPS - MAX_CHALLENGES_PER_RUN + 1,
                                                             MAX_DECLARED_STEPS + 1)))
@@ -54,9 +56,6 @@ def _record(**changes) -> bytes:
     return cbor.encode(d)
 
 
-PENALTIES = ("no_show_penalty", "outlier_penalty")  # each at most verifier_stake, one seat's collateral
-
-
 def _params(name: str, value: int) -> ProtocolParams:
     """The default parameters with `name` at `value`, and the penalties' bound, verifier_stake,
     moved with it (a penalty at its maximum needs the largest stake, the least stake no penalty)."""
@@ -71,7 +70,10 @@ def _params(name: str, value: int) -> ProtocolParams:
 @pytest.mark.parametrize("name", sorted(PARAM_RANGES))
 def test_each_parameter_is_refused_one_past_its_bounds_naming_it_its_value_and_range(name):
     lo, hi = PARAM_RANGES[name]
-    assert getattr(_params(name, hi), name) == hi
+    # a penalty's range is 0..MAX_STAKE, but the largest one any parameter set takes is half the
+    # largest verifier_stake (test_a_penalty_is_refused_past_half_of_verifier_stake)
+    most = PARAM_RANGES["verifier_stake"][1] // 2 if name in PENALTIES else hi
+    assert getattr(_params(name, most), name) == most
     assert getattr(_params(name, lo), name) == lo
     for bad in (hi + 1, lo - 1):
         with pytest.raises(ParamRangeError, match=rf"protocol parameter {name} must be .* in {lo}\.\.") as err:
@@ -80,22 +82,24 @@ def test_each_parameter_is_refused_one_past_its_bounds_naming_it_its_value_and_r
 
 
 @pytest.mark.parametrize("name", PENALTIES)
-def test_a_penalty_is_refused_past_verifier_stake(name):
-    """Every penalty of a seat is paid in full from the verifier_stake the seat reserves."""
-    assert getattr(ProtocolParams(verifier_stake=70, **{name: 70}), name) == 70
-    with pytest.raises(ParamRangeError, match=rf"{name} must be a non-negative integer in 0\.\.verifier_stake "
-                                              rf"\(70\): a seat reserves verifier_stake and pays every penalty "
-                                              rf"from it, got 71") as err:
-        ProtocolParams(verifier_stake=70, **{name: 71})
-    assert (err.value.name, err.value.hi) == (name, 70)
+def test_a_penalty_is_refused_past_half_of_verifier_stake(name):
+    """Every penalty is paid in full: a unit of verifier_stake backs a round's seat and a dispute
+    seat at once, so the two penalties they may pay must fit in it."""
+    kw = dict.fromkeys(PENALTIES, 0)
+    assert getattr(ProtocolParams(verifier_stake=71, **{**kw, name: 35}), name) == 35
+    with pytest.raises(ParamRangeError, match=rf"{name} must be a non-negative integer in 0\.\.verifier_stake / 2 "
+                                              rf"\(35\): a unit of bond backs a round's seat and a dispute seat at "
+                                              rf"once, got 36") as err:
+        ProtocolParams(verifier_stake=71, **{**kw, name: 36})
+    assert (err.value.name, err.value.hi) == (name, 35)
     # a record goes through the same check
     with pytest.raises(ParamRangeError, match=name):
-        ProtocolParams.from_cbor(_record(verifier_stake=70, **{name: 71}))
+        ProtocolParams.from_cbor(_record(verifier_stake=70, **{**kw, name: 36}))
 
 
-@pytest.mark.parametrize("name", ["slash_reward_share", "dispute_refusal_share"])
+@pytest.mark.parametrize("name", ["slash_reward_share", "dispute_honest_share"])
 def test_the_v3_shares_are_fractions_in_their_ranges(name):
-    zero_ok = name == "slash_reward_share"  # all of a slash may be burned; a refusal share of 0 is no rule
+    zero_ok = name == "slash_reward_share"  # all of a slash may be burned; an honest share of 0 is no rule
     if zero_ok:
         assert getattr(ProtocolParams(**{name: 0}), name) == 0
     else:
@@ -193,11 +197,11 @@ def test_the_worst_case_bonds_releases_and_penalties_through_the_rules():
     cid = b"\x03" * 32
     rules._open_round(state, run, cid, 0, 1, MAX_BLOCK, bytes(32), round_=MAX_ROUND, first=None, refused_rounds=1)
     ch = state.challenges[cid]
-    assert ch.dispute and ch.committee == [f"v{i}" for i in range(7)]  # one unit each; v7 has no free bond
-    assert state.reserved == ch.held == {f"v{i}": MAX_BOND for i in range(7)}
-    # Asked for MAX_BOND on each of MAX_DISPUTE_SEATS seats (2^60): it pays what its seats hold.
+    assert ch.dispute and ch.committee == [f"v{i}" for i in range(7)]  # one unit each; v7 has no bond left
+    assert ch.held == {f"v{i}": MAX_BOND for i in range(7)} and state.reserved == {}  # held outside `reserved`
+    # Asked for the largest penalty on each of MAX_DISPUTE_SEATS seats (2^59): it pays what its seat holds.
     (taken,) = rules._penalize(state, ch, "v0", LARGEST.no_show_penalty * MAX_DISPUTE_SEATS, "no_commit", MAX_BLOCK)
-    assert taken.amount == MAX_BOND and state.vbonds["v0"] == 0 and "v0" not in state.reserved
+    assert taken.amount == MAX_BOND and state.vbonds["v0"] == 0 and ch.held["v0"] == 0
     assert rules._penalize(state, ch, "v0", MAX_BOND, "outlier", MAX_BLOCK) == []  # nothing left to take
     state.slashed["v1"] = INT63 - 1
     rules._penalize(state, ch, "v1", MAX_BOND, "outlier", MAX_BLOCK)

@@ -261,13 +261,13 @@ def test_a_seat_pays_its_penalty_from_its_reserved_collateral():
     assert [e.amount for e in of(released, P.BondReleased) if e.verifier == "v3"] == [20]
 
 
-def test_a_penalty_is_at_most_one_seats_collateral_and_an_emptied_account_leaves():
-    # No penalty of a seat may exceed what the seat reserves, so every penalty is paid in full.
-    with pytest.raises(ParamRangeError, match="no_show_penalty must be .* in 0..verifier_stake \\(100\\)"):
-        dataclasses.replace(PARAMS, no_show_penalty=101)
+def test_a_penalty_is_at_most_half_a_seats_collateral_and_an_emptied_account_leaves():
+    # A unit of bond backs a round's seat and a dispute seat at once: their two penalties fit in it.
+    with pytest.raises(ParamRangeError, match="no_show_penalty must be .* in 0..verifier_stake / 2 \\(50\\)"):
+        dataclasses.replace(PARAMS, no_show_penalty=51)
     with pytest.raises(ParamRangeError, match="outlier_penalty"):
-        dataclasses.replace(PARAMS, outlier_penalty=101)
-    params = dataclasses.replace(PARAMS, no_show_penalty=100)
+        dataclasses.replace(PARAMS, outlier_penalty=51)
+    params = dataclasses.replace(PARAMS, no_show_penalty=50)
     net = Net({"v1": 100, "v2": 100, "v3": 100}, params)
     ch = net.issue()
     with pytest.raises(P.BondReserved):  # a seated account cannot run from its penalty
@@ -276,8 +276,13 @@ def test_a_penalty_is_at_most_one_seats_collateral_and_an_emptied_account_leaves
     good = net.good(ch)
     events = net.play(ch, {"v1": good, "v2": good})
     (pen,) = of(events, P.VerifierPenalized)
-    assert (pen.verifier, pen.amount) == ("v3", 100) and net.state.slashed["v3"] == 100
-    # Its whole bond went to the penalty: nothing active, unbonding or reserved, so v3 left the registry.
+    assert (pen.verifier, pen.amount) == ("v3", 50) and net.state.slashed["v3"] == 50
+    assert net.state.vbonds["v3"] == 50 and "v3" not in dict(P.eligible_verifiers(net.state))
+    # Below verifier_stake after its penalty, it may still unbond all of it; once that is released
+    # it holds nothing (active, unbonding or reserved) and leaves the registry.
+    (ev,) = net.chain.block(("v3", UnbondVerifier(50)))
+    assert ev.bond == 0 and "v3" in net.state.verifiers
+    net.chain.advance_to(ev.release_block)
     assert "v3" not in net.state.verifiers and "v3" not in net.state.vbonds and "v3" not in net.state.reserved
     assert net.state.verifiers == ["v1", "v2"]
 
@@ -375,35 +380,6 @@ def test_a_second_round_with_its_opening_resolves_honest():
     assert net.state.runs[ch.run_id].slashed == 0
 
 
-def test_the_dispute_round_seats_everyone_and_the_plurality_decides():
-    net = Net(EIGHT)
-    ch = net.issue()
-    net.open(ch)
-    r2 = of(net.play(ch, {}), P.ChallengeIssued)[0]
-    net.open(r2)
-    r3 = of(net.play(r2, {}), P.ChallengeIssued)[0]
-    assert r3.round == 3 == PARAMS.max_rounds and r3.first == ch.challenge_id
-    assert set(r3.committee) == set(EIGHT)  # every eligible verifier (the no-shows kept enough bond)
-    # every free seat unit of the network (fewer than MAX_DISPUTE_SEATS): no draw, and no escalation window
-    units = seat_units([(v, b) for v, b in net.state.vbonds.items()], PARAMS.verifier_stake)
-    assert list(r3.committee) == dispute_seats(digest("pot/test/block/v1", r3.block), r3.challenge_id, units, 4096)
-    assert list(r3.committee) == [v for v, k in units for _ in range(k)]
-    assert r3.escalate_deadline == r3.reveal_deadline
-    net.open(r3)
-    good = net.good(r3)
-    # v2..v5's seats (one per verifier_stake of bond) are below the share of all the seats, but the
-    # largest cluster of the dispute round decides.
-    seats = {v: r3.committee.count(v) for v in set(r3.committee)}
-    assert seats["v1"] > seats["v2"] >= 1  # seats follow the bond
-    honest = ("v2", "v3", "v4", "v5")
-    events = net.play(r3, {**{v: good for v in honest}, "v1": (NOISE, None), "v6": (digest("pot/x", 2), None)})
-    (res,) = of(events, P.ChallengeResolved)
-    top = sum(seats[v] for v in honest)
-    assert Fraction(top, len(r3.committee)) < PARAMS.quorum_share and top > seats["v1"]
-    assert res.verdict == "honest" and res.round == 3 and res.cluster_size == top and res.rechallenge is None
-    assert set(res.outliers) == {"v1", "v6"}
-
-
 def _dispute(net: Net) -> P.ChallengeIssued:
     """The run's challenge taken to its dispute round: two rounds with their openings and no reveal."""
     ch = net.issue()
@@ -411,25 +387,103 @@ def _dispute(net: Net) -> P.ChallengeIssued:
     r2 = of(net.play(ch, {}), P.ChallengeIssued)[0]
     net.open(r2)
     r3 = of(net.play(r2, {}), P.ChallengeIssued)[0]
+    assert r3.round == PARAMS.max_rounds and r3.first == ch.challenge_id
     net.open(r3)
-    assert r3.round == PARAMS.max_rounds
     return r3
 
 
-def test_a_tie_in_the_dispute_round_leaves_the_step_unresolved():
-    """The dispute round's two largest clusters hold as many seats: nothing decides the step. The
-    miner's stake stays locked, and the run's escrow is forfeited (burned) when the run settles."""
-    net = Net({"v1": 1000, "v2": 1000, "v3": 1000, "v4": 1000})  # enough bond to sit through the no-shows
+def test_the_dispute_round_seats_every_unit_and_a_plurality_is_not_enough():
+    """The dispute round seats every unit of bond (no other round open: the whole active bond),
+    proportional, with no escalation window after it; it judges the miner, not the clusters: the
+    step is honest only if the seats backing the miner's value hold more than
+    dispute_honest_share (1/2) of the revealed seats. A plurality of them is fraud."""
+    net = Net(EIGHT)
+    r3 = _dispute(net)
+    assert set(r3.committee) == set(EIGHT)  # every verifier (the no-shows kept enough bond)
+    units = seat_units(sorted(net.state.vbonds.items()), PARAMS.verifier_stake)
+    assert list(r3.committee) == dispute_seats(digest("pot/test/block/v1", r3.block), r3.challenge_id, units, 4096)
+    assert list(r3.committee) == [v for v, k in units for _ in range(k)]  # fewer units than MAX_DISPUTE_SEATS
+    assert r3.escalate_deadline == r3.reveal_deadline
+    assert net.state.reserved == {}  # a dispute round's seats hold outside `reserved`
+    held = net.state.challenges[r3.challenge_id].held
+    assert held == {v: 100 * k for v, k in units}
+    assert all(P.free_bond(net.state, v) == net.state.vbonds[v] - held[v] for v in EIGHT)
+    seats = {v: r3.committee.count(v) for v in set(r3.committee)}
+    assert seats["v1"] > seats["v2"] >= 1  # seats follow the bond
+    good = net.good(r3)
+    honest = ("v2", "v3", "v4", "v5")
+    events = net.play(r3, {**{v: good for v in honest}, "v1": (NOISE, None), "v6": (digest("pot/x", 2), None)})
+    (res,) = of(events, P.ChallengeResolved)
+    top, revealed = sum(seats[v] for v in honest), sum(seats[v] for v in (*honest, "v1", "v6"))
+    assert top > seats["v1"] and top > seats["v6"] and Fraction(top, revealed) <= PARAMS.dispute_honest_share
+    assert res.verdict == "fraud" and res.round == 3 and res.rechallenge is None
+    assert res.winning_value == NOISE and set(res.outliers) == set(honest)  # those who backed the miner
+    assert of(events, P.MinerSlashed)[0].amount == PARAMS.slash_amount
+
+
+def test_the_dispute_round_is_honest_past_the_honest_share_and_its_penalties_pay_its_winners():
+    net = Net(EIGHT)
+    r3 = _dispute(net)
+    seats = {v: r3.committee.count(v) for v in set(r3.committee)}
+    good = net.good(r3)
+    honest = ("v1", "v2", "v3")  # v1's 30 units and two others': more than half of what is revealed
+    events = net.play(r3, {**{v: good for v in honest}, "v4": (NOISE, None), "v5": None})
+    (res,) = of(events, P.ChallengeResolved)
+    revealed = sum(seats[v] for v in (*honest, "v4"))
+    assert Fraction(sum(seats[v] for v in honest), revealed) > PARAMS.dispute_honest_share
+    assert res.verdict == "honest" and res.outliers == ("v4",) and of(events, P.MinerSlashed) == []
+    pens = {(e.verifier, e.why, e.amount) for e in of(events, P.VerifierPenalized)}
+    no_show = {(v, "no_commit", PARAMS.no_show_penalty * seats[v]) for v in ("v6", "v7", "v8")}
+    assert pens == {("v4", "outlier", PARAMS.outlier_penalty * seats["v4"]),
+                    ("v5", "no_reveal", PARAMS.no_show_penalty * seats["v5"]), *no_show}
+    # The dispute round's penalties are not burned: they are its winning seats' pool.
+    pool = sum(a for _, _, a in pens)
+    shared = [e for e in of(events, P.VerifierPaid) if e.why == "dispute_pool"]
+    assert {e.verifier for e in shared} == set(honest)
+    share = pool // sum(seats[v] for v in honest)
+    assert all(e.amount == share * seats[e.verifier] for e in shared)
+    assert not [e for e in of(events, P.Burned) if "dispute_pool" not in e.why]
+
+
+def test_refusals_count_against_the_miner_in_the_dispute_round():
+    """Serving every seat is the miner's duty: refused seats count against it, so a miner that
+    served seats holding only half of the revealed seats is fraud, however right it was there."""
+    net = Net({"v1": 1000, "v2": 1000, "v3": 1000, "v4": 1000})
+    r3 = _dispute(net)
+    seats = {v: r3.committee.count(v) for v in set(r3.committee)}
+    assert seats["v3"] + seats["v4"] <= seats["v1"] + seats["v2"]  # served: at most half the revealed seats
+    refused = refused_pair(r3.challenge_id)
+    good = net.good(r3)
+    events = net.play(r3, {"v1": refused, "v2": refused, "v3": good, "v4": good})
+    (res,) = of(events, P.ChallengeResolved)
+    assert res.verdict == "fraud" and res.winning_value == refused[0]
+    assert res.outliers == ("v3", "v4")  # they backed the miner's value
+    (slash,) = of(events, P.MinerSlashed)
+    assert slash.amount == PARAMS.slash_amount
+    assert {e.verifier for e in of(events, P.VerifierPaid)} == {"v1", "v2"}  # the refused seats' cluster
+
+
+def test_a_tie_in_the_dispute_round_is_not_more_than_half_fraud():
+    net = Net({"v1": 1000, "v2": 1000, "v3": 1000, "v4": 1000})
     r3 = _dispute(net)
     seats = {v: r3.committee.count(v) for v in set(r3.committee)}
     assert seats["v1"] == seats["v2"] > 0
     events = net.play(r3, {"v1": net.good(r3), "v2": (NOISE, None)})
     (res,) = of(events, P.ChallengeResolved)
+    assert res.verdict == "fraud" and res.outliers == ("v1",) and res.winning_value == NOISE
+
+
+def test_too_few_reveals_in_the_dispute_round_leave_the_step_unresolved():
+    """Below the quorum of revealed seats nothing decides the step: the miner's stake stays
+    locked, and the run's escrow is forfeited (burned) when the run settles."""
+    net = Net({"v1": 1000, "v2": 1000, "v3": 1000, "v4": 1000})  # enough bond to sit through the no-shows
+    r3 = _dispute(net)
+    events = net.play(r3, {})
+    (res,) = of(events, P.ChallengeResolved)
     assert res.verdict == "inconclusive" and res.rechallenge is None
-    assert "tie" in res.reason and "unresolved after the dispute round" in res.reason
+    assert "unresolved after the dispute round" in res.reason
     assert of(events, P.ChallengeIssued) == [] and of(events, P.MinerSlashed) == []
-    # nobody won: no fee, and nobody is an outlier of an undecided step
-    assert of(events, P.VerifierPaid) == [] and of(events, P.VerifierOutlier) == []
+    assert of(events, P.VerifierPaid) == []  # nobody won: no fee; the no-shows' penalties are burned
     run = net.state.runs[r3.run_id]
     assert run.slashed == 0 and net.state.bonds["miner"] == run.stake
     assert all(net.state.challenges[c].verdict is not None for c in run.challenges)
@@ -437,50 +491,6 @@ def test_a_tie_in_the_dispute_round_leaves_the_step_unresolved():
     assert (settled.stake_released, settled.escrow_released, settled.unresolved) == (0, 0, 1)
     assert settled.escrow_burned == run.escrow > 0 and run.escrow_left == 0 and run.settled
     assert any(isinstance(e, P.Burned) and e.subject == run.run_id and e.amount == run.escrow for e in events)
-
-
-def test_no_reveal_in_the_dispute_round_leaves_the_step_unresolved():
-    net = Net({"v1": 1000, "v2": 1000, "v3": 1000, "v4": 1000})
-    r3 = _dispute(net)
-    events = net.play(r3, {})
-    (res,) = of(events, P.ChallengeResolved)
-    assert res.verdict == "inconclusive" and res.rechallenge is None and "unresolved" in res.reason
-    (settled,) = of(events, P.RunSettled)
-    assert settled.unresolved == 1 and settled.stake_released == 0
-
-
-def test_refused_seats_of_the_dispute_round_make_it_fraud():
-    """Availability is the miner's duty: refused seats holding dispute_refusal_share (1/2) of the
-    revealed seats make the step fraud, however many seats it did serve; fewer refused seats are
-    set aside (not outliers) and the largest served cluster decides."""
-    net = Net({"v1": 1000, "v2": 1000, "v3": 1000, "v4": 1000})
-    r3 = _dispute(net)
-    assert PARAMS.dispute_refusal_share == Fraction(1, 2)
-    refused = refused_pair(r3.challenge_id)
-    good = net.good(r3)
-    seats = {v: r3.committee.count(v) for v in set(r3.committee)}
-    assert 2 * (seats["v1"] + seats["v2"]) >= len(r3.committee)  # at least half the revealed seats
-    events = net.play(r3, {"v1": refused, "v2": refused, "v3": good, "v4": good})
-    (res,) = of(events, P.ChallengeResolved)
-    assert res.verdict == "fraud" and "serving every seat is the miner's duty" in res.reason
-    assert res.outliers == () and of(events, P.VerifierPenalized) == []  # the served seats are not at fault
-    (slash,) = of(events, P.MinerSlashed)
-    assert slash.amount == PARAMS.slash_amount
-    assert {e.verifier for e in of(events, P.VerifierPaid)} == {"v1", "v2"}  # the refused seats' cluster
-
-
-def test_fewer_refused_seats_than_the_share_are_set_aside_in_the_dispute_round():
-    net = Net({"v1": 1000, "v2": 1000, "v3": 1000, "v4": 1000})
-    r3 = _dispute(net)
-    refused = refused_pair(r3.challenge_id)
-    good = net.good(r3)
-    seats = {v: r3.committee.count(v) for v in set(r3.committee)}
-    assert 2 * seats["v1"] < len(r3.committee) and seats["v2"] + seats["v3"] > seats["v4"]
-    events = net.play(r3, {"v1": refused, "v2": good, "v3": good, "v4": (NOISE, None)})
-    (res,) = of(events, P.ChallengeResolved)
-    assert res.verdict == "honest" and res.outliers == ("v4",)  # v1's refusal is no outlier
-    assert {e.verifier for e in of(events, P.VerifierPenalized)} == {"v4"}
-    assert of(events, P.MinerSlashed) == []
 
 
 def test_a_refused_opening_gets_a_second_window_then_is_fraud():
@@ -627,8 +637,8 @@ def test_snapshots_round_trip_every_field_and_continue_identically():
 
 def test_snapshots_of_older_protocols_are_refused_with_a_clear_message():
     net = _busy_net()
-    for old, gone in (("v1", ("vbonds", "unbonding", "reserved", "burned", "paid")),
-                      ("v2", ("reserved", "burned", "paid"))):
+    for old, gone in (("v1", ("vbonds", "unbonding", "reserved", "staked", "disputes", "burned", "paid")),
+                      ("v2", ("reserved", "staked", "disputes", "burned", "paid"))):
         d = cbor.decode(net.state.to_cbor())
         d["version"] = f"pot/protocol-state/{old}"
         for k in gone:
@@ -642,9 +652,11 @@ def test_snapshots_of_older_protocols_are_refused_with_a_clear_message():
         del d[k]
         with pytest.raises(P.SnapshotError, match="unusable"):
             P.ProtocolState.from_cbor(cbor.encode(d))
-    # Reservations past the active bond are no state the rules can reach.
+    # Escalation stakes are part of the reservations: more staked than reserved is no state the
+    # rules can reach. (Reservations may exceed the active bond: a round's seat and a dispute seat
+    # share a unit, and the dispute's penalty leaves the round's reservation.)
     d = cbor.decode(net.state.to_cbor())
     account = next(iter(d["reserved"]))
-    d["reserved"][account] = d["vbonds"][account] + 1
-    with pytest.raises(P.SnapshotError, match=f"{account!r} has .* reserved of an active bond of"):
+    d["staked"][account] = d["reserved"][account] + 1
+    with pytest.raises(P.SnapshotError, match=f"{account!r} has .* staked on escalations but .* reserved"):
         P.ProtocolState.from_cbor(cbor.encode(d))

@@ -1,16 +1,24 @@
-"""Random call sequences against the protocol (Hypothesis RuleBasedStateMachine), protocol v2.
+"""Random call sequences against the protocol (Hypothesis RuleBasedStateMachine), protocol v3.
 
 Two states receive the same blocks; only the order of reveals inside a block differs between
-them. Verifiers bond and unbond, committees are drawn per challenge, reveals carry the witness
-pair, and inconclusive or refused rounds re-challenge the step.
+them. Verifiers bond and unbond, committees are drawn per challenge from seat units of free bond,
+seats reserve their collateral, reveals carry the witness pair, inconclusive or refused rounds
+re-challenge the step, accounts escalate verdicts to the dispute round (one open at a time, the
+others queued), and winning seats are paid.
 
 Invariants: no reveal without a commit; one commit per verifier per challenge; only committee
 members commit, and the run's miner never sits; verdicts do not depend on the order of reveals;
 registering a run is idempotent; a refused call changes nothing (a commitment mismatch only adds
-its recorded rejection); slashes never exceed stakes; rounds chain to their first round; every
-penalty is for a member of the challenge's committee; no bond goes negative and every bonded unit
-is active, unbonding, released or penalised; an honest miner is never slashed in a round where
-every committee member revealed the honest pair.
+its recorded rejection); slashes never exceed stakes; rounds chain to their first round (an
+escalated one straight to the dispute round); every penalty is for a member of the challenge's
+committee; reservations are exactly what the seats of open rounds below the dispute round and
+the escalation stakes hold (a dispute round's seats hold outside them), at most one dispute round
+is open and an escalated round waits for its own; the registry holds exactly the accounts with
+stake; no bond goes negative and every bonded unit is active, unbonding, released, penalised or
+forfeited, and every paid one came from an escrow, a slash or a dispute's pool; no unit is made or
+lost (what was bonded, staked and escrowed is held, released or burned), and what is burned is the
+Burned events and the penalties of rounds below the dispute round at their own resolution; an
+honest miner is never slashed in a round where every committee member revealed the honest pair.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from chain import protocol as P
-from chain.calls import DeclareWitnessNormBucket, StartTrainingCommitment, UnbondVerifier
+from chain.calls import DeclareWitnessNormBucket, EscalateChallenge, StartTrainingCommitment, UnbondVerifier
 from chain.protocol.params import MAX_COMMITTEE
 from chain.transport import Block
 from challenges.refused import REFUSED_BUCKET, refused_pair
@@ -31,14 +39,17 @@ from commitments.hashing import digest
 from tests.chain.runs import SyntheticRun, bond, proof, witness
 
 PARAMS = P.ProtocolParams(commit_window=3, reveal_window=3, opening_deadline=6, challenge_delay=1,
-                          challenges_per_run=2, quorum_min_reveals=2, committee_size=2, max_rounds=3,
+                          challenges_per_run=2, quorum_min_reveals=2, committee_size=3, max_rounds=3,
                           slash_amount=600, verifier_stake=100, no_show_penalty=30, outlier_penalty=40,
-                          unbonding_delay=6)
+                          unbonding_delay=6, escalation_window=2, escalation_stake=50)
 RUNS = [SyntheticRun(steps=4, seed="A"), SyntheticRun(steps=5, seed="B", profile="torch-native"),
         SyntheticRun(steps=6, seed="C")]
 ACCOUNTS = ["miner", "v1", "v2", "v3", "v4"]
 VERIFIERS = ACCOUNTS[1:]
-FIRST_BONDS = {"v1": 300, "v2": 150, "v3": 100, "v4": 60}  # v4 below the stake until it tops up
+# 14 seat units for the four first challenges' 12 seats (three a round: a winning pair and a
+# dissenter who may escalate); v4's first bond is below verifier_stake, refused
+# (BondBelowMinimum) until it bonds enough.
+FIRST_BONDS = {"v1": 700, "v2": 400, "v3": 300, "v4": 60}
 NOISE = [digest("pot/test/noise", i) for i in range(2)]
 HONEST, REFUSE = 0, 3  # pick choices: 0 the honest pair, 1-2 noise, 3 the refused pair
 TRUE_BUCKET = 0  # the bucket an honest replay of run B gives (and an honest miner declares)
@@ -161,9 +172,40 @@ class ProtocolMachine(RuleBasedStateMachine):
     def bond_more(self, v, amount):
         self._queue([(v, bond(amount))])
 
-    @rule(v=st.sampled_from(VERIFIERS), amount=st.sampled_from([10, 50, 150, 10_000]))
+    @rule(v=st.sampled_from(VERIFIERS), amount=st.sampled_from([10, 50, 100, 150, 10_000, "all", "free"]))
     def unbond(self, v, amount):
-        self._queue([(v, UnbondVerifier(amount))])  # more than the active bond: AmountOverBond
+        # more than the active bond: AmountOverBond; than the free bond: BondReserved; a rest below
+        # verifier_stake: BondBelowMinimum
+        if amount == "all":
+            amount = max(1, self.main.vbonds.get(v, 0))
+        elif amount == "free":
+            amount = max(1, P.free_bond(self.main, v))
+        self._queue([(v, UnbondVerifier(amount))])
+
+    @precondition(lambda self: self.main.challenges)
+    @rule(i=st.integers(0, 7), who=st.sampled_from(ACCOUNTS))
+    def escalate(self, i, who):
+        """Anyone's escalation of any challenge, the run's miner included (often refused:
+        NotEscalable, InsufficientFreeBond)."""
+        self._queue([(who, EscalateChallenge(self._challenge(i).challenge_id))])
+
+    @rule()
+    def dissenters_escalate(self):
+        """Every seat that revealed another value than the round's winning one escalates it, for
+        the rounds whose escalation window the next block falls in."""
+        for ch in sorted(self.main.challenges.values(), key=lambda c: c.challenge_id):
+            self._queue(self._dissent(ch, self.number + 1))
+
+    def _dissent(self, ch, n):
+        """The escalations of round `ch`'s dissenting seats, if block n is in its escalation window."""
+        if ch.verdict is not None or ch.dispute or not ch.reveal_deadline < n <= ch.escalate_deadline:
+            return []
+        result = P.round_result(self.main, ch.challenge_id)
+        if result.verdict not in ("honest", "fraud"):
+            return []
+        value = (lambda r: r[0]) if ch.mode == "value" else (lambda r: r[1])
+        return [(v, EscalateChallenge(ch.challenge_id)) for v in sorted(ch.reveals)
+                if value(ch.reveals[v]) != result.winning_value and v not in ch.escalations]
 
     @precondition(lambda self: self.main.challenges)
     @rule(i=st.integers(0, 7), how=st.sampled_from(["honest", "honest", "honest", "wrong-leaf", "not-miner"]),
@@ -216,11 +258,12 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: any(ch.verdict is None for ch in self.main.challenges.values()))
     @rule(silent=st.sets(st.sampled_from(VERIFIERS), max_size=1), noisy=st.sets(st.sampled_from(VERIFIERS), max_size=1),
-          refuse=st.booleans(), blocks=st.integers(1, 3))
-    def everyone_next(self, silent, noisy, refuse, blocks):
+          refuse=st.booleans(), blocks=st.integers(1, 3), dissent=st.booleans())
+    def everyone_next(self, silent, noisy, refuse, blocks, dissent):
         """Every open challenge moves on by one honest step per block (the miner opens, the
         committee commits, then reveals what it committed), except that `silent` verifiers stay
-        away, `noisy` ones commit noise, and with `refuse` the committee refuses the opening."""
+        away, `noisy` ones commit noise, with `refuse` the committee refuses the opening, and with
+        `dissent` the seats outside a round's winning cluster escalate it."""
         for _ in range(blocks):
             n = self.number + 1
             for ch in sorted(self.main.challenges.values(), key=lambda c: c.challenge_id):
@@ -237,6 +280,8 @@ class ProtocolMachine(RuleBasedStateMachine):
                     calls = [(v, self._witness(ch, v, *self.committed[(ch.challenge_id, v)])[1])
                              for v in sorted(ch.commitments) if v not in ch.reveals and v not in silent]
                     self._queue(calls, list(reversed(calls)))
+                elif dissent:
+                    self._queue(self._dissent(ch, n))
             self._seal()
 
     @precondition(lambda self: self.main.challenges)
@@ -280,7 +325,8 @@ class ProtocolMachine(RuleBasedStateMachine):
     @invariant()
     def verdict_independent_of_reveal_order(self):
         def resolved(events):
-            kinds = P.ChallengeResolved | P.MinerSlashed | P.VerifierOutlier | P.VerifierPenalized | P.ChallengeIssued
+            kinds = (P.ChallengeResolved | P.MinerSlashed | P.VerifierOutlier | P.VerifierPenalized | P.ChallengeIssued
+                     | P.VerifierPaid | P.Burned | P.EscalationSettled | P.RunSettled)
             return [e for e in events if isinstance(e, kinds)]
 
         def canonical(state):
@@ -305,6 +351,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         for run in self.main.runs.values():
             assert 0 <= run.slashed <= run.stake
             assert run.drawn <= PARAMS.challenges_per_run
+            assert 0 <= run.escrow_left <= run.escrow and (not run.settled or run.escrow_left == 0)
         for ch in self.main.challenges.values():
             assert 1 <= ch.step <= ch.size - 1
             assert ch.opening_deadline < ch.commit_deadline < ch.reveal_deadline
@@ -315,16 +362,21 @@ class ProtocolMachine(RuleBasedStateMachine):
         for ch in self.main.challenges.values():
             assert 1 <= ch.round <= p.max_rounds + 1  # a refused dispute round reopens once more
             seats = None if ch.round >= p.max_rounds else min(p.committee_size << (ch.round - 1), MAX_COMMITTEE)
-            # drawn: exactly the round's seats; a network no larger than them: everyone sits, with a
-            # seat per verifier_stake of bond
-            assert seats is None or len(ch.committee) == seats or len(set(ch.committee)) <= seats
+            # drawn without replacement: the round's seats, or every free unit when there are fewer
+            assert ch.dispute == (seats is None)
+            assert seats is None or len(ch.committee) <= seats
             if ch.round == 1:
-                assert ch.first is None
+                assert ch.first is None and ch.escalated is None
+                assert 1 <= len(ch.committee) <= p.committee_size  # a first round waits for a free unit
                 continue
             first = self.main.challenges[ch.first]
             assert first.round == 1 and (first.run_id, first.step, first.index) == (ch.run_id, ch.step, ch.index)
             prev = [c for c in self.main.challenges.values() if c.rechallenge == ch.challenge_id]
-            assert len(prev) == 1 and prev[0].round == ch.round - 1 and prev[0].verdict == "inconclusive"
+            assert len(prev) == 1 and prev[0].verdict == "inconclusive"
+            if ch.escalated is not None:  # an escalation goes straight to the dispute round
+                assert ch.escalated == prev[0].challenge_id and ch.dispute and prev[0].round < ch.round
+            else:
+                assert prev[0].round == ch.round - 1
         for ch in self.main.challenges.values():
             if ch.rechallenge is not None:
                 assert ch.verdict == "inconclusive" and ch.rechallenge in self.main.challenges
@@ -341,7 +393,7 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     @invariant()
     def bonds_never_negative_and_conserved(self):
-        bonded, released, penalized = Counter(), Counter(), Counter()
+        bonded, released, penalized, paid, forfeited = Counter(), Counter(), Counter(), Counter(), Counter()
         for e in self.events:
             if isinstance(e, P.VerifierBonded):
                 bonded[e.verifier] += e.amount
@@ -349,13 +401,75 @@ class ProtocolMachine(RuleBasedStateMachine):
                 released[e.verifier] += e.amount
             elif isinstance(e, P.VerifierPenalized):
                 penalized[e.verifier] += e.amount
+            elif isinstance(e, P.VerifierPaid):
+                paid[e.verifier] += e.amount
+            elif isinstance(e, P.EscalationSettled):
+                forfeited[e.verifier] += e.forfeited
         for v in set(bonded) | set(self.main.vbonds) | set(self.main.unbonding):
             active = self.main.vbonds.get(v, 0)
             waiting = [x[1] for x in self.main.unbonding.get(v, [])]
             assert active >= 0 and all(w >= 0 for w in waiting)
-            assert active + sum(waiting) == bonded[v] - released[v] - penalized[v], v
+            assert active + sum(waiting) == bonded[v] - released[v] - penalized[v] - forfeited[v] + paid[v], v
             miner_slashes = sum(r.slashed for r in self.main.runs.values() if r.miner == v)
-            assert self.main.slashed.get(v, 0) == penalized[v] + miner_slashes
+            assert self.main.slashed.get(v, 0) == penalized[v] + forfeited[v] + miner_slashes
+            assert self.main.paid.get(v, 0) == paid[v]
+
+    @invariant()
+    def reservations_are_what_open_seats_and_escalations_hold(self):
+        s = self.main
+        held, staked = Counter(), Counter()
+        for ch in s.challenges.values():
+            open_ = ch.verdict is None or ch.pending
+            assert open_ or not any(ch.held.values()), "a settled round still holds collateral"
+            for a, amount in ch.held.items():
+                assert 0 <= amount <= ch.collateral * ch.committee.count(a)  # a seat holds verifier_stake
+                if not ch.dispute:  # a dispute round's seats hold outside `reserved`
+                    held[a] += amount
+            for a, (disputed, stake) in ch.escalations.items():
+                assert open_ and not ch.dispute and disputed in ("honest", "fraud") and stake > 0
+                held[a] += stake
+                staked[a] += stake
+            if ch.pending:  # an escalated round waits for its dispute round: queued, or open
+                children = [c for c in s.challenges.values() if c.escalated == ch.challenge_id]
+                if ch.queued:
+                    assert children == [] and ch.challenge_id in [d[0] for d in s.disputes]
+                else:
+                    assert len(children) == 1 and children[0].verdict is None and children[0].dispute
+        assert s.reserved == {a: x for a, x in held.items() if x}
+        assert s.staked == {a: x for a, x in staked.items() if x}
+        assert all(x <= s.vbonds.get(a, 0) for a, x in s.staked.items())  # every stake can be forfeited in full
+        assert sum(1 for c in s.challenges.values() if c.dispute and c.verdict is None) <= 1
+        for cid, _, _ in s.disputes:
+            assert s.challenges[cid].queued and s.challenges[cid].rechallenge is None
+
+    @invariant()
+    def the_registry_holds_exactly_the_accounts_with_stake(self):
+        s = self.main
+        assert len(set(s.verifiers)) == len(s.verifiers)
+        holding = {a for a in s.verifiers if s.vbonds.get(a, 0) or s.unbonding.get(a) or s.reserved.get(a)}
+        assert set(s.verifiers) == holding
+        assert set(s.vbonds) | set(s.unbonding) | set(s.reserved) <= set(s.verifiers)
+
+    @invariant()
+    def no_unit_is_made_or_lost(self):
+        """What was bonded, staked and escrowed is held (active, unbonding, a run's unslashed stake,
+        its escrow left), released (unbonded, or a settled run's escrow) or burned; and everything
+        burned is a penalty or a Burned event."""
+        s = self.main
+        ins = sum(e.amount for e in self.events if isinstance(e, P.VerifierBonded))
+        ins += sum(e.stake + e.escrow for e in self.events if isinstance(e, P.RunRegistered))
+        held = sum(s.vbonds.values()) + sum(x[1] for w in s.unbonding.values() for x in w)
+        held += sum(r.stake - r.slashed + r.escrow_left for r in s.runs.values())
+        out = sum(e.amount for e in self.events if isinstance(e, P.BondReleased))
+        out += sum(e.escrow_released for e in self.events if isinstance(e, P.RunSettled))
+        assert ins == held + out + s.burned
+        # A round below the dispute round burns the penalties of its own resolution; the dispute
+        # round's, and those it charges the escalated round it settles, pay its winning seats.
+        resolved_at = {e.challenge_id: e.block for e in self.events if isinstance(e, P.ChallengeResolved)}
+        burns = sum(e.amount for e in self.events if isinstance(e, P.Burned))
+        burns += sum(e.amount for e in self.events if isinstance(e, P.VerifierPenalized)
+                     and not s.challenges[e.challenge_id].dispute and e.block == resolved_at[e.challenge_id])
+        assert s.burned == burns
 
     @invariant()
     def an_honest_miner_with_an_honest_committee_is_never_slashed(self):

@@ -121,11 +121,13 @@ def test_a_snapshot_resealed_under_another_key_is_refused(tmp_path, saved):
     (("vbonds", "nobody"), 5, "never bonded as verifiers"),
     (("runs", 0, "extra"), 1, r"runs\[0\]: unknown field"),
     # protocol v3's fields
-    (("reserved", "v1"), 10**9, "'v1' has 1000000000 reserved of an active bond of 100"),
+    (("staked", "v1"), 10**9, "'v1' has 1000000000 staked on escalations but 0 reserved"),
+    (("disputes",), [[b"\x01" * 32, 3]], r"disputes\[0\] must be \[round id, round, reopened\]"),
     (("runs", 0, "escrow_left"), 10**9, "holds more escrow than it escrowed"),
     (("runs", 0, "settled"), 1, r"runs\[0\].settled must be true or false"),
     (("challenges", 0, "held"), [1], r"challenges\[0\].held must be a map"),
-    (("challenges", 0, "escalations"), {"v1": [b"x", 1]}, r"escalations\['v1'\] value must be 32 bytes"),
+    (("challenges", 0, "escalations"), {"v1": ["maybe", 1]}, r"escalations\['v1'\] verdict must be one of honest, fraud"),
+    (("challenges", 0, "queued"), 0, r"challenges\[0\].queued must be true or false"),
     (("challenges", 0, "dispute"), 1, r"challenges\[0\].dispute must be true or false"),
     (("burned",), -1, r"burned must be an integer in 0\.\."),
 ])

@@ -110,8 +110,8 @@ def test_a_call_that_breaks_the_protocol_is_recorded_not_fatal(tmp_path):
 
 
 @pytest.mark.parametrize(("old_version", "gone"), [
-    ("v1", ("vbonds", "unbonding", "reserved", "burned", "paid")),  # before verifier bonds
-    ("v2", ("reserved", "burned", "paid")),  # before seat collateral, fees and burns
+    ("v1", ("vbonds", "unbonding", "reserved", "staked", "disputes", "burned", "paid")),  # before verifier bonds
+    ("v2", ("reserved", "staked", "disputes", "burned", "paid")),  # before seat collateral, fees and burns
 ])
 def test_a_snapshot_of_an_older_protocol_is_refused_naming_the_file_and_the_versions(tmp_path, old_version, gone):
     from commitments import cbor
