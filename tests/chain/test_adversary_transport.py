@@ -18,16 +18,17 @@ from challenges.refused import REFUSED_BUCKET, refused_pair
 from commitments.hashing import digest
 from tests.chain.runs import SyntheticRun, witness
 
-# Every verifier sits when the network is no larger than the committee; four verifiers here.
+# Every seat unit (verifier_stake of free bond) is a seat when the network holds no more units than
+# the committee has seats: four verifiers here, with at most 8 units between them.
 PARAMS = P.ProtocolParams(commit_window=8, reveal_window=8, opening_deadline=4, challenges_per_run=1,
-                          challenge_delay=2, quorum_min_reveals=2, committee_size=5, max_rounds=3,
+                          challenge_delay=2, quorum_min_reveals=2, committee_size=8, max_rounds=3,
                           verifier_stake=100, no_show_penalty=50, outlier_penalty=50)
 VERIFIERS = ("v1", "v2", "v3", "v4")
 
 
 @pytest.fixture(params=["dev", pytest.param("chopsticks", marks=pytest.mark.chopsticks)])
 def network(request, tmp_path):
-    """conftest's transports, with this file's parameters (four verifiers, all on every committee)."""
+    """conftest's transports, with this file's parameters (four verifiers, every unit on every committee)."""
     if request.param == "dev":
         from tests.chain.network import DevNetwork
 
@@ -84,7 +85,7 @@ class Play:
         self.advance_to(ch.commit_deadline)
         for name in names:
             self.submit(name, pairs[name][1])
-        self.advance_to(ch.reveal_deadline + 1)
+        self.advance_to(ch.escalate_deadline + 1)
         return next(e for e in self.view.of(P.ChallengeResolved) if e.challenge_id == ch.challenge_id)
 
     def play(self, act_by_round) -> list[P.ChallengeResolved]:

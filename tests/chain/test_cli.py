@@ -91,12 +91,14 @@ def test_events_use_recorded_params(tmp_path):
     t = DevTransport(db, "miner")
     t.record_params(ProtocolParams(challenge_delay=1, challenges_per_run=1, forced_challenge_steps=(7,)))
     run = SyntheticRun()
+    DevTransport(db, "v1").submit([bond(100)])  # one seat unit: a challenge waits for a seat to sit
     t.submit([run.register()])
     t.submit([run.submit_full_root()])
     t.seal()
     r = pot("events", "--chain", f"dev://{db}", "--json")
     issued = [json.loads(x) for x in r.output.splitlines() if '"ChallengeIssued"' in x]
-    assert len(issued) == 1 and issued[0]["step"] == 7 and issued[0]["block"] == 3
+    assert len(issued) == 1 and issued[0]["step"] == 7 and issued[0]["block"] == 4  # the root's block + 1
+    assert issued[0]["committee"] == ["v1"]
 
 
 def _challenged_chain(db):
@@ -117,7 +119,7 @@ def _challenged_chain(db):
     t.submit([run.opening(cid, 3)])
     DevTransport(db, "v1").submit([witness(cid, "v1", run.value_hash(3))[0]])
     DevTransport(db, "v3").submit([UnbondVerifier(50)])
-    while t.finalized_head() <= ch["reveal_deadline"]:
+    while t.finalized_head() <= ch["escalate_deadline"]:  # a round resolves after its escalation window
         t.seal()
     return run, ch
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from chain import protocol as P
-from chain.calls import ConfigureNetwork, encode_call
+from chain.calls import BondVerifier, ConfigureNetwork, encode_call
 from chain.dev import DevTransport
 from chain.network import NetworkParamsError, check_pinned, read_network, resolve_params
 from chain.protocol import ProtocolParams, ProtocolState
@@ -96,7 +96,8 @@ def test_a_change_applies_from_its_block_and_never_to_what_came_before():
     the new challenge delay."""
     state = P.new_state(BASE)
     early, late = SyntheticRun(steps=4, seed="early", miner="m1"), SyntheticRun(steps=4, seed="late", miner="m2")
-    _step(state, 1, ("alice", _configure(BASE, 2)), ("m1", early.register()), ("m2", late.register()))
+    seats = [(f"v{i}", BondVerifier(BASE.verifier_stake)) for i in range(BASE.committee_size)]  # a committee's seats
+    _step(state, 1, ("alice", _configure(BASE, 2)), ("m1", early.register()), ("m2", late.register()), *seats)
     _step(state, 2, ("m1", early.submit_full_root()))  # challenges at 2 + 1
     issued = [e for e in _step(state, 3, ("alice", _configure(OTHER, 5))) if isinstance(e, P.ChallengeIssued)]
     assert len(issued) == 1 and issued[0].commit_deadline == 3 + 2 + 2  # under BASE

@@ -32,17 +32,21 @@ def chain(tmp_path):
 
 def test_each_call_of_a_transaction_gets_its_own_outcome(chain):
     view = follower_view(chain)
-    out = submit_and_read(chain, [BondVerifier(100), UnbondVerifier(30), UnbondVerifier(500)], view, timeout=10)
+    out = submit_and_read(chain, [BondVerifier(130), UnbondVerifier(30), UnbondVerifier(500), UnbondVerifier(50)],
+                          view, timeout=10)
     assert out.block == 1 and not out.ok
-    bond, unbond, over = out.calls
-    assert bond.ok and bond.events[0].code == "VerifierBonded" and bond.events[0].bond == 100
+    bond, unbond, over, dust = out.calls
+    assert bond.ok and bond.events[0].code == "VerifierBonded" and bond.events[0].bond == 130
     assert unbond.ok and (unbond.events[0].amount, unbond.events[0].release_block) == (30, 11)
     assert not over.ok and over.refusal.refusal == "AmountOverBond" and over.refusal.block == 1
-    assert [r.refusal for r in out.refusals] == ["AmountOverBond"]
+    assert not dust.ok and dust.refusal.refusal == "BondBelowMinimum"  # 50 would be left: less than one seat
+    assert [r.refusal for r in out.refusals] == ["AmountOverBond", "BondBelowMinimum"]
     assert out.words().splitlines() == [
-        "bond_verifier accepted in block 1: v1 bonded 100; its active bond is now 100",
-        "unbond_verifier accepted in block 1: 30 unbonding, released at block 11; the active bond of v1 is now 70",
-        "unbond_verifier refused in block 1: AmountOverBond: 'v1' has an active bond of 70; it cannot unbond 500",
+        "bond_verifier accepted in block 1: v1 bonded 130; its active bond is now 130",
+        "unbond_verifier accepted in block 1: 30 unbonding, released at block 11; the active bond of v1 is now 100",
+        "unbond_verifier refused in block 1: AmountOverBond: 'v1' has an active bond of 100; it cannot unbond 500",
+        "unbond_verifier refused in block 1: BondBelowMinimum: unbonding 50 would leave 50, below verifier_stake "
+        "(100): unbond all of it, or at most 0",
     ]
     assert view.cursor == 1 and {e.code for e in out.synced} >= {"VerifierBonded", "CallRefused"}
 
@@ -52,7 +56,7 @@ def test_another_accounts_refusal_in_the_same_block_is_not_ours(tmp_path):
     sealer = DevTransport(path, "v2", sealing="interval")
     sealer.record_params(PARAMS)
     ours = DevTransport(path, "v1")
-    ours.submit([BondVerifier(10)], wait=False)
+    ours.submit([BondVerifier(110)], wait=False)
     sealer.seal()  # block 1
 
     def submit(calls, timeout):
@@ -63,7 +67,7 @@ def test_another_accounts_refusal_in_the_same_block_is_not_ours(tmp_path):
         return Receipt(receipt.tx_hash, n, h)
 
     out = submit_and_read(ours, [UnbondVerifier(4)], ChainView(ours, PARAMS), timeout=10, submit=submit)
-    assert out.ok and out.block == 2 and out.calls[0].events[0].bond == 6
+    assert out.ok and out.block == 2 and out.calls[0].events[0].bond == 106
     assert [(e.origin, e.refusal) for e in out.synced if e.code == "CallRefused"] == [("v2", "NotBonded")]
 
 

@@ -75,8 +75,9 @@ class Flow:
         return pairs
 
     def resolve(self, ch) -> list[P.Event]:
-        self.advance_to(ch.reveal_deadline + 1)
-        return [e for e in self.view.events if e.block == ch.reveal_deadline + 1 or isinstance(e, P.MinerSlashed)]
+        """The events of the block the round resolves at: after its escalation window."""
+        self.advance_to(ch.escalate_deadline + 1)
+        return [e for e in self.view.events if e.block == ch.escalate_deadline + 1 or isinstance(e, P.MinerSlashed)]
 
 
 def test_registration_is_idempotent_and_conflicts_refused(network):
@@ -125,7 +126,9 @@ def test_honest_challenge_with_outlier(network):
     flow.open(ch)
     good = flow.run.value_hash(ch.step)
     flow.witnesses(ch, {"v1": good, "v2": good, "v3": digest("pot/noise", 3)})
-    resolved, outlier, penalty = [e for e in flow.resolve(ch) if not isinstance(e, P.CallRefused)]
+    events = flow.resolve(ch)
+    resolved, outlier, penalty = [e for e in events if isinstance(e, (P.ChallengeResolved, P.VerifierOutlier,
+                                                                      P.VerifierPenalized))]
     assert isinstance(resolved, P.ChallengeResolved)
     assert resolved.verdict == "honest" and resolved.cluster_size == 2 and resolved.reveals == 3
     assert resolved.winning_value == good
@@ -134,10 +137,17 @@ def test_honest_challenge_with_outlier(network):
     assert isinstance(penalty, P.VerifierPenalized) and penalty.verifier == network.account("v3")
     assert penalty.why == "outlier"
     assert flow.view.of(P.MinerSlashed) == []
+    # The winning seats are paid their fee from the run's escrow; the run settles, its stake released.
+    fee = flow.view.state.runs[flow.run.run_id].seat_fee
+    paid = {e.verifier: e.amount for e in events if isinstance(e, P.VerifierPaid)}
+    assert paid == {network.account("v1"): fee, network.account("v2"): fee} and fee > 0
+    (settled,) = [e for e in events if isinstance(e, P.RunSettled)]
+    assert settled.stake_released == network.params.miner_stake and settled.escrow_burned == 0
     stake = network.params.verifier_stake
     assert flow.view.state.bonds[network.account("v1")] == stake
-    assert flow.view.state.vbonds[network.account("v1")] == stake
+    assert flow.view.state.vbonds[network.account("v1")] == stake + fee
     assert flow.view.state.vbonds[network.account("v3")] == stake - penalty.amount
+    assert flow.view.state.reserved == {}
 
 
 def test_fraud_slashes_the_miner(network):
