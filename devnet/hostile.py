@@ -32,7 +32,7 @@ from commitments import cbor, merkle
 from commitments.hashing import digest
 from commitments.spec import Spec
 from devnet.forge import max_opening_bytes
-from devnet.lab import CHALLENGED, Lab, Prover, Serve
+from devnet.lab import CHALLENGED, Lab, Prover, Serve, bond_seats
 from devnet.procs import REPO, free_port
 from node.api import create_app
 from node.config import NodeConfig
@@ -188,6 +188,7 @@ def _chain_with(lab: Lab, name: str, payloads: list[bytes]) -> tuple[Path, bytes
     attacker = DevTransport(path, "attacker", sealing="instant")
     attacker.record_params(lab.params)
     attacker.submit_payloads(payloads)
+    bond_seats(path, lab.params)  # the committees' seats, so the honest run is challenged after the payloads
     run_id, nonce = _owned("miner", "honest-after-hostile")
     miner = DevTransport(path, "miner")
     miner.submit(_honest_registration(lab, run_id, nonce)[:1])

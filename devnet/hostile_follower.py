@@ -10,7 +10,7 @@ from chain.protocol.events import BlockWorkFailed
 from chain.view import SNAPSHOT_DOMAIN, ChainView, seal_snapshot, snapshot_key
 from commitments import cbor
 from devnet.hostile import _honest_registration, _owned, probe
-from devnet.lab import Lab
+from devnet.lab import Lab, bond_seats
 
 KIND = "a block or snapshot the follower chokes on"
 
@@ -22,6 +22,7 @@ def _two_runs(lab: Lab, name: str) -> tuple[Path, bytes, bytes]:
     path.unlink(missing_ok=True)
     miner = DevTransport(path, "miner", sealing="instant")
     miner.record_params(lab.params)
+    bond_seats(path, lab.params)  # the committees' seats: no challenge is drawn without them
     ids = []
     for tag in ("follower-a", "follower-b"):
         run_id, nonce = _owned("miner", tag)

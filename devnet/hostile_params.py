@@ -11,7 +11,7 @@ from chain.protocol.events import CallRefused, NetworkConfigured
 from chain.view import ChainView
 from commitments import cbor
 from devnet.hostile import _honest_registration, _owned, probe
-from devnet.lab import Lab
+from devnet.lab import Lab, bond_seats
 
 KIND = "a hostile authority record"
 OPERATOR = "operator"  # the account that creates each probe's chain: its authority
@@ -26,15 +26,17 @@ def _record(lab: Lab, effective: int, **changes: int) -> ConfigureNetwork:
 
 
 def _chain_with_record(lab: Lab, name: str, sender: str, record: ConfigureNetwork) -> tuple[Path, bytes]:
-    """A fresh instant dev chain made by OPERATOR: `sender`'s record in block 1, then an honest
-    registration (blocks 2-3) and blocks sealed past the record's effective block and the stalls a
-    huge delay would cause (the next challenge draw, the next snapshot)."""
+    """A fresh instant dev chain made by OPERATOR: `sender`'s record in block 1, the committees'
+    seats bonded (block 2), an honest registration (blocks 3-4) and blocks sealed past the record's
+    effective block and the stalls a huge delay would cause (the next challenge draw, the next
+    snapshot)."""
     path = lab.dir / "hostile" / f"{name}.db"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.unlink(missing_ok=True)
     operator = DevTransport(path, OPERATOR, sealing="instant")
     operator.record_params(lab.params)
     DevTransport(path, sender).submit([record])
+    bond_seats(path, lab.params)  # the committees' seats: the honest run's challenges are drawn
     run_id, nonce = _owned("miner", f"honest-after-{name}")
     miner = DevTransport(path, "miner")
     calls = _honest_registration(lab, run_id, nonce)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from chain import protocol as P
-from chain.calls import StartTrainingCommitment, SubmitCheckpointRoot, derive_run_id
+from chain.calls import BondVerifier, StartTrainingCommitment, SubmitCheckpointRoot, derive_run_id
 from chain.dev import DevTransport
 from chain.protocol import ProtocolParams
 from chain.view import ChainView
@@ -31,6 +31,18 @@ STEPS = 6
 SPEC = {"steps": STEPS, "model": {"kind": "mlp", "block_size": 16, "hidden": [32]},
         "batch": {"batch_size": 4, "seq_len": 16}, "rng": {"seed": 7, "schedule_seed": 11}}
 CORPUS_BYTES = 200_000
+LAB_VERIFIER = "lab-seats"  # the account whose bond backs the committees' seats (it never commits)
+LAB_SEATS = 4096  # seat units of its bond: more challenges than the probes ever open at once
+
+
+def bond_seats(path: Path, params: ProtocolParams) -> None:
+    """Bond LAB_VERIFIER's LAB_SEATS seat units on the dev chain at `path` (one block): a chain's
+    challenges are issued only while a committee's seats are free."""
+    seats = DevTransport(path, LAB_VERIFIER, sealing="instant")
+    try:
+        seats.submit([BondVerifier(amount=LAB_SEATS * params.verifier_stake)])
+    finally:
+        seats.close()
 
 
 class RedTeamError(RuntimeError):
@@ -156,13 +168,17 @@ class Lab:
         log(f"preparing the default corpus ({CORPUS_BYTES} bytes) in {corpus}")
         prepare_default_corpus(corpus, max_bytes=CORPUS_BYTES)
         self.dataset = Dataset.open(corpus, self.spec.sample_len, vocab_size=self.spec.model.vocab_size)
-        # Every step of every run is challenged, the attacked one first.
+        # Every step of every run is challenged, the attacked one first. A challenge is issued only
+        # when a committee's seats are free (each reserves verifier_stake of a bond until its round
+        # is settled): one seat a committee, and one bonded account backing LAB_SEATS of them, so the
+        # challenges of every run the probes register sit side by side.
         self.params = ProtocolParams(challenges_per_run=STEPS, challenge_delay=1, opening_deadline=50,
-                                     commit_window=50, reveal_window=50, quorum_min_reveals=1,
+                                     commit_window=50, reveal_window=50, quorum_min_reveals=1, committee_size=1,
                                      forced_challenge_steps=(CHALLENGED,))
         chain_path = workdir / "chain.db"
         self.chain = DevTransport(chain_path, "miner", sealing="instant")
         self.chain.record_params(self.params)
+        bond_seats(chain_path, self.params)
         self.prover = Prover()
         self.served = 0
         log(f"training the honest run ({STEPS} steps, tiny MLP) with the real trainer")

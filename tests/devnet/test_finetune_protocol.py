@@ -1,10 +1,10 @@
 """The demo's whole protocol on a fine-tune: a tiny Llama saved by transformers is imported
 (`pot model import`), an honest miner and one whose step trains on a substituted batch fine-tune
 it on one dev chain with the real Trainer, three bonded verifiers (one revealing noise) fetch each
-opening, validate it against the chain, replay it, commit and reveal the witness pair; the chain's
-verdicts: honest for the honest run and the substituted run's step 1 (whose opening carries the
-pretrained state), fraud for the substituted step, the noisy verifier an outlier every time and
-penalised from its bond."""
+opening, validate it against the chain, replay it, and each seated one commits and reveals the
+witness pair; the chain's verdicts: honest for the honest run and the substituted run's step 1
+(whose opening carries the pretrained state), fraud for the substituted step, the noisy verifier an
+outlier on every seat it holds and penalised from its seats' collateral, the winning seats paid."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from chain.protocol import (
     ProtocolParams,
     RunRegistered,
     VerifierOutlier,
+    VerifierPaid,
 )
 from chain.protocol.events import VerifierPenalized
 from chain.view import ChainView
@@ -39,12 +40,14 @@ transformers = pytest.importorskip("transformers")
 
 STEPS, SUBSTITUTED = 3, 3
 # Every submit seals a block (instant sealing): the windows leave room for all four challenges.
-# A seat per 100 of bond (ten each) and a penalty of 10 per seat: v3 pays 100 a challenge.
+# A seat unit per 100 of free bond, drawn without replacement: 9 + 9 + 2 units are the four
+# challenges' 20 seats exactly, so they sit side by side and every unit sits once; v3 (2 units)
+# never holds a majority of a committee's five seats and pays 10 a seat.
 PARAMS = ProtocolParams(commit_window=30, reveal_window=30, opening_deadline=20, challenge_delay=1,
                         quorum_min_reveals=2, challenges_per_run=2, forced_challenge_steps=(1, SUBSTITUTED),
                         outlier_penalty=10, no_show_penalty=10)
 VERIFIERS = ("v1", "v2", "v3")  # v3 reveals noise
-BOND = 1000  # enough for v3 to stay eligible through four outlier penalties
+BONDS = {"v1": 900, "v2": 900, "v3": 200}
 
 
 def _import(tmp_path):
@@ -81,7 +84,8 @@ def test_finetune_protocol_catches_a_substituted_batch(tmp_path):
     db = tmp_path / "chain.db"
     sealer = DevTransport(db, "sealer", sealing="instant")
     sealer.record_params(PARAMS)
-    bond_verifiers(db, VERIFIERS, BOND)  # before any challenge: committees are drawn from bonded verifiers
+    for name, amount in BONDS.items():  # before any challenge: committees are drawn from bonded verifiers
+        bond_verifiers(db, [name], amount)
     with pytest.raises(TrainerError, match="give their file"):
         Trainer(spec, ds, tmp_path / "none", None)
     trainers = {}
@@ -113,8 +117,8 @@ def test_finetune_protocol_catches_a_substituted_batch(tmp_path):
         if ch.step == 1:  # the opening of step 1 carries the pretrained state
             assert v.state.digest() == reg.initial_hash
         result = replay(v)
-        assert set(ch.committee) == set(VERIFIERS)
-        for name in VERIFIERS:
+        assert set(ch.committee) <= set(VERIFIERS) and len(ch.committee) == PARAMS.committee_size
+        for name in sorted(set(ch.committee)):  # only a seated account commits
             noise = {"value_hash": os.urandom(32), "proof_hash": os.urandom(32)} if name == "v3" else {}
             commit, reveals[name, ch.challenge_id] = witness_calls(ch.challenge_id, name, result, **noise)
             DevTransport(db, name, sealing="instant").submit([commit])
@@ -129,14 +133,23 @@ def test_finetune_protocol_catches_a_substituted_batch(tmp_path):
     h, s = trainers["honest"].run_id, trainers["substituted"].run_id
     assert {k: e.verdict for k, e in verdicts.items()} == {
         (h, 1): HONEST, (h, SUBSTITUTED): HONEST, (s, 1): HONEST, (s, SUBSTITUTED): FRAUD}
-    seats = {cid: Counter(e.committee) for cid, e in issued.items()}  # a seat per verifier_stake of bond
-    assert all(e.cluster_size == seats[e.challenge_id]["v1"] + seats[e.challenge_id]["v2"] and e.reveals == 3
-               and e.outliers == ("v3",) for e in verdicts.values())
+    seats = {cid: Counter(e.committee) for cid, e in issued.items()}  # a seat per verifier_stake of free bond
+    assert sum(seats.values(), Counter()) == {v: b // PARAMS.verifier_stake for v, b in BONDS.items()}
+    assert all(e.cluster_size == seats[e.challenge_id]["v1"] + seats[e.challenge_id]["v2"]
+               and e.reveals == len(seats[e.challenge_id])
+               and e.outliers == (("v3",) if seats[e.challenge_id]["v3"] else ()) for e in verdicts.values())
     assert [e.run_id for e in view.of(MinerSlashed)] == [s]
     assert {e.verifier for e in view.of(VerifierOutlier)} == {"v3"}
     penalties = view.of(VerifierPenalized)
-    assert {(e.verifier, e.why) for e in penalties} == {("v3", "outlier")} and len(penalties) == 4
-    assert sum(e.amount for e in penalties) == sum(PARAMS.outlier_penalty * s["v3"] for s in seats.values())
-    assert view.state.vbonds == {"v1": BOND, "v2": BOND, "v3": BOND - sum(e.amount for e in penalties)}
+    assert {(e.verifier, e.why) for e in penalties} == {("v3", "outlier")}
+    assert len(penalties) == sum(1 for c in seats.values() if c["v3"])
+    assert sum(e.amount for e in penalties) == PARAMS.outlier_penalty * 2  # v3's two seats
+    paid = Counter()
+    for e in view.of(VerifierPaid):
+        paid[e.verifier] += e.amount
+    assert paid["v1"] > 0 and paid["v2"] > 0 and paid["v3"] == 0  # the winning seats' fees and slash share
+    assert view.state.vbonds == {"v1": BONDS["v1"] + paid["v1"], "v2": BONDS["v2"] + paid["v2"],
+                                 "v3": BONDS["v3"] - sum(e.amount for e in penalties)}
+    assert view.state.reserved == {}
     for tr in both:
         tr.close()
