@@ -92,6 +92,65 @@ def test_register_refuses_bad_spec_and_steps():
     assert chain.state.runs == {}
 
 
+def _tiny_spec():
+    from pathlib import Path
+
+    from commitments.spec import Spec
+
+    d = Spec.from_toml(Path(__file__).resolve().parents[2] / "examples" / "specs" / "gpt-tiny.toml").canonical()
+    d["steps"] = 8
+    return Spec.from_dict(d)
+
+
+def test_the_opening_window_follows_the_checkpoint_interval():
+    """A miner that keeps a state every k steps regenerates up to k - 1 steps before it can open
+    one: the run's opening window is sized for that, and a window past max_replay_blocks is refused."""
+    from chain.protocol.cost import opening_blocks
+
+    spec = _tiny_spec()
+    params = dataclasses.replace(PARAMS, challenge_delay=1)
+    assert opening_blocks(spec, params, 1) == params.opening_deadline  # never less than the network's
+    window = opening_blocks(spec, params, 10)
+    assert window > params.opening_deadline
+    chain, run = PureChain(params), SyntheticRun()
+    (reg, _, _, _) = chain.block(("miner", run.register(spec=spec.to_cbor(), checkpoint_interval=10)),
+                                 *[(v, bond(100)) for v in VERIFIERS])
+    assert (reg.checkpoint_interval, reg.opening_blocks) == (10, window)
+    chain.block(("miner", run.submit_full_root()))
+    (ch,) = chain.block()
+    assert ch.opening_deadline == ch.block + window
+    too_long = 10_000
+    big = opening_blocks(spec, params, too_long)
+    assert big > params.max_replay_blocks
+    other = SyntheticRun(seed="run-b")
+    with pytest.raises(P.CheckpointIntervalTooLong, match=f"kept every {too_long} steps needs an opening window of "
+                                                          f"{big} blocks .* allows {params.max_replay_blocks}: keep a "
+                                                          f"state at least every {too_long * 2400 // big} steps"):
+        chain.block(("miner", other.register(spec=spec.to_cbor(), checkpoint_interval=too_long)))
+    assert other.run_id not in chain.state.runs
+
+
+def test_the_escrow_is_sized_at_registration_and_capped():
+    """The miner escrows a seat fee for every seat of every round below the dispute round of each
+    challenge; an escrow past one amount's cap (MAX_BOND) is refused."""
+    from chain.protocol.cost import seats_below_dispute
+    from chain.protocol.params import MAX_BOND
+
+    chain, run = registered()
+    r = chain.state.runs[run.run_id]
+    assert r.seat_fee == PARAMS.fee_per_replay_block * r.replay_blocks
+    assert seats_below_dispute(PARAMS) == 5 + 10  # committee_size 5, doubled once, max_rounds 3
+    assert r.escrow == r.escrow_left == r.seat_fee * PARAMS.challenges_per_run * 15
+    assert chain.of(P.RunRegistered)[0].escrow == r.escrow
+    most = MAX_BOND // (r.replay_blocks * PARAMS.challenges_per_run * 15)
+    ok = PureChain(dataclasses.replace(PARAMS, fee_per_replay_block=most))
+    assert isinstance(ok.block(("miner", run.register()))[0], P.RunRegistered)
+    over = PureChain(dataclasses.replace(PARAMS, fee_per_replay_block=most + 1))
+    with pytest.raises(P.EscrowTooLarge, match=f"one amount is at most {MAX_BOND}"):
+        over.block(("miner", run.register()))
+    assert over.state.runs == {}
+
+
 def test_cross_architecture_spec_uses_buckets():
     chain, _ = registered(run=SyntheticRun(profile="torch-native"))
     assert chain.of(P.RunRegistered)[0].mode == "bucket"
@@ -407,6 +466,19 @@ def test_fraud_verdict_slashes_miner():
     events = _play(chain, run, ch, [truth, truth, truth])
     assert events[0].verdict == "fraud" and events[0].winning_value == truth
     assert isinstance(events[1], P.MinerSlashed) and events[1].amount == 400
+    # slash_reward_share (1/2) of the slash goes to the winning seats, shared per seat; the rest,
+    # and what the equal share leaves over, is burned.
+    share = 400 * PARAMS.slash_reward_share.numerator // PARAMS.slash_reward_share.denominator
+    burned = [(e.amount, e.why) for e in events if isinstance(e, P.Burned)]
+    assert burned == [(400 - share, "the slash not paid to seats"), (share % 3, "slash_share: remainder of an equal share")]
+    fee = chain.state.runs[run.run_id].seat_fee
+    paid = [(e.verifier, e.amount, e.why) for e in events if isinstance(e, P.VerifierPaid)]
+    assert paid == [*((v, fee, "seat_fee") for v in VERIFIERS), *((v, share // 3, "slash_share") for v in VERIFIERS)]
+    assert chain.state.vbonds == dict.fromkeys(VERIFIERS, 100 + fee + share // 3)
+    assert chain.state.paid == dict.fromkeys(VERIFIERS, fee + share // 3)
+    assert chain.state.burned == 400 - share + share % 3
+    (settled,) = [e for e in events if isinstance(e, P.RunSettled)]
+    assert settled.stake_released == PARAMS.miner_stake - 400
 
 
 def test_inconclusive_without_quorum_no_slash_and_a_rechallenge():

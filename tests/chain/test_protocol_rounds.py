@@ -13,7 +13,7 @@ from fractions import Fraction
 import pytest
 
 from chain import protocol as P
-from chain.calls import UnbondVerifier
+from chain.calls import EscalateChallenge, UnbondVerifier
 from chain.protocol.cost import replay_cost
 from chain.protocol.params import ParamRangeError
 from challenges.derive import dispute_seats, draw_committee, rechallenge_id, seat_units
@@ -546,6 +546,132 @@ def test_bucket_mode_refused_bucket_and_a_new_declaration_per_round():
     (res,) = of(net.play(r2, {c: (digest("pot/hw", i), None) for i, c in enumerate(members)},
                          bucket=dict.fromkeys(members, 7)), P.ChallengeResolved)
     assert res.verdict == "honest" and res.winning_value == 7
+
+
+# --- escalation ---------------------------------------------------------------------------------
+
+
+def _revealed(net: Net, ch: P.ChallengeIssued, reveals: dict[str, tuple[bytes, bytes | None]]) -> None:
+    """Commit and reveal `reveals`, then stop at the round's reveal deadline: the next block is
+    the first of its escalation window."""
+    pairs = {v: witness(ch.challenge_id, v, vp[0], 0, proof_hash=vp[1]) for v, vp in reveals.items()}
+    net.chain.block(*[(v, com) for v, (com, _) in pairs.items()])
+    net.chain.advance_to(ch.commit_deadline)
+    net.chain.block(*[(v, rev) for v, (_, rev) in pairs.items()])
+    net.chain.advance_to(ch.reveal_deadline)
+
+
+def _escalate(net: Net, who: str, ch: P.ChallengeIssued) -> list[P.Event]:
+    return net.chain.block((who, EscalateChallenge(ch.challenge_id)))
+
+
+def test_escalation_window_refusals_and_who_may_escalate():
+    net = Net(EIGHT)
+    ch = net.issue()
+    net.open(ch)
+    outsider = next(v for v in EIGHT if v not in ch.committee)
+    with pytest.raises(P.NotEscalable, match="escalations open after the reveal window closes"):
+        _escalate(net, outsider, ch)
+    net.chain.block(("v9", bond(100)))  # bonded, but with no room for escalation_stake (500)
+    _revealed(net, ch, {v: net.good(ch) for v in set(ch.committee)})
+    assert P.round_result(net.state, ch.challenge_id).verdict == "honest"
+    esc = EscalateChallenge(ch.challenge_id)
+    # Any bonded account may dispute the verdict, seated or not: it reserves the stake; a repeat is a no-op.
+    refused, ev = net.chain.block(("v9", esc), (outsider, esc), (outsider, esc), strict=False)
+    assert refused.refusal == "InsufficientFreeBond" and "escalation_stake (500); 'v9' has room for 100" in refused.reason
+    assert isinstance(ev, P.ChallengeEscalated) and (ev.verifier, ev.stake, ev.disputes) == (outsider, 500, "honest")
+    assert ev.block == ch.reveal_deadline + 1
+    assert net.state.staked == {outsider: 500} and net.state.reserved[outsider] >= 500
+    net.chain.advance_to(ch.escalate_deadline)
+    events = net.chain.block()  # the round resolves after its window, into the dispute round
+    (res,) = of(events, P.ChallengeResolved)
+    (dispute,) = of(events, P.ChallengeIssued)
+    assert res.verdict == "inconclusive" and "escalated to the dispute round by 1 account(s) staking 500" in res.reason
+    assert res.rechallenge == dispute.challenge_id and dispute.round == PARAMS.max_rounds
+    assert net.state.challenges[ch.challenge_id].pending
+    assert net.state.challenges[dispute.challenge_id].escalated == ch.challenge_id
+    assert of(events, P.VerifierPaid) == []  # the escalated round's seats wait for the dispute
+    with pytest.raises(P.NotEscalable, match="the dispute round is the last word"):
+        _escalate(net, outsider, dispute)
+
+
+def test_a_round_without_a_verdict_cannot_be_escalated_nor_after_its_window():
+    net = Net(EIGHT)
+    ch = net.issue()
+    net.open(ch)
+    one = next(v for v in ch.committee if ch.committee.count(v) == 1)
+    _revealed(net, ch, {one: net.good(ch)})  # one revealed seat: below the quorum
+    with pytest.raises(P.NotEscalable, match="no verdict to dispute \\(inconclusive"):
+        _escalate(net, "v8", ch)
+    net2 = Net(EIGHT)
+    ch2 = net2.issue()
+    net2.open(ch2)
+    _revealed(net2, ch2, {v: net2.good(ch2) for v in set(ch2.committee)})
+    net2.chain.advance_to(ch2.escalate_deadline)
+    with pytest.raises(P.NotEscalable, match=f"the escalation window closed at block {ch2.escalate_deadline}"):
+        _escalate(net2, "v8", ch2)
+
+
+def test_a_vindicated_escalation_gets_its_stake_back_and_the_wrong_seats_pay():
+    """Round 1's seats agree on a wrong value (fraud); an honest account escalates; the dispute
+    round rules honest: the escalator gets its stake back, the escalated round's seats that backed
+    another value than the miner's pay outlier_penalty a seat, and the miner is not slashed."""
+    net = Net(EIGHT)
+    ch = net.issue()
+    net.open(ch)
+    seats1 = {v: ch.committee.count(v) for v in set(ch.committee)}
+    _revealed(net, ch, {v: (NOISE, None) for v in seats1})
+    assert P.round_result(net.state, ch.challenge_id).verdict == "fraud"
+    (esc,) = _escalate(net, "v8", ch)
+    assert esc.disputes == "fraud"
+    dispute = of(net.chain.advance_to(ch.escalate_deadline + 1), P.ChallengeIssued)[0]
+    net.open(dispute)
+    bond_before = dict(net.state.vbonds)
+    events = net.play(dispute, {v: net.good(dispute) for v in EIGHT})
+    (res,) = of(events, P.ChallengeResolved)
+    assert res.verdict == "honest" and res.challenge_id == dispute.challenge_id
+    assert of(events, P.MinerSlashed) == []
+    (settled,) = of(events, P.EscalationSettled)
+    assert (settled.challenge_id, settled.verifier, settled.returned, settled.forfeited) == (ch.challenge_id, "v8", 500, 0)
+    pens = {(e.challenge_id, e.verifier, e.amount) for e in of(events, P.VerifierPenalized)}
+    assert pens == {(ch.challenge_id, v, PARAMS.outlier_penalty * k) for v, k in seats1.items()}
+    assert net.state.staked == {} and net.state.reserved == {}
+    assert not net.state.challenges[ch.challenge_id].pending and net.state.challenges[ch.challenge_id].held == dict.fromkeys(seats1, 0)
+    # The wrong seats' penalties pay the dispute's winning seats (every seat here).
+    pool = [e for e in of(events, P.VerifierPaid) if e.why == "dispute_pool"]
+    assert sum(e.amount for e in pool) + sum(e.amount for e in of(events, P.Burned)) == sum(a for _, _, a in pens)
+    assert net.state.vbonds["v8"] >= bond_before["v8"]  # its stake back, and its fee and pool share
+    (run_settled,) = of(events, P.RunSettled)
+    assert run_settled.stake_released == PARAMS.miner_stake and run_settled.unresolved == 0
+
+
+def test_a_wrong_escalation_forfeits_its_stake_to_the_dispute_winners():
+    net = Net(EIGHT)
+    ch = net.issue()
+    net.open(ch)
+    _revealed(net, ch, {v: net.good(ch) for v in set(ch.committee)})
+    (esc,) = _escalate(net, "v8", ch)
+    assert esc.disputes == "honest"
+    dispute = of(net.chain.advance_to(ch.escalate_deadline + 1), P.ChallengeIssued)[0]
+    net.open(dispute)
+    before = net.state.vbonds["v8"]
+    events = net.play(dispute, {v: net.good(dispute) for v in EIGHT})
+    (res,) = of(events, P.ChallengeResolved)
+    assert res.verdict == "honest"
+    (settled,) = of(events, P.EscalationSettled)
+    assert (settled.verifier, settled.returned, settled.forfeited) == ("v8", 0, 500)
+    assert net.state.slashed.get("v8", 0) == 500
+    # The round's seats were right: nobody of it pays.
+    assert [e for e in of(events, P.VerifierPenalized) if e.challenge_id == ch.challenge_id] == []
+    pool = [e for e in of(events, P.VerifierPaid) if e.why == "dispute_pool"]
+    burned = sum(e.amount for e in of(events, P.Burned) if "dispute_pool" in e.why)
+    assert sum(e.amount for e in pool) + burned == 500
+    seats = {v: dispute.committee.count(v) for v in set(dispute.committee)}
+    share = 500 // len(dispute.committee)
+    assert {e.verifier: e.amount for e in pool} == {v: share * k for v, k in seats.items()}
+    fee_and_share = sum(e.amount for e in of(events, P.VerifierPaid) if e.verifier == "v8")
+    assert net.state.vbonds["v8"] == before - 500 + fee_and_share
+    assert net.state.staked == {} and net.state.reserved == {}
 
 
 # --- windows from the replay cost ---------------------------------------------------------------
