@@ -445,6 +445,25 @@ def test_the_dispute_round_is_honest_past_the_honest_share_and_its_penalties_pay
     assert not [e for e in of(events, P.Burned) if "dispute_pool" not in e.why]
 
 
+def test_past_max_dispute_seats_the_dispute_round_is_proportional():
+    """6,000 seat units, at most 4,096 dispute seats: each account gets floor(units x 4096 / 6000)
+    seats and the seat left over goes by the systematic lottery (challenges.derive.dispute_seats)."""
+    from chain.protocol.params import MAX_DISPUTE_SEATS
+
+    params = dataclasses.replace(PARAMS, max_rounds=1, verifier_stake=2, no_show_penalty=1, outlier_penalty=1)
+    net = Net({"v1": 6000, "v2": 4000, "v3": 2000}, params)  # 3000 + 2000 + 1000 units
+    ch = net.issue()
+    assert ch.round == 1 and ch.escalate_deadline == ch.reveal_deadline  # every round is the dispute round
+    units = [("v1", 3000), ("v2", 2000), ("v3", 1000)]
+    assert list(ch.committee) == dispute_seats(digest("pot/test/block/v1", ch.block), ch.challenge_id, units,
+                                               MAX_DISPUTE_SEATS)
+    assert len(ch.committee) == MAX_DISPUTE_SEATS
+    floors = {"v1": 2048, "v2": 1365, "v3": 682}  # 4095: one seat left for the lottery
+    got = {v: ch.committee.count(v) for v in floors}
+    assert all(floors[v] <= got[v] <= floors[v] + 1 for v in floors) and sum(got.values()) == 4096
+    assert net.state.challenges[ch.challenge_id].held == {v: 2 * k for v, k in got.items()}
+
+
 def test_refusals_count_against_the_miner_in_the_dispute_round():
     """Serving every seat is the miner's duty: refused seats count against it, so a miner that
     served seats holding only half of the revealed seats is fraud, however right it was there."""
