@@ -38,6 +38,7 @@ from chain.calls import (
     derive_run_id,
 )
 from chain.protocol.params import MAX_DISPUTE_SEATS, MAX_VERIFIERS
+from chain.protocol.state import escalation_room
 from chain.transport import Block
 from challenges.derive import challenge_id as derive_challenge_id
 from challenges.derive import challenge_step_at, dispute_seats, draw_committee, seat_units
@@ -176,7 +177,7 @@ def dissent(net: Net, ch: P.ChallengeIssued, who: str) -> bool:
         return False
     result = P.round_result(net.state, ch.challenge_id)
     return (result.verdict in ("honest", "fraud") and result.winning_value != mine[0]
-            and P.free_bond(net.state, who) >= net.state.params.escalation_stake)
+            and escalation_room(net.state, who) >= net.state.params.escalation_stake)
 
 
 def never(net: Net, ch: P.ChallengeIssued, who: str) -> bool:
@@ -297,13 +298,18 @@ def books(net: Net) -> list[str]:
     s, p = net.state, net.state.params
     out = [f"{a} has a bond of {b}" for a, b in s.vbonds.items() if b < 0]
     held: dict[str, int] = {}
+    staked: dict[str, int] = {}
     for ch in s.challenges.values():
         for a, h in ch.held.items():
-            held[a] = held.get(a, 0) + h
+            if not ch.dispute:  # a dispute round's seats hold outside `reserved`
+                held[a] = held.get(a, 0) + h
         for a, e in ch.escalations.items():
             held[a] = held.get(a, 0) + e[1]
+            staked[a] = staked.get(a, 0) + e[1]
     if {a: h for a, h in held.items() if h} != s.reserved:
         out.append(f"reservations {s.reserved} differ from what open rounds hold {held}")
+    if {a: h for a, h in staked.items() if h} != {a: h for a, h in s.staked.items() if h}:
+        out.append(f"escalation stakes {s.staked} differ from the open escalations' {staked}")
     out += [f"{a} reserves {r} of a bond of {s.vbonds.get(a, 0)}" for a, r in s.reserved.items()
             if r > s.vbonds.get(a, 0)]
     for e in net.events:
@@ -572,8 +578,9 @@ def row_half_served_dispute() -> Row:
     row = Row("forger serves half the dispute round",
               "the miner forged leaf t, stalls its first opening window, then serves exactly half the seats of "
               "every later round (the other half reveal the one refused value)",
-              "a tie in the second window, re-challenged; fraud in the dispute round, whose refused seats hold "
-              "the refusal share of its revealed seats; no verifier pays")
+              "a tie in the second window, re-challenged; fraud in the dispute round: the seats backing the "
+              "miner's value hold no more than dispute_honest_share of its revealed seats (a refusal counts "
+              "against the miner); no verifier pays")
     net = Net(_params(committee_size=4, forced_challenge_steps=(5,)), faked=frozenset({5}))
     first = setup(net, {f"v{i}": 100 for i in range(4)})
 
@@ -583,7 +590,7 @@ def row_half_served_dispute() -> Row:
 
     rounds = play_challenge(net, first, lambda r: (lambda n, ch, who: "refuse") if r == 1 else half)
     row = _finish(row, net, rounds, verdict="fraud", payers=set(), miner_pays=True)
-    row.ok = row.ok and [r.verdict for r in rounds] == ["inconclusive"] * 2 + ["fraud"] and "share" in rounds[-1].reason
+    row.ok = row.ok and [r.verdict for r in rounds] == ["inconclusive"] * 2 + ["fraud"] and "not more than the share" in rounds[-1].reason
     return row
 
 
@@ -667,8 +674,9 @@ def row_lazy_majority_escalated() -> Row:
     row = Row("coordinated lazy majority, escalated",
               "the miner forged leaf t; two lazy accounts holding the least bond share one made-up value agreeing "
               "with the forged leaf and hold two of round 1's three seats; the honest seat escalates",
-              "round 1 would pass the forged leaf; the dispute round (every free seat unit) judges fraud; the "
-              "lazy seats pay outlier penalties; the escalator gets its stake back")
+              "round 1 would pass the forged leaf; the dispute round (the whole stake) judges fraud; the lazy "
+              "accounts pay an outlier penalty a seat in round 1 and in the dispute; the escalator gets its stake "
+              "back")
     p = _params(committee_size=3, quorum_min_reveals=2, forced_challenge_steps=(5,))
     net = Net(p, faked=frozenset({5}))
     bonds = {"h0": 1000, "h1": 1000, "h2": 1000, "l0": 100, "l1": 100}
@@ -684,7 +692,7 @@ def row_lazy_majority_escalated() -> Row:
     row.ok = (row.ok and [r.round for r in rounds] == [1, p.max_rounds] and len(escalated) == 1
               and [(e.verifier, e.returned, e.forfeited) for e in settled]
               == [(escalated[0].verifier, p.escalation_stake, 0)]
-              and row.penalized == {"l0": p.outlier_penalty, "l1": p.outlier_penalty})
+              and row.penalized == {"l0": 2 * p.outlier_penalty, "l1": 2 * p.outlier_penalty})
     return row
 
 
