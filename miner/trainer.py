@@ -442,20 +442,32 @@ class Trainer:
     def register(self) -> None:
         """Submit start_training_commitment (idempotent: an identical repeat is a no-op on chain)
         and check the chain holds the run as ours; a refusal or another run under the id raises."""
+        call = self.registration()
+        registration = registration_digest(cbor.encode(call.to_wire()))
         if self.transport is not None:
             self._chain_view()  # refuses other parameters before anything is sent
-        call = self.registration()
+            self._sync()
+            known = self.view.state.runs.get(self.run_id)
+            if known is not None and known.miner == self.account and known.registration == registration:
+                # A restart: the chain holds this very registration. Sending it again is a no-op
+                # for the protocol, but on Substrate its transfer would pay stake and escrow twice.
+                self._log(f"run {self.run_id.hex()[:16]} is already registered: not sending its registration again")
+                self._registered(known)
+                return
         outcome = self._submit([call], "register the run")
         (got,) = outcome.calls
         if not got.ok:
             raise TrainerError(f"run {self.run_id.hex()[:16]} was not registered: {got.words()}")
         run = self.view.state.runs.get(self.run_id)
-        registration = registration_digest(cbor.encode(call.to_wire()))
         if run is None or run.miner != self.account or run.registration != registration:
             why = ("it is not on chain" if run is None else "the run id belongs to another account"
                    if run.miner != self.account else "it is already registered with different commitments")
             raise TrainerError(f"run {self.run_id.hex()[:16]} was not registered: {why}")
         self._log(got.words())
+        self._registered(run)
+
+    def _registered(self, run: Any) -> None:
+        """What the trainer keeps of its run as the chain holds it."""
         self.submitted_size = run.size
         self.window_blocks = run.opening_blocks  # the chain's figure is the one that counts
         if self.block is not None:

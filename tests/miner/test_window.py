@@ -169,12 +169,16 @@ def test_a_resumed_run_declares_what_it_declared_and_keeps_its_lowered_keep_ever
     first.register()
     first.train(3)
     first.close()
+    logs: list[str] = []
     again = Trainer(spec, Dataset.open(data, spec.sample_len), tmp_path / "run", miner, keep_every=8,
-                    block_seconds=1.0, progress=False, log=lambda m: None)
+                    block_seconds=1.0, progress=False, log=logs.append)
     again.prepare()
     assert again.registration() == first.registration() and again.checkpoint_interval == 5
-    again.register()  # the identical registration: accepted, no change
+    head = miner.finalized_head()
+    again.register()  # the chain holds this very registration: it is not sent again
     assert again.store.keep_every == 5 and again.window_blocks == 11
+    assert miner.finalized_head() == head, "a restarted trainer sent its registration again (a second payment)"
+    assert any("already registered" in line for line in logs), logs
     again.close()
 
 
