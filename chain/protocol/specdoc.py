@@ -40,6 +40,14 @@ REQUIRED: list[str] = [
     "challenges/derive.py::draw_committee+",
     "challenges/derive.py::dispute_seats+",
     "challenges/derive.py::seat_units",
+    # the bond a round may seat or an escalation may stake (protocol v3: dispute rounds one at a
+    # time, seating every unit; the escalation room that keeps every penalty payable in full)
+    "chain/protocol/state.py::free_bond",
+    "chain/protocol/state.py::eligible_verifiers",
+    "chain/protocol/state.py::dispute_held",
+    "chain/protocol/state.py::open_seats",
+    "chain/protocol/state.py::dispute_bonds",
+    "chain/protocol/state.py::escalation_room",
     "challenges/verdict.py::decide+",
     "chain/protocol/cost.py::replay_cost+",
     "chain/protocol/cost.py::opening_blocks+",
