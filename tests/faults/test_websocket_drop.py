@@ -16,7 +16,7 @@ import threading
 import pytest
 import sqlalchemy as sa
 
-from chain.calls import StartTrainingCommitment, SubmitCheckpointRoot, derive_run_id
+from chain.calls import BondVerifier, StartTrainingCommitment, SubmitCheckpointRoot, derive_run_id
 from chain.protocol import ProtocolParams
 from chain.substrate import connect_substrate
 from chain.view import ChainView
@@ -33,8 +33,10 @@ from tests.node.harness import REPO
 
 pytestmark = [pytest.mark.chopsticks, pytest.mark.slow]
 
+# Protocol v3 issues a challenge only when a committee seat unit (verifier_stake of free bond) is
+# free: another account bonds two units, and each challenge seats one, so both are issued at once.
 PARAMS = ProtocolParams(commit_window=8, reveal_window=8, opening_deadline=30, challenge_delay=2,
-                        challenges_per_run=2, quorum_min_reveals=1)
+                        challenges_per_run=2, quorum_min_reveals=1, committee_size=1)
 NONCE = b"\x61" * 16
 LEAVES = [bytes([i]) * 40 for i in range(9)]
 
@@ -61,10 +63,12 @@ def test_node_resumes_from_its_cursor_after_the_socket_is_cut(tmp_path, chopstic
     base = fresh_chain(chopsticks)
     proxy = CuttableProxy(chopsticks.port)
     writer = connect_substrate(chopsticks.url, unique_key("miner"))
+    seats = connect_substrate(chopsticks.url, unique_key("seats"))
     log = open(tmp_path / "node.log", "ab")  # noqa: SIM115 - the process owns it
     proc = None
     try:
-        chopsticks.fund([writer.account])
+        chopsticks.fund([writer.account, seats.account])
+        seats.submit([BondVerifier(2 * PARAMS.verifier_stake)])  # the transport pays its transfer
         config, db_path = _config(tmp_path, proxy.url, base, writer.account)
         proc = subprocess.Popen([sys.executable, "-m", "pot", "node", "run", "--config", str(config), "--init"],
                                 cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
@@ -129,4 +133,5 @@ def test_node_resumes_from_its_cursor_after_the_socket_is_cut(tmp_path, chopstic
                 proc.wait(5)
         log.close()
         writer.close()
+        seats.close()
         proxy.close()

@@ -36,7 +36,10 @@ def test_node_verifies_an_honest_run_and_resumes_exactly_once(tmp_path, db_url):
         view = net.wait_resolved(run.challenge_id, 150)
         ch = view.state.challenges[run.challenge_id]
         assert ch.verdict == "honest" and "v1" in ch.reveals and ch.committee == ["v1"]
-        assert view.state.vbonds["v1"] == PARAMS.verifier_stake
+        # the one winning seat is paid its fee from the miner's escrow (protocol v3), credited to its bond
+        fee = view.state.runs[run.run_id].seat_fee
+        assert fee > 0 and view.state.paid["v1"] == fee
+        assert view.state.vbonds["v1"] == PARAMS.verifier_stake + fee
         time.sleep(1.5)  # let the node ingest the resolution block
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0, net.log("v1")[-3000:]

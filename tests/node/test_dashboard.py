@@ -22,8 +22,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 ARTIFACTS = REPO / "artifacts"
 # Windows wide enough for a replay on a busy 2-core machine (blocks every 0.5 s: 60 s to commit).
+# Protocol v3: a seat reserves verifier_stake of free bond, and a committee draws committee_size seats
+# from the seat units. The node bonds two units and each challenge seats one, so the two runs'
+# challenges are open at once.
 PARAMS = ProtocolParams(commit_window=120, reveal_window=10, opening_deadline=10, challenge_delay=2,
-                        quorum_min_reveals=1, challenges_per_run=1, forced_challenge_steps=(7,))
+                        quorum_min_reveals=1, challenges_per_run=1, forced_challenge_steps=(7,), committee_size=1)
+BOND = 2 * PARAMS.verifier_stake
 HONEST, FAKED = b"\x42" * 16, b"\x43" * 16  # the runs' nonces
 
 
@@ -69,7 +73,7 @@ def test_dashboard_shows_real_outcomes_live(tmp_path, browser):
 
     net = Network(tmp_path, PARAMS, interval=0.5)
     try:
-        net.start_node("v1", net.node_config("v1"))
+        net.start_node("v1", net.node_config("v1", bond=BOND))
         base = f"http://{net.http_listen['v1']}"
         _wait(lambda: _get(base + "/healthz") == 200, 90, "the node's HTTP API")
 
@@ -129,8 +133,13 @@ def test_dashboard_shows_real_outcomes_live(tmp_path, browser):
             assert "100.0%" in agreement and "2 of 2" in agreement
             rows = browser.find_elements(By.CSS_SELECTOR, "table.runs tbody tr")
             assert {r.get_attribute("data-run") for r in rows} == {honest.run_id.hex(), faked.run_id.hex()}
-            # The stake panel: the bond the node put up before the runs were challenged.
-            assert browser.find_element(By.CSS_SELECTOR, "#stake-bond .count").text == str(PARAMS.verifier_stake)
+            # The stake panel: the bond the node put up before the runs were challenged, and the
+            # fees its two winning seats were paid (credited to the bond), nothing reserved any more.
+            state = net.view().state
+            assert state.paid["v1"] > 0 and state.vbonds["v1"] == BOND + state.paid["v1"]
+            assert browser.find_element(By.CSS_SELECTOR, "#stake-bond .count").text == str(state.vbonds["v1"])
+            assert browser.find_element(By.CSS_SELECTOR, "#stake-paid .count").text == str(state.paid["v1"])
+            assert browser.find_element(By.CSS_SELECTOR, "#stake-reserved .count").text == "0"
             assert browser.find_element(By.CSS_SELECTOR, "#stake-penalised .count").text == "0"
             for r in rows:  # k = 1 challenged step: 1 - (1 - f)^1 = f
                 assert [c.text for c in r.find_elements(By.CSS_SELECTOR, "td.detection")] == [

@@ -238,10 +238,10 @@ def test_work_past_its_budget_ends_its_job_as_the_stage_requires(node):
 STEPS, STEP = 4, 3
 
 
-def _params(commit_window: int, reveal_window: int = 6) -> ProtocolParams:
+def _params(commit_window: int, reveal_window: int = 6, committee_size: int = 5) -> ProtocolParams:
     return ProtocolParams(commit_window=commit_window, reveal_window=reveal_window, opening_deadline=10,
                           challenge_delay=2, quorum_min_reveals=1, challenges_per_run=1,
-                          forced_challenge_steps=(STEP,))
+                          forced_challenge_steps=(STEP,), committee_size=committee_size)
 
 
 def _jobs(tmp_path, name: str) -> tuple[dict[bytes, object], dict[bytes, list]]:
@@ -274,10 +274,13 @@ def test_slowloris_miner_delays_only_its_own_jobs(tmp_path):
     commits and reveals the honest challenge in time, before any of the slow ones is given up, and
     refuses a slow opening as unavailable once its fetch budget is spent (not after the fetch's
     own 3 x 300 s)."""
-    net = Network(tmp_path, _params(commit_window=40), interval=0.5)
+    # Protocol v3: a seat reserves verifier_stake of free bond. The node bonds four seat units and
+    # each challenge seats one, so the four runs' challenges are open at once.
+    params = _params(commit_window=40, committee_size=1)
+    net = Network(tmp_path, params, interval=0.5)
     try:
         cfg = net.node_config("v1", schedule={"stage_threads": 2, "max_jobs_per_miner": 1, "fetch_share": 0.8,
-                                              "block_time_s": 0.5})
+                                              "block_time_s": 0.5}, bond=4 * params.verifier_stake)
         net.start_node("v1", cfg)
         slow_endpoint = net.slowloris_endpoint(0.2)
         slow = [net.start_run(steps=STEPS, nonce=bytes([i]) * 16, miner="slow", endpoint=slow_endpoint)
