@@ -155,33 +155,44 @@ def _dispute(clusters: tuple[tuple[bytes | int, int], ...], by_verifier: dict[st
              expected_value: bytes | None, declared_bucket: int | None, honest_share: Fraction, revealed: int,
              n: int, seats: dict[str, int] | None, base: dict) -> VerdictResult:
     """The dispute round's verdict. The miner's value: H(leaf t) (mode "value") or the declared
-    bucket. HONEST when its seats hold more than `honest_share` of the revealed seats: the winning
-    cluster is the largest whole pair with that value (the first in key order on a tie), and every
-    other reveal is an outlier. Otherwise FRAUD: the winning cluster is the largest with another
-    value (a refusal included), and the outliers are the seats that backed the miner's value."""
+    bucket. The seats fall in three parts:
+
+    * backing: the largest cluster of whole pairs with the miner's value (the first in key order on
+      a tie) -- a replay of the step, which alone knows its proof;
+    * against: every seat that revealed another value, a refusal included;
+    * neither: the other seats with the miner's value, each with a proof of its own -- copies of
+      the public H(leaf t), which prove no replay, so they count for neither side.
+
+    HONEST when backing holds more than `honest_share` of backing + against; every other reveal is
+    then an outlier. Otherwise FRAUD: the winning cluster is the largest with another value, and
+    the outliers are the seats that revealed the miner's value. No seat backing or against: the
+    step is unresolved (INCONCLUSIVE)."""
     if mode == "value" and expected_value is None:
         raise VerdictError("mode 'value' needs expected_value (H(leaf t)) from the opening")
     mine = (lambda k: k[:32] == expected_value) if mode == "value" else (lambda k: k == declared_bucket)
-    backing = sum(size for key, size in clusters if mine(key))
+    if mode == "bucket" and declared_bucket is None:
+        mine = (lambda k: False)  # noqa: E731 - nothing was declared: nothing backs the miner
     what = "H(leaf t)" if mode == "value" else f"the declared bucket {declared_bucket}"
-    if declared_bucket is None and mode == "bucket":
-        backing = 0
-    if Fraction(backing, max(revealed, 1)) > honest_share:
-        top, size = next((k, c) for k, c in clusters if mine(k))
-        outliers = tuple(sorted(v for v, r in by_verifier.items() if _key(r, mode) != top))
-        value = top[:32] if mode == "value" else top
-        return VerdictResult(
-            HONEST, reason=f"{backing} of {revealed} revealed seats of the dispute round back {what}, more than "
-                           f"the share {honest_share}", winning_value=value, cluster_size=size,
-            outliers=outliers, winners=_winners(by_verifier, top, mode), **base)
+    backing_key, backing = next(((k, c) for k, c in clusters if mine(k)), (None, 0))
     others = [(k, c) for k, c in clusters if not mine(k)]
+    against = sum(c for _, c in others)
+    if backing + against == 0:
+        return VerdictResult(INCONCLUSIVE, reason="no reveal of the dispute round backs or opposes the miner's value",
+                             **base)
+    if backing_key is not None and Fraction(backing, backing + against) > honest_share:
+        outliers = tuple(sorted(v for v, r in by_verifier.items() if _key(r, mode) != backing_key))
+        value = backing_key[:32] if mode == "value" else backing_key
+        return VerdictResult(
+            HONEST, reason=f"{backing} seats of the dispute round back {what} with one replayed pair, {against} "
+                           f"oppose it: more than the share {honest_share}", winning_value=value,
+            cluster_size=backing, outliers=outliers, winners=_winners(by_verifier, backing_key, mode), **base)
     top, size = others[0]
     value = top[:32] if mode == "value" else top
     outliers = tuple(sorted(v for v, r in by_verifier.items() if mine(_key(r, mode))))
     return VerdictResult(
-        FRAUD, reason=f"{backing} of {revealed} revealed seats of the dispute round back {what}, not more than the "
-                      f"share {honest_share}: the miner did not serve, or did not commit, a step the network "
-                      f"reproduces", winning_value=value, cluster_size=size, outliers=outliers,
+        FRAUD, reason=f"{backing} seats of the dispute round back {what} with one replayed pair, {against} oppose "
+                      f"it: not more than the share {honest_share}; the miner did not serve, or did not commit, a "
+                      f"step the network reproduces", winning_value=value, cluster_size=size, outliers=outliers,
         winners=_winners(by_verifier, top, mode), **base)
 
 

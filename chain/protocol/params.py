@@ -220,6 +220,9 @@ class ProtocolParams:
                 raise ParamRangeError(name, str(q), 0, 1, "a fraction",
                                       range_text=f"{'[' if zero else '('}0, 1] with a denominator of at most "
                                                  f"{_shown(MAX_QUORUM_TERM)}")
+        if self.dispute_honest_share >= 1:  # nothing could be more than every revealed seat
+            raise ParamRangeError("dispute_honest_share", str(self.dispute_honest_share), 0, 1, "a fraction",
+                                  range_text=f"(0, 1) with a denominator of at most {_shown(MAX_QUORUM_TERM)}")
         # Every penalty is paid in full: a unit of verifier_stake backs at most one seat of a round
         # below the dispute round and one seat of the dispute round at once, each paying at most
         # one penalty, so two penalties must fit in it.

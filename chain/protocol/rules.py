@@ -811,7 +811,7 @@ def _next_round(state: ProtocolState, parent: ChallengeState, round_: int, reope
     parent.rechallenge, parent.queued = nxt, False
     return _open_round(state, run, nxt, parent.index, parent.step, n, block_hash, round_=round_, first=first,
                        refused_rounds=parent.refused_rounds + reopened,
-                       escalated=parent.challenge_id if parent.escalations else None)
+                       escalated=parent.challenge_id if parent.pending else None)
 
 
 def _open_queued_dispute(state: ProtocolState, n: int, block_hash: bytes) -> list[Event]:
@@ -936,6 +936,10 @@ def _resolve(state: ProtocolState, ch: ChallengeState, n: int, block_hash: bytes
             else Counter()
         events += _pay_seats(state, ch, run, winners, pools, n)
         _free_seats(state, ch)
+    if ch.escalations and not escalated:
+        # escalations of a round whose result is no longer a verdict (a parameter change between
+        # the escalation and the resolution): nothing to dispute, every stake goes back
+        events += _return_escalations(state, ch, n)
     if next_round is not None:
         events += _next_round(state, ch, next_round, follow == "reopen", n, block_hash)
     events += _settle_run(state, run, n)
@@ -963,12 +967,7 @@ def _settle_escalated(state: ProtocolState, parent: ChallengeState, ruled: str |
     for v in sorted(parent.escalations):
         disputed, stake = parent.escalations[v]
         wrong = ruled is None or ruled == disputed
-        _unreserve(state, v, stake)
-        left = state.staked.get(v, 0) - stake
-        if left:
-            state.staked[v] = left
-        else:
-            state.staked.pop(v, None)
+        _unstake(state, v, stake)
         if wrong:  # paid in full: escalation_room kept the stake out of every penalty's reach
             state.vbonds[v] -= stake
             state.slashed[v] = min(state.slashed.get(v, 0) + stake, INT63)
@@ -977,6 +976,26 @@ def _settle_escalated(state: ProtocolState, parent: ChallengeState, ruled: str |
     parent.escalations = {}
     _free_seats(state, parent)
     return events, forfeited
+
+
+def _unstake(state: ProtocolState, account: str, stake: int) -> None:
+    """An escalation stake is no longer held (returned or forfeited by the caller)."""
+    _unreserve(state, account, stake)
+    left = state.staked.get(account, 0) - stake
+    if left:
+        state.staked[account] = left
+    else:
+        state.staked.pop(account, None)
+
+
+def _return_escalations(state: ProtocolState, ch: ChallengeState, n: int) -> list[Event]:
+    events: list[Event] = []
+    for v in sorted(ch.escalations):
+        _, stake = ch.escalations[v]
+        _unstake(state, v, stake)
+        events.append(EscalationSettled(n, ch.challenge_id, v, stake, 0))
+    ch.escalations = {}
+    return events
 
 
 def _settle_run(state: ProtocolState, run: RunState, n: int) -> list[Event]:

@@ -528,9 +528,10 @@ def open_seats(state: ProtocolState, *, dispute: bool | None = None) -> Counter:
 
 
 def dispute_bonds(state: ProtocolState, exclude: str | None = None) -> list[tuple[str, int]]:
-    """[(account, the bond a dispute round seats)], in account order: the active bond less the
-    escalation stakes, and no more than keeps the dispute's seats (one penalty each at most) within
-    what the account's seats on other open rounds leave. A seat of another round and a dispute
+    """[(account, the bond a dispute round seats)], in account order: the active bond, but no more
+    than keeps the dispute's seats (one penalty each at most) within what the account's escalation
+    stakes and its seats on other open rounds leave (an escalator keeps its voice: its stake is
+    not taken out of its seats unless its bond could not pay both). A seat of another round and a dispute
     seat may share a unit of bond: their penalties together fit in it (params: two penalties <=
     verifier_stake)."""
     p = state.params
@@ -540,9 +541,9 @@ def dispute_bonds(state: ProtocolState, exclude: str | None = None) -> list[tupl
     for a, b in sorted(state.vbonds.items()):
         if a == exclude:
             continue
-        own = max(0, b - state.staked.get(a, 0))
-        if worst:  # the dispute's seats may be charged at most what the other seats leave
-            own = min(own, p.verifier_stake * (max(0, own - worst * seats[a]) // worst))
+        own = b
+        if worst:  # the dispute's seats may be charged at most what stakes and other seats leave
+            own = min(own, p.verifier_stake * (max(0, b - state.staked.get(a, 0) - worst * seats[a]) // worst))
         out.append((a, own))
     return out
 

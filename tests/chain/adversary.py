@@ -257,12 +257,18 @@ def drain(game: Game) -> None:
 
 
 def why_wrong(game: Game, cid: bytes) -> str:
-    """Why a round judged against the truth: "no honest seat" (none of its seats revealed the true
-    value, so none could escalate), "no free bond" (those that did could not reserve the
-    escalation stake), or "judged wrong" (anything else: a protocol finding)."""
+    """Why a round judged against the truth: "no honest account" (none could escalate), "no free
+    bond" (none had the escalation room), "honest minority of the dispute seats" (a dispute round
+    whose seats, capped by what each account may still be charged, the honest side did not hold a
+    majority of), or "judged wrong" (anything else: a protocol finding)."""
     rnd = game.rounds[cid]
-    if game.chain.state.challenges[cid].dispute:
-        return "judged wrong"
+    ch = game.chain.state.challenges[cid]
+    if ch.dispute:
+        # A dispute round seats every unit of bond less what an account's escalation stakes and its
+        # seats on other open rounds could still be charged (state.dispute_bonds): the guarantee is
+        # a majority of those seats, which the honest side may lack by that cap or a unit's rounding.
+        honest = sum(1 for a in ch.committee if a.startswith("h"))
+        return "judged wrong" if 2 * honest > len(ch.committee) else "honest minority of the dispute seats"
     truth = game.true_value(rnd.issued.step)
     dissent = sorted(a for a in game.chain.state.vbonds if a.startswith("h")) or \
         [a for a in rnd.seats if a.startswith("h") and rnd.values.get(a, (None,))[0] == truth]

@@ -206,7 +206,7 @@ def test_a_commitment_flood_neither_crowds_out_a_seat_nor_lands_before_the_openi
 def test_a_forger_serving_half_the_dispute_seats_is_fraud():
     row = M.row_half_served_dispute()
     assert row.ok, row.as_json()
-    assert "round 3: fraud (0 of 4 revealed seats of the dispute round back H(leaf t), not more than" in row.detail
+    assert "round 3: fraud (0 seats of the dispute round back H(leaf t) with one replayed pair, 4 oppose it" in row.detail
     assert not row.penalized  # the refused seats did their duty, the served ones told the truth
 
 

@@ -1,63 +1,50 @@
-"""A core finding (challenges.verdict._dispute, since 040b299): `dispute_honest_share` = 1 is in its
-range, (0, 1] (params.FRACTION_PARAMS), but a dispute round whose every revealed seat backs the
-miner's value then has no verdict. HONEST needs more than all of the revealed seats, so the rule
-takes the FRAUD branch, looks for the largest cluster with another value, finds none and raises
-IndexError; on the chain the resolution fails (BlockWorkFailed) at every block and the run never
-settles. Either the range must exclude 1 (ParamOutOfRange), or the rule must give every such round
-a verdict. Strict xfail until the core does one of them: docs/protocol.md §14 names it."""
+"""`dispute_honest_share` is a fraction in (0, 1): at 1 no cluster could hold more than every
+revealed seat, and a unanimous dispute round would have no verdict (found against the core of
+040b299, where the range was (0, 1] and such a round raised at every block). The constructor and a
+configure_network record refuse it, naming it; below 1 a unanimous round is honest, and a round
+with nothing but other values is fraud with no winning value to pay."""
 
 from __future__ import annotations
 
-from collections import Counter
 from fractions import Fraction
 
 import pytest
 
-from chain import protocol as P
-from chain.protocol.events import BlockWorkFailed
-from challenges.verdict import HONEST, Reveal, decide
-from tests.chain.puretest import PureChain
-from tests.chain.runs import SyntheticRun, bond, witness
+from chain.protocol import ProtocolParams
+from chain.protocol.params import ParamRangeError
+from challenges.verdict import FRAUD, HONEST, Reveal, decide
 
-REASON = "dispute_honest_share = 1 is accepted, and a unanimous dispute round then has no verdict"
+LEAF, PROOF = b"\x01" * 32, b"\x02" * 32
 
 
-@pytest.mark.xfail(strict=True, raises=IndexError, reason=REASON)
-def test_a_unanimous_dispute_round_has_a_verdict_at_share_one():
-    leaf, proof = b"\x01" * 32, b"\x02" * 32
-    reveals = [Reveal(f"v{i}", leaf, 0, proof) for i in range(3)]
-    result = decide(reveals, mode="value", opening_submitted=True, expected_value=leaf, quorum_min_reveals=1,
-                    quorum_share=Fraction(1, 2), committee_size=3, dispute=True, refused_value=b"\xff" * 32,
-                    seats={r.verifier: 1 for r in reveals}, honest_share=Fraction(1))
-    assert result.verdict == HONEST
+def _decide(reveals, share):
+    return decide(reveals, mode="value", opening_submitted=True, expected_value=LEAF, quorum_min_reveals=1,
+                  quorum_share=Fraction(1, 2), committee_size=len(reveals), dispute=True, refused_value=b"\xff" * 32,
+                  seats={r.verifier: 1 for r in reveals}, honest_share=share)
 
 
-@pytest.mark.xfail(strict=True, reason=REASON)
-def test_a_dispute_round_at_share_one_resolves_on_the_chain():
-    params = P.ProtocolParams(max_rounds=1, challenges_per_run=1, dispute_honest_share=Fraction(1))
-    chain, run = PureChain(params), SyntheticRun()
-    chain.block(("miner", run.register()), *[(v, bond(params.verifier_stake)) for v in ("v1", "v2", "v3")])
-    chain.block(("miner", run.submit_full_root()))
-    for _ in range(60):
-        if chain.of(P.RunSettled):
-            break
-        n, calls = chain.number + 1, []
-        for ch in chain.state.challenges.values():
-            if ch.verdict is not None:
-                continue
-            cid = ch.challenge_id
-            if ch.opening is None:
-                calls.append(("miner", run.opening(cid, ch.step)))
-                continue
-            for v in sorted(Counter(ch.committee)):
-                com, rev = witness(cid, v, run.value_hash(ch.step))
-                if n <= ch.commit_deadline and v not in ch.commitments:
-                    calls.append((v, com))
-                elif ch.commit_deadline < n <= ch.reveal_deadline and v in ch.commitments and v not in ch.reveals:
-                    calls.append((v, rev))
-        chain.block(*calls, strict=False)
-    (dispute,) = chain.state.challenges.values()
-    assert dispute.dispute and len(dispute.reveals) == 3, "every seat revealed the miner's value (the scenario)"
-    failed = [e for e in chain.of(BlockWorkFailed) if e.stage == "resolution"]
-    assert not failed, f"the resolution fails at every block: {failed[0]}"
-    assert chain.of(P.RunSettled)
+def test_a_share_of_one_is_refused_naming_the_parameter():
+    with pytest.raises(ParamRangeError, match="dispute_honest_share must be a fraction in \\(0, 1\\)"):
+        ProtocolParams(dispute_honest_share=Fraction(1))
+    with pytest.raises(ValueError, match="dispute_honest_share"):
+        ProtocolParams.from_dict({"dispute_honest_share": [1, 1]})
+
+
+def test_a_unanimous_dispute_round_is_honest_at_the_largest_share():
+    reveals = [Reveal(f"v{i}", LEAF, 0, PROOF) for i in range(3)]
+    assert _decide(reveals, Fraction(2, 3)).verdict == HONEST  # 3 of 3 > 2/3
+
+
+def test_lazy_copies_of_the_public_value_count_for_neither_side_in_a_dispute_round():
+    # One replayed pair (2 seats), one other value (1 seat), three copies of H(leaf t) each with a
+    # proof of its own: 2 of 3 back the miner; the copies prove no replay and count for nobody.
+    reveals = [Reveal("r1", LEAF, 0, PROOF), Reveal("r2", LEAF, 0, PROOF), Reveal("x", b"\x09" * 32, 0, PROOF)]
+    lazy = [Reveal(f"lazy{i}", LEAF, 0, bytes([i + 3]) * 32) for i in range(3)]
+    result = _decide(reveals + lazy, Fraction(1, 2))
+    assert result.verdict == HONEST and set(result.winners) == {"r1", "r2"}
+    assert set(result.outliers) == {"x", "lazy0", "lazy1", "lazy2"}
+    # The same copies beside a forged step's honest replayers: 1 backs the forged value, 2 oppose it.
+    forged = [Reveal("c", LEAF, 0, b"\x0a" * 32), Reveal("h1", b"\x09" * 32, 0, PROOF), Reveal("h2", b"\x09" * 32, 0, PROOF)]
+    result = _decide(forged + lazy, Fraction(1, 2))
+    assert result.verdict == FRAUD and set(result.winners) == {"h1", "h2"}
+    assert set(result.outliers) == {"c", "lazy0", "lazy1", "lazy2"}

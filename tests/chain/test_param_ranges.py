@@ -105,7 +105,12 @@ def test_the_v3_shares_are_fractions_in_their_ranges(name):
     else:
         with pytest.raises(ParamRangeError, match=rf"{name} must be a fraction in \(0, 1\]"):
             ProtocolParams(**{name: 0})
-    assert getattr(ProtocolParams(**{name: "1"}), name) == 1
+    if zero_ok:
+        assert getattr(ProtocolParams(**{name: "1"}), name) == 1
+    else:  # nothing holds more than every seat: a share of 1 would leave a unanimous dispute no verdict
+        with pytest.raises(ParamRangeError, match=rf"{name} must be a fraction in \(0, 1\) "):
+            ProtocolParams(**{name: "1"})
+        assert getattr(ProtocolParams(**{name: "99/100"}), name) == Fraction(99, 100)
     with pytest.raises(ParamRangeError, match=name):
         ProtocolParams(**{name: Fraction(3, 2)})
     with pytest.raises(ParamRangeError, match=name):

@@ -288,7 +288,7 @@ def test_soak_hostile_remarks_and_provers_beside_honest_runs(tmp_path):
     try:
         # The node's account bonds before any run: a challenge's committee is drawn from the bonds on
         # chain when it is issued (on a dev chain any process may sign as the node's account).
-        DevTransport(net.chain_path, name).submit([BondVerifier(amount=1000)])
+        DevTransport(net.chain_path, name).submit([BondVerifier(amount=20_000)])  # 200 seat units: seats never run short
         cfg = net.node_config(name)
         proc = net.start_node(name, cfg, wrap=None if nameserver is None else nameserver.wrap())
         data_dir = tmp_path / f"{name}-data"
