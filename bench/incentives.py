@@ -15,15 +15,15 @@ leaves over made-up state digests, as the protocol tests build them), its miner 
 row is a miner's.
 
 Verifier strategies (the miner honest):
-  honest      replays each seat it holds, reveals the true pair (value hash, proof hash), escalates
-              when its value half differs from the largest cluster's;
+  honest      replays each seat it holds, reveals the true pair (value hash, proof hash), watches every
+              round and escalates (the first honest account with the room) a verdict that is wrong;
   lazy        does not replay; reveals the opened leaf's hash (the best guess of the value half)
               with a guessed proof half, shared by the coalition;
   noisy       replays but reveals a wrong value (the coalition's shared wrong pair); never escalates;
   sybil       honest, its stake split over SYBIL_SPLIT times as many accounts;
   withholder  commits, never reveals (and does not replay);
-  griefer     does not replay, reveals a wrong value (shared) and escalates against the winning
-              cluster whenever it may.
+  griefer     does not replay, reveals a wrong value (shared) and escalates every verdict that is
+              right, while it has the room.
 Miner strategies: a miner that faked a share phi of its steps (the committed leaf of a faked step
 is not what replaying it gives); honest verifiers; with a coalition, the coalition colludes with
 the miner: it reveals the miner's own pair (the committed leaf's hash and the proof of the
@@ -331,11 +331,34 @@ def _actions(state: P.ProtocolState, run: Run, role: dict[str, str], n: int, cos
                 value, proof = _pair(role[a], run, ch)
                 calls.append((a, RevealWitnessValue(cid, value, proof, 0, _salt(cid, a))))
         elif n <= ch.escalate_deadline and not ch.dispute:
-            top = _largest_value(ch, seats)
-            for a in sorted(ch.reveals):
-                if role[a] in ("honest", "sybil", "griefer") and a not in ch.escalations and top is not None \
-                        and ch.reveals[a][0] != top:
-                    calls.append((a, EscalateChallenge(cid)))
+            calls += _escalations(state, run, role, ch)
+    return calls
+
+
+def _escalations(state: P.ProtocolState, run: Run, role: dict[str, str], ch: P.ChallengeState) -> list:
+    """Inside a round's escalation window. Honest accounts watch every round, seated or not: when
+    the verdict its reveals give is wrong (the miner faked the step and it says honest, or the
+    other way round), the first honest account with the escalation room escalates it, once.
+    Griefers escalate every verdict that is right, each of them, while they have the room."""
+    cid = ch.challenge_id
+    result = P.round_result(state, cid)
+    final = result.verdict in ("honest", "fraud") or (result.verdict == "refused" and ch.refused_rounds > 0)
+    if not final:
+        return []
+    right = (result.verdict == "honest") == (ch.step not in run.faked)
+    stake = state.params.escalation_stake
+    calls = []
+    if not right and not any(role[a] in ("honest", "sybil") for a in ch.escalations):
+        for a in sorted(x for x in state.vbonds if role.get(x) in ("honest", "sybil")):
+            if P.escalation_room(state, a) >= stake:
+                calls.append((a, EscalateChallenge(cid)))
+                break
+        else:
+            calls.append((next(a for a in sorted(state.vbonds) if role.get(a) in ("honest", "sybil")),
+                          EscalateChallenge(cid)))  # refused for want of room: counted as starved
+    if right:
+        calls += [(a, EscalateChallenge(cid)) for a in sorted(state.vbonds)
+                  if role.get(a) == "griefer" and a not in ch.escalations]
     return calls
 
 
