@@ -102,10 +102,11 @@ def demo_params(steps: int, substitute_at: int) -> ProtocolParams:
 
 
 def node_escalates(fault: str) -> bool:
-    """Whether a demo node escalates a round it dissents from ([verifier] escalate): not the noisy
-    one, whose random values are no dissent worth a dispute round (it would stake escalation_stake
-    on noise, lose it, and take the demo through the dispute round's longer windows)."""
-    return fault != "noise"
+    """Whether a demo node escalates a round it dissents from ([verifier] escalate): the honest
+    ones only. The noisy one's random values are no dissent, and the lazy one's copy of the miner's
+    H(leaf t) disputes every fraud verdict: either would stake escalation_stake on a dispute round
+    it loses, and take the demo through the dispute round's longer windows."""
+    return fault == "none"
 
 
 # --- the network ----------------------------------------------------------------------------------
@@ -148,6 +149,7 @@ class ChallengeInfo:
     penalties: list[tuple[str, int, str]] = field(default_factory=list)  # (account, amount, why)
     payments: list[tuple[str, int, str]] = field(default_factory=list)  # (account, amount, why)
     escalated_by: list[str] = field(default_factory=list)
+    forfeited: list[tuple[str, int]] = field(default_factory=list)  # (account, escalation stake lost)
 
 
 class Demo:
@@ -490,6 +492,9 @@ class Demo:
             self.say(f"block {ev.block}: challenge {short(ev.challenge_id)}: {self._name(ev.verifier)} ESCALATED it "
                      f"to the dispute round, staking {ev.stake}")
         elif isinstance(ev, EscalationSettled):
+            ch = self.challenges.get(ev.challenge_id)
+            if ch is not None and ev.forfeited:
+                ch.forfeited.append((ev.verifier, ev.forfeited))
             self.say(f"block {ev.block}: challenge {short(ev.challenge_id)}: the escalation of "
                      f"{self._name(ev.verifier)} settled: {ev.returned} returned, {ev.forfeited} forfeited")
 
@@ -648,7 +653,8 @@ class Demo:
                 "bond_before": self.bonds_before.get(account), "bond_after": bonds.get(account, 0),
                 "penalties": penalties, "penalised": sum(p["amount"] for p in penalties),
                 "payments": payments, "paid": sum(p["amount"] for p in payments), "paid_by_why": paid_by_why,
-                "escalations": sum(account in c.escalated_by for c in self.challenges.values())})
+                "escalations": sum(account in c.escalated_by for c in self.challenges.values()),
+                "forfeited": sum(a for c in self.challenges.values() for v, a in c.forfeited if v == account)})
         honest = [r for r in runs if r["honest"]]
         subst = [r for r in runs if not r["honest"]]
         decided = [c for c in challenges if c["verdict"] in ("honest", "fraud")]
@@ -672,9 +678,9 @@ class Demo:
             # Fees go to the winning seats only: the honest verifiers are paid, the outliers never.
             "honest_verifiers_paid": all(v["paid"] > 0 for v in verifiers if not v["faulty"]),
             "faulty_verifiers_unpaid": all(v["paid"] == 0 for v in verifiers if v["faulty"]),
-            # Every unit a bond gained or lost is a fee or a penalty the chain recorded.
+            # Every unit a bond gained or lost is a fee, a penalty or a forfeited escalation stake.
             "bonds_add_up": all(v["bond_before"] is not None
-                                and v["bond_after"] == v["bond_before"] + v["paid"] - v["penalised"]
+                                and v["bond_after"] == v["bond_before"] + v["paid"] - v["penalised"] - v["forfeited"]
                                 for v in verifiers),
         }
         return {"runs": runs, "challenges": challenges, "verifiers": verifiers,

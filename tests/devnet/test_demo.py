@@ -119,8 +119,9 @@ def test_node_configs_bond_and_name_their_fault(tmp_path):
     d.chain_url = f"dev://{tmp_path / 'chain.db'}"
     for name, fault in VERIFIERS:
         doc = tomllib.loads(d.node_config(name, fault).read_text())
-        assert doc["verifier"] == {"bond": DEMO_BOND, "escalate": fault != "noise"} and node_escalates(fault) == (
-            fault != "noise")
+        # only the honest nodes escalate: the faulty ones would stake on disputes they lose
+        assert doc["verifier"] == {"bond": DEMO_BOND, "escalate": fault == "none"} and node_escalates(fault) == (
+            fault == "none")
         assert doc["node"]["fault"] == fault and doc["chain"]["account"] == name
         assert ProtocolParams.from_dict(doc["protocol"]) == d.params
 

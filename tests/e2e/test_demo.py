@@ -72,7 +72,7 @@ def check_summary(summary: dict, substitute_at: int, limit: float = DEMO_TIMEOUT
         assert v["bond_before"] >= summary["params"]["verifier_stake"]
         owed = sum(penalty * c["seats"][name] for c in by_id.values())  # a penalty per seat held
         assert v["bond_after"] == v["bond_before"] - owed and v["penalised"] == owed
-        assert v["paid"] == 0 and v["payments"] == [] and v["escalations"] == 0
+        assert v["paid"] == 0 and v["payments"] == [] and v["escalations"] == 0 and v["forfeited"] == 0
     for name in ("v1", "v2"):
         v = verifiers[name]
         assert not v["faulty"] and v["outlier_count"] == 0
