@@ -507,8 +507,9 @@ class VerifierNode:
         H(leaf t) or declared bucket, else fraud): an escalation disputes the round's verdict. A
         refusal of the opening is no verdict on the step: it never escalates. A dissent is
         escalated once: an escalate_challenge call journaled (txs, kind "escalate") and sent by the
-        sender thread, if the free bond covers the chain's escalation_stake; otherwise
-        `escalation_unaffordable` is logged with the numbers. Off with `[verifier] escalate = false`."""
+        sender thread, if the node's escalation room (the protocol's escalation_room: its bond less
+        its escalation stakes and what its open seats may still be charged) covers the chain's
+        escalation_stake; otherwise `escalation_unaffordable` is logged with the numbers. Off with `[verifier] escalate = false`."""
         view = self.view
         if not self.cfg.verifier.escalate or view is None or not self.account:
             return
@@ -538,25 +539,25 @@ class VerifierNode:
                           escalate_deadline=ch.escalate_deadline, value=own, winning_value=winning,
                           detail="the node read the round's reveals after its escalation window closed")
                 continue
-            stake_needed, free = state.params.escalation_stake, P.free_bond(state, self.account)
+            stake_needed, free = state.params.escalation_stake, max(0, P.escalation_room(state, self.account))
             if free < stake_needed:
                 self._escalation(cid, "unaffordable")
                 log_event(log, "escalation_unaffordable", level=logging.WARNING, challenge_id=cid.hex(),
-                          escalation_stake=stake_needed, free_bond=free, bond=state.vbonds.get(self.account, 0),
+                          escalation_stake=stake_needed, escalation_room=free, bond=state.vbonds.get(self.account, 0),
                           reserved=state.reserved.get(self.account, 0), value=own, winning_value=winning,
                           verdict=result.verdict,
-                          detail="the round resolves to another value than this node revealed, and its free bond "
-                                 "does not cover the escalation stake: it is not escalated")
+                          detail="the round resolves to another value than this node revealed, and its escalation "
+                                 "room does not cover the escalation stake: it is not escalated")
                 continue
             with self.engine.begin() as conn:
                 tx, inserted = journal.journal_escalation(conn, challenge_id=cid, verifier=self.account)
                 conn.execute(update(challenges).where(challenges.c.challenge_id == cid).values(
                     escalation="journaled", updated_at=time.time(),
                     status=f"escalating to the dispute round: the round resolves {result.verdict} to "
-                           f"{str(winning)[:16]}, this node revealed {str(own)[:16]}; staking {stake_needed} of "
-                           f"{free} free bond"))
+                           f"{str(winning)[:16]}, this node revealed {str(own)[:16]}; staking {stake_needed} of an "
+                           f"escalation room of {free}"))
             log_event(log, "escalation_journaled", challenge_id=cid.hex(), escalation_stake=stake_needed,
-                      free_bond=free, value=own, winning_value=winning, verdict=result.verdict, inserted=inserted,
+                      escalation_room=free, value=own, winning_value=winning, verdict=result.verdict, inserted=inserted,
                       escalate_deadline=ch.escalate_deadline)
             self._send_wake.set()
 

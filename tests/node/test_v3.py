@@ -7,6 +7,7 @@ with `[verifier] escalate = false` it does nothing."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import pytest
@@ -193,15 +194,22 @@ def test_a_dissenting_seat_escalates_once_and_the_dispute_round_returns_its_stak
     engine.dispose()
 
 
-def test_a_seat_that_cannot_cover_the_escalation_stake_logs_it_and_sends_nothing(tmp_path, chain, caplog):
-    path, miner = chain
+HIGH_STAKE = dataclasses.replace(PARAMS, escalation_stake=60)
+
+
+def test_a_seat_that_cannot_cover_the_escalation_stake_logs_it_and_sends_nothing(tmp_path, caplog):
+    path = tmp_path / "c.db"
+    miner = DevTransport(path, "miner", sealing="interval")
+    miner.record_params(HIGH_STAKE)
+    chain = (path, miner)
     caplog.set_level(logging.INFO, logger="node.daemon")
-    node, engine, _run, ch = _round_one(tmp_path, chain, bond_amount=100)  # its one unit is its seat
+    # its one unit is its seat: the room is 100 - 50 (the seat's most penalty) = 50, short of 60
+    node, engine, _run, ch = _round_one(tmp_path, chain, bond_amount=100)
     cid = ch.challenge_id
     assert journal.get_tx(engine, cid, "v1", "escalate") is None and _job(engine, cid).escalation == "unaffordable"
     (warn,) = [r for r in caplog.records if getattr(r, "event", None) == "escalation_unaffordable"]
     assert warn.levelno == logging.WARNING and warn.challenge_id == cid.hex()
-    assert (warn.escalation_stake, warn.free_bond, warn.bond, warn.reserved) == (50, 0, 100, 100)
+    assert (warn.escalation_stake, warn.escalation_room, warn.bond, warn.reserved) == (60, 50, 100, 100)
     node.escalate()
     assert len([r for r in caplog.records if getattr(r, "event", None) == "escalation_unaffordable"]) == 1
     while node.view.state.challenges[cid].verdict is None:
@@ -215,7 +223,7 @@ def test_a_seat_that_cannot_cover_the_escalation_stake_logs_it_and_sends_nothing
         st = client.get("/api/v1/stake").json()
         assert (st["bond"], st["reserved"], st["free"], st["paid_total"]) == (
             100 - PARAMS.outlier_penalty, 0, 100 - PARAMS.outlier_penalty, 0)
-        assert st["escalation_stake"] == 50 and st["payments"] == []
+        assert st["escalation_stake"] == 60 and st["payments"] == []
         detail = client.get(f"/api/v1/challenges/{cid.hex()}").json()
         assert detail["escalation"] == "unaffordable" and detail["deadlines"]["escalate"] == ch.escalate_deadline
         metrics = client.get("/metrics").text
