@@ -129,8 +129,11 @@ class Cluster:
         return (self.tmp / f"{name}.err").read_text(errors="replace")
 
     def start_verifier(self, name: str, *, fault: str = "none", bond: int = BOND,
-                       fetch: dict[str, float] | None = None) -> Path:
-        """A `pot node run` process; `fetch` overrides [fetch] settings (timeouts, attempts)."""
+                       fetch: dict[str, float] | None = None, escalate: bool | None = None) -> Path:
+        """A `pot node run` process; `fetch` overrides [fetch] settings (timeouts, attempts).
+        `escalate` defaults to honest nodes only: a faulty node stands for a broken or lazy one,
+        whose dissent would take every step it disputes through a dispute round."""
+        escalate = fault == "none" if escalate is None else escalate
         cfg = self.tmp / f"{name}.toml"
         self.account(name)
         secrets = ""
@@ -150,6 +153,7 @@ class Cluster:
                                          **(fetch or {})}.items()],
             "[http]", f'listen = "127.0.0.1:{free_port()}"',  # each node serves its API on its own port
             "[verifier]", f"bond = {bond}",  # bonded on start: committees are drawn from bonds on chain
+            f"escalate = {str(escalate).lower()}",
         ]) + "\n" + protocol_toml(self.params))
         self.spawn(name, "node", "run", "--config", str(cfg), "--init")
         return cfg

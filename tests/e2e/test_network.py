@@ -24,9 +24,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.chopsticks]
 # Same parameters for everyone: the chain records them, the miner reads them from the chain, each
 # node's [protocol] must equal them. chopsticks builds each block with the real runtime (seconds
 # apiece on a loaded machine): windows leave room for that. One challenge per run (step 7); the
-# committee seats every verifier.
+# committee seats every seat unit of every verifier (3 x 10: cluster.BOND / verifier_stake).
 CHOPSTICKS_PARAMS = ProtocolParams(commit_window=30, reveal_window=12, opening_deadline=20, challenge_delay=2,
-                                   challenges_per_run=1, committee_size=3, quorum_min_reveals=3,
+                                   challenges_per_run=1, committee_size=30, quorum_min_reveals=3,
                                    forced_challenge_steps=(7,))
 VERIFIERS = ["v1", "v2", "v3"]
 TRAIN_TIMEOUT = 900
@@ -90,8 +90,11 @@ def test_honest_run_is_verified_and_a_noisy_verifier_is_an_outlier(cluster, mate
     assert [e.verifier for e in view.of(P.VerifierOutlier)] == [cluster.account("v3")]
     assert [(e.verifier, e.why) for e in view.of(VerifierPenalized)] == [(cluster.account("v3"), "outlier")]
     penalty = cluster.params.outlier_penalty * seats["v3"]  # a penalty per seat
+    paid = {n: sum(e.amount for e in view.of(P.VerifierPaid) if e.verifier == cluster.account(n)) for n in VERIFIERS}
+    run = next(iter(view.state.runs.values()))
+    assert paid == {"v1": run.seat_fee * seats["v1"], "v2": run.seat_fee * seats["v2"], "v3": 0}  # the winning seats
     assert {n: view.state.vbonds[cluster.account(n)] for n in VERIFIERS} == {
-        "v1": before["v1"], "v2": before["v2"], "v3": before["v3"] - penalty}
+        "v1": before["v1"] + paid["v1"], "v2": before["v2"] + paid["v2"], "v3": before["v3"] - penalty}
     assert view.of(P.MinerSlashed) == []
 
     cluster.wait_ingested(VERIFIERS, cid)
