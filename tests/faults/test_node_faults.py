@@ -26,8 +26,11 @@ from tests.node.harness import chain_calls, run_id_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
+# Each node bonds 10 seat units and a committee has 10 seats: the two runs' challenges are open at
+# once (protocol v3 issues a challenge only when its seats are free), each seating both nodes.
 PARAMS = ProtocolParams(commit_window=260, reveal_window=60, opening_deadline=10, challenge_delay=2,
-                        quorum_min_reveals=2, challenges_per_run=1, forced_challenge_steps=(7,))
+                        quorum_min_reveals=2, challenges_per_run=1, committee_size=10, forced_challenge_steps=(7,))
+BOND = 10 * PARAMS.verifier_stake
 NONCE_OK, NONCE_DEAD = b"\x51" * 16, b"\x52" * 16
 RUN_OK = run_id_for(NONCE_OK)  # its prover hangs the first two opening requests, then serves slowly
 RUN_DEAD = run_id_for(NONCE_DEAD)  # its prover never answers for the opening
@@ -57,7 +60,7 @@ def test_node_recovers_from_kills_chain_restart_db_outage_and_a_hanging_prover(t
     admin, pg_name, pg_url = pg_db
     net = FaultNetwork(tmp_path, PARAMS, interval=0.3)
     try:
-        cfg = {"a": net.node_config("a"), "b": net.node_config("b", db_url=pg_url)}
+        cfg = {"a": net.node_config("a", bond=BOND), "b": net.node_config("b", db_url=pg_url, bond=BOND)}
         net.prover.hang_first[RUN_OK] = 2
         net.prover.hang_always.add(RUN_DEAD)
         net.prover.throttle_bps = 60_000  # ~9 s per opening: time to kill a node mid-download
@@ -108,7 +111,7 @@ def test_node_recovers_from_kills_chain_restart_db_outage_and_a_hanging_prover(t
 
         view = net.view()
         res = {e.challenge_id: e for e in view.of(P.ChallengeResolved)}
-        assert res[ok.challenge_id].verdict == "honest" and res[ok.challenge_id].cluster_size == 2
+        assert res[ok.challenge_id].verdict == "honest" and res[ok.challenge_id].cluster_size == PARAMS.committee_size
         dead_ch = view.state.challenges[dead.challenge_id]
         refused = refused_value_hash(dead.challenge_id)
         for name in ("a", "b"):
