@@ -42,6 +42,9 @@ RPC_TIMEOUT = 30.0
 FUNDS = 10**18
 
 
+MAX_MEMORY_BLOCKS = 20_000
+
+
 class ChopsticksError(RuntimeError):
     """chopsticks could not be prepared, started or driven; the message says which and why."""
 
@@ -112,6 +115,10 @@ class Chopsticks:
             self.build_block_mode,
             "--runtime-log-level",
             "0",
+            # chopsticks keeps 500 blocks in memory by default and answers older ones empty: a
+            # follower replaying a long test chain from block 1 (the demo's: 500+ blocks) needs them
+            "--max-memory-block-count",
+            str(MAX_MEMORY_BLOCKS),
         ]
         log = open(self.log_path, "ab")
         try:
