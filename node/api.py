@@ -32,6 +32,7 @@ from node.db import challenges, current_revision, head_revision, open_database, 
 from node.logs import log_event
 from node.stages import WORK_STAGES, Stage
 from node.stake import stake_status
+from node.status import NodeStatus, StatusSnapshot
 
 log = logging.getLogger("node.api")
 
@@ -450,10 +451,13 @@ class RetryOut(_Model):
 
 
 class ApiContext:
-    """What the routes share: the engine, the config, the daemon (when in its process), the token."""
+    """What the routes share: the engine, the config, the daemon's status (when the API runs in
+    the daemon's process; node/status.py), the token."""
 
-    def __init__(self, engine: Engine, config: NodeConfig, *, node: Any = None, admin_token: str | None = None,
-                 owns_engine: bool = False) -> None:
+    def __init__(self, engine: Engine, config: NodeConfig, *, node: NodeStatus | None = None,
+                 admin_token: str | None = None, owns_engine: bool = False) -> None:
+        if node is not None and not isinstance(node, NodeStatus):
+            raise TypeError(f"node must implement node.status.NodeStatus (a status() method), not {type(node).__name__}")
         self.engine = engine
         self.config = config
         self.node = node
@@ -462,10 +466,15 @@ class ApiContext:
         self.started = time.monotonic()
         self.head_revision = head_revision()
 
+    def status(self) -> StatusSnapshot | None:
+        """The daemon's live facts now, or None when the API serves a database alone."""
+        return self.node.status() if self.node is not None else None
+
     @property
     def account(self) -> str | None:
-        if self.node is not None and getattr(self.node, "account", ""):
-            return self.node.account
+        live = self.status()
+        if live is not None and live.account:
+            return live.account
         return self.config.chain.account or None
 
     def backend(self) -> str:
@@ -571,7 +580,7 @@ def _not_found(what: str, ident: str) -> HTTPException:
     return HTTPException(404, f"no {what} {ident.removeprefix('0x').lower()} in this node's database")
 
 
-def create_app(db: str | Engine, config: NodeConfig | None = None, *, node: Any = None,
+def create_app(db: str | Engine, config: NodeConfig | None = None, *, node: NodeStatus | None = None,
                admin_token: str | None = None) -> FastAPI:
     """The API and dashboard over a node database (URL or engine). `node` is the running
     VerifierNode when served from the daemon (its worker pool shows in /readyz and /metrics);
@@ -834,8 +843,9 @@ def readiness(ctx: ApiContext) -> dict[str, dict[str, Any]]:
         checks["determinism"] = {"ok": False, "data": {}, "detail": why}
         return checks
     data: dict[str, Any] = {"block": cur["block"], "age_s": cur["age_s"], "max_age_s": max_age}
-    if ctx.node is not None and getattr(ctx.node, "head", -1) >= 0:
-        data["finalized_head"] = ctx.node.head
+    live = ctx.status()
+    if live is not None and live.head >= 0:
+        data["finalized_head"] = live.head
     if cur["block"] is None and data.get("finalized_head") == 0:
         checks["chain_head"] = {"ok": True, "data": data, "detail": "the chain has no finalized block yet"}
     elif cur["block"] is None:
@@ -884,17 +894,15 @@ def pool_check(ctx: ApiContext, stuck: int | None) -> dict[str, Any]:
     if stuck:
         problems.append(f"{stuck} replay(s) running longer than replay.timeout_s")
     data["stuck_replays"] = stuck
-    node = ctx.node
-    if node is None:
+    live = ctx.status()
+    if live is None:
         detail = (f"{ctx.config.replay.workers} replay worker(s) configured; the pool runs in the daemon, "
                   f"judged here by its jobs")
     else:
-        pool = node.replays
-        busy = pool.workers - pool.free()
-        data.update(workers=pool.workers, busy=busy, stopping=node.stop.is_set())
-        if node.stop.is_set():
+        data.update(workers=live.workers, busy=live.busy, stopping=live.stopping)
+        if live.stopping:
             problems.append("the daemon is stopping")
-        detail = f"{pool.workers} replay worker(s), {busy} busy"
+        detail = f"{live.workers} replay worker(s), {live.busy} busy"
     if problems:
         detail = "; ".join(problems)
     return {"ok": not problems, "detail": detail, "data": data}
@@ -991,7 +999,7 @@ def bind(listen: str) -> socket.socket:
     return sock
 
 
-def start_api_server(config: NodeConfig, engine: Engine, *, node: Any = None) -> ApiServer:
+def start_api_server(config: NodeConfig, engine: Engine, *, node: NodeStatus | None = None) -> ApiServer:
     """Serve the API and dashboard on `http.listen` from a background thread of this process."""
     app = create_app(engine, config, node=node)
     server = ApiServer(app, bind(config.http.listen)).start()

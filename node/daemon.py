@@ -75,6 +75,7 @@ from node.pipeline import (
 )
 from node.scheduler import BlockClock, Budgets, InFlight, describe_error, is_input_error, round_robin
 from node.stages import NEXT_STAGE, RESOLUTION, WORK_STAGES, Stage
+from node.status import StatusSnapshot
 
 log = logging.getLogger("node.daemon")
 
@@ -338,6 +339,13 @@ class VerifierNode:
         self.view = self._load_view()
         self._bond_due = True
         self.last_block_at = time.monotonic()
+
+    def status(self) -> StatusSnapshot:
+        """The live facts the HTTP API reads (node/status.py's NodeStatus)."""
+        workers = self.replays.workers
+        busy = min(max(workers - self.replays.free(), 0), workers)
+        return StatusSnapshot(account=self.account, head=max(self.head, -1), workers=workers, busy=busy,
+                              stopping=self.stop.is_set())
 
     # --- the loop ------------------------------------------------------------------------------
     def run(self) -> None:

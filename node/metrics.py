@@ -155,14 +155,12 @@ class NodeCollector:
         yield from self._pool()
 
     def _pool(self):
-        node = self.ctx.node
-        if node is None:
+        live = self.ctx.status()
+        if live is None:
             return
-        pool = node.replays
         g = GaugeMetricFamily("pot_replay_workers", "Replay worker slots by state.", labels=["state"])
-        busy = pool.workers - pool.free()
-        g.add_metric(["busy"], busy)
-        g.add_metric(["idle"], pool.workers - busy)
+        g.add_metric(["busy"], live.busy)
+        g.add_metric(["idle"], live.workers - live.busy)
         yield g
 
 
