@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -312,7 +313,8 @@ if kernels.numba is not None:
             return builder.bitcast(args[0], context.get_value_type(_nbt.float64))
         return _nbt.float64(_nbt.int64), codegen
 
-    _opts = dict(cache=True, nogil=True, error_model="numpy")  # fastmath stays off
+    # Typed as Any: njit's overloads take each option with its own type, not a mixed dict.
+    _opts: dict[str, Any] = dict(cache=True, nogil=True, error_model="numpy")  # fastmath stays off
     _LOG_T = tuple(_ATANH_COEF)
     _COS_T = tuple(_COS_COEF)
     _SIN_T = tuple(_SIN_COEF)
