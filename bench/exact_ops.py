@@ -50,8 +50,8 @@ def _clock():
     return time.process_time if torch.get_num_threads() == 1 else time.perf_counter
 
 
-# Rounds of _interleaved take at least this long together (more rounds for short calls: a median
-# of five 6 ms calls moved by 0.1 between runs on a busy machine), at most MAX_REPS rounds.
+# Rounds of _interleaved take at least this long together (more rounds for short calls, so a
+# short call's median holds still: docs/perf/bench-notes.md), at most MAX_REPS rounds.
 MIN_ROUNDS_S = 2.0
 MAX_REPS = 60
 

@@ -275,7 +275,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=1, help="timed steps per profile (after the warm-up)")
     ap.add_argument("--warmup", type=int, default=3,
                     help="untimed steps before the timed ones (the first steps of a process pay its allocator's "
-                         "transient: fresh pages on every large array; see docs/exact-v1.md §15.0)")
+                         "transient: fresh pages on every large array; see docs/perf/cpu.md §15.0)")
     ap.add_argument("--rounds", type=int, default=1, help="alternating exact/native child pairs")
     ap.add_argument("--quick", action="store_true", help="2-layer model, one GEMM shape (smoke run)")
     ap.add_argument("--thp", action="store_true",

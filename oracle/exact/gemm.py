@@ -331,8 +331,8 @@ def _int64_to_parts(n: torch.Tensor):
 #
 # The CPU fast path writes the quantised operands (and, when it rounds the product itself, the
 # integer GEMM's output) into float64 buffers kept per thread and reused by the next call: a
-# fresh array of that size costs a page fault per 4 KiB page on first write (for the LM head's
-# 309 MB weight, 15x the cost of the fill itself). A buffer grows to the largest size asked of it
+# fresh array of that size costs a page fault per 4 KiB page on first write (what that cost
+# measured: docs/perf/bench-notes.md). A buffer grows to the largest size asked of it
 # and is held until the thread ends; POT_EXACT_GEMM_WORKSPACE_MIB caps what one thread holds
 # (all its buffers together, default 1024; 0 turns them off), and a request beyond the cap gets
 # a fresh tensor as before. A workspace never leaves the call that filled it: what the fast path
