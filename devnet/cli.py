@@ -1,4 +1,5 @@
-"""`pot demo` and `pot redteam`: the command-line faces of devnet.demo and devnet.redteam.
+"""`pot demo`, `pot redteam` and `pot devnet node`: the command-line faces of devnet.demo,
+devnet.redteam and devnet.node_faults.
 
 The commands import the network code (torch, SQLAlchemy, substrate-interface) when they run, so
 that `pot --help` stays fast.
@@ -19,6 +20,29 @@ import typer
 
 demo_app = typer.Typer(add_completion=False, rich_markup_mode=None, help="Run the whole protocol on one machine.")
 redteam_app = typer.Typer(no_args_is_help=False, add_completion=False, rich_markup_mode=None)
+devnet_app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None)
+
+
+@devnet_app.command("node")
+def devnet_node(
+    config: Path = typer.Option(..., "--config", help="The node's TOML, as for pot node run."),
+    secrets: Path | None = typer.Option(None, "--secrets", help="The node's secrets TOML, as for pot node run."),
+    init: bool = typer.Option(False, "--init", help="Create or migrate the database first."),
+    fault: str = typer.Option("none", "--fault", help="none, noise (reveal random values) or lazy (no fetch, no "
+                                                       "replay; reveal H(leaf t) with a made-up proof)."),
+    kill_at: str | None = typer.Option(None, "--kill-at", help="SIGKILL the node right after this point became "
+                                                                "durable (node.hooks.KILL_POINTS), like a power cut."),
+) -> None:
+    """For test and demo networks only: pot node run with an injected fault. A real node never runs this."""
+    from devnet.node_faults import FaultHooks
+    from node.commands import serve_node
+
+    try:
+        hooks = FaultHooks(fault, kill_at)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    serve_node(config, secrets, init, hooks)
 
 
 @demo_app.callback(invoke_without_command=True)

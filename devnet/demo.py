@@ -291,7 +291,7 @@ class Demo:
         data.mkdir(parents=True, exist_ok=True)
         chain: dict[str, Any] = {"url": self.chain_url, "poll_s": 0.2, "watchdog_s": 60.0,
                                  "resend_after_blocks": 30}
-        node: dict[str, Any] = {"data_dir": str(data), "log_level": "info", "loop_interval_s": 0.2, "fault": fault}
+        node: dict[str, Any] = {"data_dir": str(data), "log_level": "info", "loop_interval_s": 0.2}
         if self.chain_arg is None:
             chain["account"] = name
         else:
@@ -323,7 +323,9 @@ class Demo:
             self.node_db_urls[name] = cfg.database_url
             if self.chain_arg is None:
                 self.verifier_accounts[name] = name
-            child = self.children.start(name, ["node", "run", "--config", str(path)])
+            # A faulty verifier is the real daemon with devnet's fault hooks (devnet/node_faults.py).
+            command = ["node", "run"] if fault == "none" else ["devnet", "node", "--fault", fault]
+            child = self.children.start(name, [*command, "--config", str(path)])
             self.node_children.append(child)
             self.say(f"verifier {name} started (pid {child.proc.pid}), bonding {DEMO_BOND}"
                      f"{'  ' + FAULTS[fault] if fault != 'none' else ''}")

@@ -56,6 +56,12 @@ def node_init(config: Path = CONFIG_OPT, secrets: Path | None = SECRETS_OPT) -> 
 def node_run(config: Path = CONFIG_OPT, secrets: Path | None = SECRETS_OPT,
              init: bool = typer.Option(False, "--init", help="Create or migrate the database first.")) -> None:
     """Run the verifier daemon, serving its HTTP API and dashboard on http.listen, until SIGTERM/SIGINT."""
+    serve_node(config, secrets, init)
+
+
+def serve_node(config: Path, secrets: Path | None, init: bool, hooks: Any = None) -> None:
+    """`pot node run`'s body; `hooks` (node.hooks.NodeHooks) is for test networks only
+    (`pot devnet node`), and None is the production daemon."""
     import threading
 
     from chain.transport import TransportError
@@ -72,7 +78,7 @@ def node_run(config: Path = CONFIG_OPT, secrets: Path | None = SECRETS_OPT,
         _fail(str(exc))
     stop = threading.Event()
     install_signal_handlers(stop)
-    node = VerifierNode(cfg, sec, engine, stop=stop)
+    node = VerifierNode(cfg, sec, engine, stop=stop, hooks=hooks)
     from node.api import start_api_server
 
     try:

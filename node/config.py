@@ -18,10 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from chain.protocol.params import ProtocolParams
 
 ENV_PREFIX = "POT"
-FAULTS = ("none", "noise", "lazy")
-# Points right after which the test-only `fault_kill_at` makes the daemon SIGKILL itself.
-KILL_POINTS = ("none", "event_ingested", "fetched", "validated", "replayed", "journaled", "commit_sent",
-               "commit_confirmed", "reveal_sent")
+# Keys an older node config held for test networks only: faults are injected by the harness now
+# (node/hooks.py, devnet/node_faults.py), never configured.
+TEST_ONLY_KEYS = ("fault", "fault_kill_at")
 
 
 class ConfigError(ValueError):
@@ -43,11 +42,18 @@ class NodeSection(_Section):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     secrets_file: str = ""
     loop_interval_s: float = Field(0.2, gt=0, le=10)
-    # Test/demo only: "noise" reveals random values instead of the replay's (ends an outlier);
-    # "lazy" never fetches nor replays and reveals the public H(leaf t) with a made-up proof hash.
-    fault: Literal["none", "noise", "lazy"] = "none"
-    # Test only: SIGKILL the daemon itself right after this point was made durable.
-    fault_kill_at: Literal[KILL_POINTS] = "none"  # type: ignore[valid-type]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_test_knobs(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            found = [k for k in TEST_ONLY_KEYS if k in data]
+            if found:
+                raise ValueError(
+                    f"{' and '.join(found)} {'is' if len(found) == 1 else 'are'} not a node setting: test faults are "
+                    f"injected by a test network's harness (`pot devnet node --fault ...`), never configured; "
+                    f"remove the key")
+        return data
 
     @model_validator(mode="after")
     def _apart(self) -> NodeSection:

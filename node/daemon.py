@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import random
 import signal
 import threading
 import time
@@ -56,13 +54,13 @@ from challenges.losschecks import LossCheckConfig
 from challenges.refused import REFUSED_BUCKET, fetch_refusal_class, refused_pair
 from challenges.witness import new_salt
 from commitments.files import make_private_dir
-from commitments.hashing import digest
 from commitments.retry import Backoff
 from node import journal, stake
 from node.config import ConfigError, NodeConfig, Secrets, check_authority
 from node.db import chain_cursor, chain_events, challenges, count_ignored, runs, stage_log, txs
 from node.faults import count_block_fault
 from node.fetch import FetchPolicy, FetchStopped, OpeningsFull, endpoint_owners
+from node.hooks import NodeHooks
 from node.logs import log_event
 from node.pipeline import (
     ChainFacts,
@@ -99,7 +97,6 @@ SNAPSHOT_BYTES_PER_BLOCK = 64 * 1024
 # A pending bond call is sent again only after this many times chain.resend_after_blocks blocks
 # passed without the chain showing it (it may still be on its way: a second one would bond twice).
 BOND_RESEND_FACTOR = 4
-LAZY_PROOF_DOMAIN = "pot/fault/lazy-proof/v1"
 # The database's protocol-state snapshot: CBOR [domain, state, keyed digest] under the node's
 # snapshot key (chain.view.snapshot_key: SNAPSHOT_KEY_FILE in the data dir, 0600, made on first use).
 NODE_SNAPSHOT_DOMAIN = "pot/node-snapshot/v1"
@@ -169,8 +166,9 @@ def connect_transport(cfg: NodeConfig, secrets: Secrets) -> Transport:
 
 class VerifierNode:
     def __init__(self, cfg: NodeConfig, secrets: Secrets, engine: Engine, *,
-                 stop: threading.Event | None = None) -> None:
+                 stop: threading.Event | None = None, hooks: NodeHooks | None = None) -> None:
         self.cfg = cfg
+        self.hooks = hooks or NodeHooks()  # test networks steer the daemon here (node/hooks.py)
         self.secrets = secrets
         self.engine = engine
         self.pinned = cfg.pinned_params()  # None: the node follows the chain's parameters
@@ -249,7 +247,7 @@ class VerifierNode:
         # challenge's validation must not pay for them.
         start_warm_up(lambda s: log_event(log, "validate_warmed_up", seconds=round(s, 2)))
         log_event(log, "node_started", account=self.account, chain=self.cfg.chain.url, cursor=self.view.cursor,
-                  database=self.engine.url.render_as_string(hide_password=True), fault=self.cfg.node.fault,
+                  database=self.engine.url.render_as_string(hide_password=True), fault=self.hooks.fault,
                   bond=self.view.state.vbonds.get(self.account, 0), bond_target=self.bond_target())
 
     def _load_view(self) -> ChainView:
@@ -451,12 +449,8 @@ class VerifierNode:
                       detail="stopped by the shutdown; the replay runs again on the next start")
 
     def _maybe_kill(self, point: str) -> None:
-        """Test fault: die like a power cut right after `point` became durable."""
-        if self.cfg.node.fault_kill_at == point:
-            log_event(log, "fault_kill", level=logging.WARNING, point=point)
-            for h in logging.getLogger().handlers:
-                h.flush()
-            os.kill(os.getpid(), signal.SIGKILL)
+        """Tell the hooks that `point` became durable (a crash test's power cut happens here)."""
+        self.hooks.reached(point)
 
     # --- the bond ---------------------------------------------------------------------------------
     def bond_target(self) -> int:
@@ -682,7 +676,7 @@ class VerifierNode:
             elif isinstance(ev, P.OpeningSubmitted):
                 job = self._job(conn, ev.challenge_id)
                 if job is not None and job.stage == Stage.AWAITING_OPENING:
-                    lazy = self.cfg.node.fault == "lazy"
+                    lazy = self.hooks.skips_work()
                     conn.execute(update(challenges).where(challenges.c.challenge_id == ev.challenge_id).values(
                         opening_digest=ev.opening_digest, opening_uri=ev.uri, leaf=ev.leaf, leaf_hash=ev.leaf_hash,
                         opening_mirrors=json.dumps(list(ev.mirrors)), opening_block=ev.block,
@@ -690,7 +684,7 @@ class VerifierNode:
                     self._log_stage(conn, ev.challenge_id, Stage.AWAITING_OPENING, job.created_at, now,
                                     f"opening on chain at block {ev.block}"
                                     + (f" ({len(ev.mirrors)} mirror(s))" if ev.mirrors else "")
-                                    + ("; lazy fault: no fetch, no replay" if lazy else ""))
+                                    + (f"; {self.hooks.fault} fault: no fetch, no replay" if lazy else ""))
                     relevant = True
             elif isinstance(ev, P.WitnessCommitted) and ev.verifier == self.account:
                 journal.confirm_tx(conn, ev.challenge_id, self.account, "commit", ev.block)
@@ -1244,16 +1238,12 @@ class VerifierNode:
         """Choose the witness pair (replay, refusal rule, or a test fault) and journal it before any send."""
         cid = bytes(job.challenge_id)
         started = time.time()
-        fault = self.cfg.node.fault
-        if fault == "noise":
-            value_hash, proof_hash = os.urandom(32), os.urandom(32)
-            bucket = random.randint(-(2**31) + 1, 2**31 - 1)
-        elif fault == "lazy":
-            # The public half only: H(leaf t) off the chain, with a proof hash it cannot know.
-            value_hash = bytes(job.leaf_hash)
-            proof_hash = digest(LAZY_PROOF_DOMAIN, cid, self.account)
-            ch = self.view.state.challenges.get(cid) if self.view is not None else None
-            bucket = ch.declared_bucket if ch is not None and ch.declared_bucket is not None else 0
+        ch = self.view.state.challenges.get(cid) if self.view is not None else None
+        forced = self.hooks.witness(challenge_id=cid, account=self.account, leaf_hash=bytes(job.leaf_hash or b""),
+                                    declared_bucket=ch.declared_bucket if ch is not None else None)
+        fault = "none" if forced is None else self.hooks.fault
+        if forced is not None:
+            value_hash, proof_hash, bucket = forced.value_hash, forced.proof_hash, forced.norm_bucket
         elif job.refusal_class:
             (value_hash, proof_hash), bucket = refused_pair(cid), REFUSED_BUCKET
         elif job.replay_proof_hash is None:

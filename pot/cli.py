@@ -36,6 +36,7 @@ SUBAPPS = [
      "The whole protocol on one machine: a miner, four verifiers (two honest, one revealing noise, one lazy), "
      "a dashboard."),
     ("redteam", "devnet.cli", "redteam_app", "Forge a fresh run every way the protocol must stop; check each is caught."),
+    ("devnet", "devnet.cli", "devnet_app", "Test networks only: a verifier node with an injected fault."),
 ]
 
 for noun, module, attr, help_text in SUBAPPS:

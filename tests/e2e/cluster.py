@@ -143,7 +143,7 @@ class Cluster:
             path.chmod(0o600)
             secrets = f'secrets_file = "{path}"'
         cfg.write_text("\n".join([
-            "[node]", f'data_dir = "{name}-data"', "loop_interval_s = 0.1", f'fault = "{fault}"', secrets,
+            "[node]", f'data_dir = "{name}-data"', "loop_interval_s = 0.1", secrets,
             "[chain]", f'url = "{self.url}"', f'account = "{name}"', "poll_s = 0.2",
             # a Substrate node pins the network's authority (this cluster's network records none)
             f'authority = "{self.account("authority")}"' if self.chopsticks is not None else "",
@@ -155,7 +155,9 @@ class Cluster:
             "[verifier]", f"bond = {bond}",  # bonded on start: committees are drawn from bonds on chain
             f"escalate = {str(escalate).lower()}",
         ]) + "\n" + protocol_toml(self.params))
-        self.spawn(name, "node", "run", "--config", str(cfg), "--init")
+        # A faulty node is the real daemon with devnet's fault hooks (a node's config holds no fault).
+        command = ("node", "run") if fault == "none" else ("devnet", "node", "--fault", fault)
+        self.spawn(name, *command, "--config", str(cfg), "--init")
         return cfg
 
     def wait_bonded(self, names: list[str], timeout: float = 180.0) -> dict[str, int]:

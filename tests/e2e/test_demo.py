@@ -109,8 +109,9 @@ def check_events_agree(summary: dict, chain: str) -> None:
 @pytest.mark.slow
 def test_demo_on_the_dev_chain(tmp_path):
     # Node settings left in the shell must not reach the demo's nodes: were this one to, every
-    # verifier would reveal noise and no verdict would be reached.
-    summary = run_demo(tmp_path, "--substitute-at", "6", env={"POT_NODE_FAULT": "noise"})
+    # verifier would follow another chain, none would bond and no verdict would be reached.
+    summary = run_demo(tmp_path, "--substitute-at", "6",
+                       env={"POT_CHAIN_URL": f"dev:///{tmp_path / 'another-chain.db'}"})
     check_summary(summary, 6)
     assert summary["chain"].startswith("dev://")
     check_events_agree(summary, summary["chain"])

@@ -34,9 +34,11 @@ def run_id_for(nonce: bytes, miner: str = "miner") -> bytes:
     return derive_run_id(miner, nonce)
 
 
-def in_process_node(tmp_path: Path, chain_db: Path, toml: str = "", env: dict | None = None):
+def in_process_node(tmp_path: Path, chain_db: Path, toml: str = "", env: dict | None = None, fault: str = "none"):
     """A VerifierNode in this process (account v1) on the dev chain `chain_db`, with a fresh SQLite
-    database under `tmp_path`; `toml` is appended to its config. Returns (node, engine)."""
+    database under `tmp_path`; `toml` is appended to its config; `fault` injects devnet's fault hooks
+    (devnet/node_faults.py). Returns (node, engine)."""
+    from devnet.node_faults import FaultHooks
     from node.config import load_config, load_secrets
     from node.daemon import VerifierNode
     from node.db import open_database
@@ -45,7 +47,7 @@ def in_process_node(tmp_path: Path, chain_db: Path, toml: str = "", env: dict | 
     cfg_path.write_text(f'[chain]\nurl = "dev:///{chain_db}"\naccount = "v1"\n{toml}')
     cfg = load_config(cfg_path, env=env or {})
     engine = open_database(cfg.database_url, init=True)
-    return VerifierNode(cfg, load_secrets(None, env={}), engine), engine
+    return VerifierNode(cfg, load_secrets(None, env={}), engine, hooks=FaultHooks(fault)), engine
 
 
 def chain_calls(net: Network, origin: str | None = None) -> list[tuple[int, str, Any]]:
@@ -253,9 +255,13 @@ class Network:
         return path
 
     def start_node(self, name: str, config: Path, *, env: dict[str, str] | None = None, init: bool = True,
-                   wrap: list[str] | None = None) -> subprocess.Popen:
-        """`pot node run` for `name`; `wrap` is a command line the node runs under (its arguments follow)."""
-        args = [*(wrap or []), sys.executable, "-m", "pot", "node", "run", "--config", str(config)]
+                   wrap: list[str] | None = None, fault: str = "none", kill_at: str | None = None) -> subprocess.Popen:
+        """`pot node run` for `name`; `wrap` is a command line the node runs under (its arguments follow).
+        With a `fault` or a `kill_at` point the node is `pot devnet node` (devnet/node_faults.py)."""
+        command = ["node", "run"]
+        if fault != "none" or kill_at is not None:
+            command = ["devnet", "node", "--fault", fault, *(["--kill-at", kill_at] if kill_at else [])]
+        args = [*(wrap or []), sys.executable, "-m", "pot", *command, "--config", str(config)]
         if init:
             args.append("--init")
         log = open(self.tmp / f"{name}.log", "ab")  # noqa: SIM115 - the process owns it

@@ -37,11 +37,10 @@ def test_env_overrides_win(tmp_path):
     p = tmp_path / "node.toml"
     p.write_text('[chain]\nurl = "dev:///a.db"\naccount = "v1"\n[replay]\nworkers = 2\n')
     cfg = load_config(p, env={"POT_CHAIN_URL": "dev:///b.db", "POT_REPLAY_WORKERS": "3",
-                              "POT_PROTOCOL_FORCED_CHALLENGE_STEPS": "7, 9", "POT_NODE_FAULT": "noise"})
+                              "POT_PROTOCOL_FORCED_CHALLENGE_STEPS": "7, 9"})
     assert cfg.chain.url == "dev:///b.db" and cfg.chain.account == "v1"
     assert cfg.replay.workers == 3
     assert cfg.protocol.params().forced_challenge_steps == (7, 9)
-    assert cfg.node.fault == "noise"
     from fractions import Fraction
 
     assert load_config(p, env={"POT_PROTOCOL_QUORUM_SHARE": "2/3"}).protocol.params().quorum_share == Fraction(2, 3)
@@ -52,7 +51,8 @@ def test_env_overrides_win(tmp_path):
 @pytest.mark.parametrize("toml, needle", [
     ('[chain]\nurl = "http://x"\n', "chain.url: must be dev:///"),
     ('[replay]\nworkers = 0\n', "replay.workers"),
-    ('[node]\nfault = "lies"\n', "node.fault"),
+    ('[node]\nfault = "lazy"\n', "fault is not a node setting: test faults are injected by a test network's harness"),
+    ('[node]\nfault_kill_at = "fetched"\n', "fault_kill_at is not a node setting"),
     ('[chain]\nurll = "dev:///x"\n', "chain.urll: unknown key"),
     ('[protocol]\ncommit_window = 0\n', "commit_window must be a positive integer"),
     ('[http]\nlisten = "8700"\n', "http.listen: must be host:port"),
@@ -112,13 +112,13 @@ def test_signer_needed_per_chain_kind(tmp_path):
     check_signer(ws, load_secrets(None, env={"POT_KEY_URI": "//Alice"}))
 
 
-def test_the_verifier_bond_and_the_lazy_fault(tmp_path):
+def test_the_verifier_bond(tmp_path):
     from chain.protocol import ProtocolParams
 
     p = tmp_path / "node.toml"
-    p.write_text('[node]\nfault = "lazy"\n[verifier]\nbond = 250\n')
+    p.write_text('[verifier]\nbond = 250\n')
     cfg = load_config(p, env={})
-    assert cfg.node.fault == "lazy" and cfg.verifier.bond == 250
+    assert cfg.verifier.bond == 250
     assert cfg.verifier.target(ProtocolParams(verifier_stake=100)) == 250
     auto = load_config(None, env={})
     assert auto.verifier.bond == "auto" and auto.verifier.target(ProtocolParams(verifier_stake=120)) == 120

@@ -17,14 +17,14 @@ import sqlalchemy as sa
 from chain import protocol as P
 from chain.calls import CommitWitness, RevealWitnessValue, encode_call
 from chain.protocol import ProtocolParams
-from node.config import KILL_POINTS
 from node.db import challenges, open_database, txs
+from node.hooks import KILL_POINTS
 from tests.node.conftest import PG_ADMIN_URL
 from tests.node.harness import Network, chain_calls
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
-POINTS = [p for p in KILL_POINTS if p != "none"]
+POINTS = list(KILL_POINTS)
 GROUPS = [POINTS[:4], POINTS[4:]]
 # Generous windows: a loaded CI machine runs four nodes, their replays and restarts at once.
 PARAMS = ProtocolParams(commit_window=200, reveal_window=60, opening_deadline=10, challenge_delay=2,
@@ -53,8 +53,8 @@ def test_sigkill_at_every_stage_then_restart(tmp_path, pg_urls, points):
     configs = {}
     try:
         for name, point in zip(names, points, strict=True):
-            configs[name] = net.node_config(name, db_url=db_urls[name], fault_kill_at=point)
-            net.start_node(name, configs[name])
+            configs[name] = net.node_config(name, db_url=db_urls[name])
+            net.start_node(name, configs[name], kill_at=point)
         run = net.start_run(steps=8)
         killed: dict[str, int] = {}
         deadline = time.monotonic() + 500
@@ -68,7 +68,7 @@ def test_sigkill_at_every_stage_then_restart(tmp_path, pg_urls, points):
                 assert rc == -9, f"{name} exited with {rc}:\n{net.log(name)[-3000:]}"
                 assert name not in killed, f"{name} was killed twice"
                 killed[name] = rc
-                net.start_node(name, configs[name], env={"POT_NODE_FAULT_KILL_AT": "none"}, init=False)
+                net.start_node(name, configs[name], init=False)  # the real node, with no fault hooks
             if run.challenge_id is not None:
                 ch = net.view().state.challenges.get(run.challenge_id)
                 if ch is not None and ch.verdict is not None:

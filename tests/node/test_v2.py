@@ -17,9 +17,10 @@ from chain.dev import DevTransport
 from chain.protocol import ProtocolParams
 from challenges.witness import verify_witness
 from commitments.hashing import digest
+from devnet.node_faults import LAZY_PROOF_DOMAIN
 from node import journal, stake
 from node.api import create_app
-from node.daemon import BOND_RESEND_FACTOR, LAZY_PROOF_DOMAIN
+from node.daemon import BOND_RESEND_FACTOR
 from node.db import challenges, stake_events
 from node.stages import Stage
 from tests.chain.runs import SyntheticRun, bond, witness
@@ -37,11 +38,12 @@ def chain(tmp_path):
     return path, miner
 
 
-def _node(tmp_path, path, toml: str = "", name: str = "n", node: str = ""):
-    """Account v1 on the chain at `path`; `node` adds [node] keys, `toml` further sections."""
+def _node(tmp_path, path, toml: str = "", name: str = "n", node: str = "", fault: str = "none"):
+    """Account v1 on the chain at `path`; `node` adds [node] keys, `toml` further sections, `fault`
+    a test fault (devnet/node_faults.py)."""
     d = tmp_path / name
     d.mkdir(exist_ok=True)
-    return in_process_node(d, path, f'[node]\ndata_dir = "{d}/data"\n{node}\n{toml}')
+    return in_process_node(d, path, f'[node]\ndata_dir = "{d}/data"\n{node}\n{toml}', fault=fault)
 
 
 def _calls(path, origin: str) -> list:
@@ -190,7 +192,7 @@ def test_no_show_penalty_and_re_challenge_then_a_committee_without_this_node(tmp
 
 def test_the_lazy_fault_reveals_the_public_value_with_a_wrong_proof_and_is_penalised(tmp_path, chain):
     path, miner = chain
-    lazy, engine = _node(tmp_path, path, node='fault = "lazy"')
+    lazy, engine = _node(tmp_path, path, fault="lazy")
     lazy.start()
     lazy.ingest()
     lazy.ensure_bond()

@@ -19,9 +19,9 @@ from chain.calls import EscalateChallenge
 from chain.dev import DevTransport
 from chain.protocol import ProtocolParams
 from commitments.hashing import digest
+from devnet.node_faults import LAZY_PROOF_DOMAIN
 from node import journal, stake
 from node.api import create_app
-from node.daemon import LAZY_PROOF_DOMAIN
 from node.db import challenges, stake_events
 from node.stages import Stage
 from tests.chain.runs import SyntheticRun, bond, witness
@@ -48,8 +48,9 @@ def _node(tmp_path, path, *, bond_amount: int, escalate: bool = True):
     value half is right, against two seats that agree on a wrong one."""
     d = tmp_path / "n"
     d.mkdir(exist_ok=True)
-    return in_process_node(d, path, f'[node]\ndata_dir = "{d}/data"\nfault = "lazy"\n'
-                                    f"[verifier]\nbond = {bond_amount}\nescalate = {str(escalate).lower()}\n")
+    return in_process_node(d, path, f'[node]\ndata_dir = "{d}/data"\n'
+                                    f"[verifier]\nbond = {bond_amount}\nescalate = {str(escalate).lower()}\n",
+                           fault="lazy")
 
 
 def _seal(miner, node, n: int = 1) -> None:
