@@ -63,7 +63,9 @@ def all_kernels() -> list[tuple[str, Any]]:
     the machine-code scan."""
     if numba is None:
         return []
-    return [(n, f) for m in KERNEL_MODULES for n, f in vars(m).items() if n.startswith("_") and n.endswith("_k")]
+    return [
+        (n, f) for m in KERNEL_MODULES for n, f in vars(m).items() if n.startswith("_") and n.endswith("_k")
+    ]
 
 
 # Internals that tests and oracle.rng reach into: the lock numba's pool is taken under (oracle.rng's
@@ -88,16 +90,65 @@ from oracle.exact.kernels.quant import _COL_TILE, _SS_LANES, _col_tile, _quant_c
 from oracle.exact.kernels.sqrt import _sqrt32_k, _sqrt64_k  # noqa: E402
 
 __all__ = [
-    "PARALLEL_MIN_ELEMS", "adamw", "all_kernels", "ce_bwd_rows", "ce_rows", "digits_parts_tile",
-    "digits_round_tile", "disabled", "enabled", "exp", "f64_to_f32", "fold_into", "fold_result", "gelu",
-    "gelu_grad", "hilo_round_f32", "layer_norm_bwd_rows", "layer_norm_rows", "log_softmax_bwd_rows",
-    "log_softmax_rows", "numba", "quant_cols", "quant_digits", "quant_rows", "quant_rows_hilo", "scale_parts",
-    "scale_round_f32", "seq_sums", "sgd", "sigmoid", "sigmoid_grad", "silu", "silu_grad", "softmax_bwd_rows",
-    "softmax_rows", "sqrt", "sum_of_squares_chunks",
+    "PARALLEL_MIN_ELEMS",
+    "adamw",
+    "all_kernels",
+    "ce_bwd_rows",
+    "ce_rows",
+    "digits_parts_tile",
+    "digits_round_tile",
+    "disabled",
+    "enabled",
+    "exp",
+    "f64_to_f32",
+    "fold_into",
+    "fold_result",
+    "gelu",
+    "gelu_grad",
+    "hilo_round_f32",
+    "layer_norm_bwd_rows",
+    "layer_norm_rows",
+    "log_softmax_bwd_rows",
+    "log_softmax_rows",
+    "numba",
+    "quant_cols",
+    "quant_digits",
+    "quant_rows",
+    "quant_rows_hilo",
+    "scale_parts",
+    "scale_round_f32",
+    "seq_sums",
+    "sgd",
+    "sigmoid",
+    "sigmoid_grad",
+    "silu",
+    "silu_grad",
+    "softmax_bwd_rows",
+    "softmax_rows",
+    "sqrt",
+    "sum_of_squares_chunks",
 ]
 __all__ += [  # the internals named above
-    "_COL_TILE", "_SS_LANES", "_col_tile", "_digits_cols_k", "_digits_cols_part_k", "_digits_parts_par_k",
-    "_digits_parts_tile_k", "_digits_round_par_k", "_digits_round_tile_k", "_digits_rows_k", "_digits_rows_part_k",
-    "_lock", "_quant_cols_part_k", "_quant_rows_part_k", "_scale2_part_k", "_scale_round_part_k", "_split",
-    "_sqrt32_k", "_sqrt64_k", "_adamw_k", "_sgd_k", "_sos_chunks_k",
+    "_COL_TILE",
+    "_SS_LANES",
+    "_col_tile",
+    "_digits_cols_k",
+    "_digits_cols_part_k",
+    "_digits_parts_par_k",
+    "_digits_parts_tile_k",
+    "_digits_round_par_k",
+    "_digits_round_tile_k",
+    "_digits_rows_k",
+    "_digits_rows_part_k",
+    "_lock",
+    "_quant_cols_part_k",
+    "_quant_rows_part_k",
+    "_scale2_part_k",
+    "_scale_round_part_k",
+    "_split",
+    "_sqrt32_k",
+    "_sqrt64_k",
+    "_adamw_k",
+    "_sgd_k",
+    "_sos_chunks_k",
 ]

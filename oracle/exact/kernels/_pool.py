@@ -56,7 +56,11 @@ def _split_pool(workers: int) -> ThreadPoolExecutor:
     global _pool, _pool_workers
     with _pool_lock:
         if _pool is None or _pool_workers < workers:
-            old, _pool, _pool_workers = _pool, ThreadPoolExecutor(workers, thread_name_prefix="pot-kernel"), workers
+            old, _pool, _pool_workers = (
+                _pool,
+                ThreadPoolExecutor(workers, thread_name_prefix="pot-kernel"),
+                workers,
+            )
             if old is not None:
                 old.shutdown(wait=False)
         return _pool

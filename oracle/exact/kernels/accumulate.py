@@ -8,16 +8,16 @@ from __future__ import annotations
 import torch
 
 from oracle.exact.kernels._numba import OPTS as _opts
+from oracle.exact.kernels._numba import Arr, Int, njit, prange
 from oracle.exact.kernels._numba import bits_as_f64 as _bits_as_f64
 from oracle.exact.kernels._numba import f32 as _f32
 from oracle.exact.kernels._numba import f64_bits as _f64_bits
-from oracle.exact.kernels._numba import njit, prange
 from oracle.exact.kernels._wrap import as_np, kernel
 from oracle.exact.quant import F32
 
 
 @njit(parallel=True, **_opts)
-def _fold_k(hi, lo, V):
+def _fold_k(hi: Arr, lo: Arr, V: Arr) -> Int:
     nb, N = V.shape
     bad = 0
     for i in prange(N):
@@ -48,7 +48,7 @@ def _fold_k(hi, lo, V):
 
 
 @njit(parallel=True, **_opts)
-def _fold_result_k(hi, lo, out):
+def _fold_result_k(hi: Arr, lo: Arr, out: Arr) -> None:
     """accumulate.Fold.result for count > 1: TwoSum, round-to-odd, float32, canonical NaN."""
     for i in prange(hi.shape[0]):
         h = hi[i]
@@ -69,7 +69,7 @@ def _fold_result_k(hi, lo, out):
         out[i] = _f32(_bits_as_f64(bits))
 
 @njit(parallel=True, **_opts)
-def _to_f32_k(x, out):
+def _to_f32_k(x: Arr, out: Arr) -> None:
     for i in prange(x.shape[0]):
         out[i] = _f32(x[i])
 

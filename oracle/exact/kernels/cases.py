@@ -50,9 +50,17 @@ def edge32() -> torch.Tensor:
     then inf, -inf, the canonical NaN and a negative NaN with a payload."""
     base = np.array(_BASE, dtype=np.float32)
     with np.errstate(over="ignore"):
-        near = np.concatenate([base, np.nextafter(base, np.float32(np.inf)), np.nextafter(base, np.float32(-np.inf))])
-    vals = np.concatenate([near, -near, np.array([np.inf, -np.inf, np.nan], np.float32),
-                           np.array([0xFFC01234], np.uint32).view(np.float32)])
+        near = np.concatenate(
+            [base, np.nextafter(base, np.float32(np.inf)), np.nextafter(base, np.float32(-np.inf))]
+        )
+    vals = np.concatenate(
+        [
+            near,
+            -near,
+            np.array([np.inf, -np.inf, np.nan], np.float32),
+            np.array([0xFFC01234], np.uint32).view(np.float32),
+        ]
+    )
     return torch.from_numpy(vals.astype(np.float32))
 
 
@@ -81,8 +89,14 @@ def _finite_rows(seed: int) -> list[torch.Tensor]:
     wide = rand32(320, seed)[320:].reshape(16, 20)
     zeros = torch.zeros(3, 7)
     zeros[1] = -0.0
-    return [_rand((16, 40), seed, 3.0), wide, _rand((4, 33), seed + 1, 1e-39), zeros, _rand((5, 1), seed + 2),
-            _rand((2, 70), seed + 3, 1e30)]
+    return [
+        _rand((16, 40), seed, 3.0),
+        wide,
+        _rand((4, 33), seed + 1, 1e-39),
+        zeros,
+        _rand((5, 1), seed + 2),
+        _rand((2, 70), seed + 3, 1e30),
+    ]
 
 
 def _with_nonfinite(x: torch.Tensor, v: float) -> torch.Tensor:
@@ -110,19 +124,31 @@ def grad_cases() -> Iterator[Args]:
 def form_cases(grad: bool) -> Callable[[], Iterator[Args]]:
     def cases() -> Iterator[Args]:
         for form in ("tanh", "erf"):
-            for args in (grad_cases() if grad else unary_cases()):
+            for args in grad_cases() if grad else unary_cases():
                 yield (*args, form)
         for n in (1, 511, 512, 1537):  # the erf kernels work in blocks of 512
             x = _mixed(n, n)
             yield ((x, _mixed(n, n + 1), "erf") if grad else (x, "erf"))
+
     return cases
 
 
 def _row_inputs() -> Iterator[torch.Tensor]:
     inf, nan = math.inf, math.nan
-    for row in ([0.0, 0.0, 0.0], [-0.0, 0.0], [1.0], [1e-45, -1e-45, 0.0], [100.0, -100.0, 50.0],
-                [3.4e38, -3.4e38, 0.0], [-inf, 0.0, 1.0], [inf, 0.0], [inf, inf], [-inf, -inf], [nan, 1.0],
-                [inf, -inf, 0.0]):
+    for row in (
+        [0.0, 0.0, 0.0],
+        [-0.0, 0.0],
+        [1.0],
+        [1e-45, -1e-45, 0.0],
+        [100.0, -100.0, 50.0],
+        [3.4e38, -3.4e38, 0.0],
+        [-inf, 0.0, 1.0],
+        [inf, 0.0],
+        [inf, inf],
+        [-inf, -inf],
+        [nan, 1.0],
+        [inf, -inf, 0.0],
+    ):
         yield torch.tensor([row], dtype=F32)
     yield _rand((64, 33), 7, 5.0)
     yield _rand((8, 1000), 8, 30.0)
@@ -143,6 +169,7 @@ def rows_bwd_cases(forward: str) -> Callable[[], Iterator[Args]]:
             yield y, _rand(tuple(x.shape), 20 + i, 2.0)
             yield y, _mixed(x.numel(), 40 + i).reshape(x.shape)
         yield torch.empty(0, 5), torch.empty(0, 5)
+
     return cases
 
 
@@ -178,7 +205,9 @@ def ln_bwd_cases() -> Iterator[Args]:
 
 def seq_cases() -> Iterator[Args]:
     g = torch.Generator().manual_seed(90)
-    v = torch.randn(3, 50, 7, generator=g, dtype=F64) * torch.exp(torch.randn(3, 50, 7, generator=g, dtype=F64) * 30)
+    v = torch.randn(3, 50, 7, generator=g, dtype=F64) * torch.exp(
+        torch.randn(3, 50, 7, generator=g, dtype=F64) * 30
+    )
     yield (v,)
     v2 = v.clone()
     v2[0, 3, 1], v2[1, 4, 2], v2[1, 5, 2], v2[2, 0, 0] = math.inf, math.inf, -math.inf, math.nan
@@ -189,8 +218,14 @@ def seq_cases() -> Iterator[Args]:
 
 
 def sos_cases() -> Iterator[Args]:
-    for x in (rand32(70000, 92), _rand((1000,), 93, 1e-20), torch.zeros(10), _mixed(300, 94).nan_to_num(0.0, 0.0, 0.0),
-              _with_nonfinite(_rand((500,), 95), math.inf), _with_nonfinite(_rand((500,), 96), math.nan)):
+    for x in (
+        rand32(70000, 92),
+        _rand((1000,), 93, 1e-20),
+        torch.zeros(10),
+        _mixed(300, 94).nan_to_num(0.0, 0.0, 0.0),
+        _with_nonfinite(_rand((500,), 95), math.inf),
+        _with_nonfinite(_rand((500,), 96), math.nan),
+    ):
         yield x, 1 << 16, sum_bits(1 << 16)
         yield x, 100, sum_bits(100)
     yield torch.zeros(0), 1 << 16, sum_bits(1 << 16)
@@ -226,7 +261,16 @@ def fold_pair_cases() -> Iterator[Args]:
 
 def f64_cases() -> Iterator[Args]:
     e = edge32().to(F64)
-    yield (torch.cat([e, e * (1 + 2.0**-30), e * (1 - 2.0**-40), torch.tensor([1e-320, 2.0**-150, 3.4028236e38, 1e300])]),)
+    yield (
+        torch.cat(
+            [
+                e,
+                e * (1 + 2.0**-30),
+                e * (1 - 2.0**-40),
+                torch.tensor([1e-320, 2.0**-150, 3.4028236e38, 1e300]),
+            ]
+        ),
+    )
     yield (torch.tensor([0x7FF0000000000123, -0x0008000000000001], dtype=I64).view(F64),)  # NaN payloads
     yield (_fold_values(120, 1, 5000)[0],)
     yield (torch.zeros(0, dtype=F64),)
@@ -272,8 +316,20 @@ def digits_cases() -> Iterator[Args]:
                 blocks = x.shape[0] if rows else x.shape[1]
                 k = x.shape[1] if rows else x.shape[0]
                 yield x, (22, 7)[i % 2], rows, rev, torch.zeros(blocks, 3 * k, dtype=torch.int8)
-        yield _with_nonfinite(x, math.inf), 22, True, False, torch.zeros(x.shape[0], 3 * x.shape[1], dtype=torch.int8)
-    yield _rand((20, 1100), 171), 22, False, False, torch.zeros(1100, 60, dtype=torch.int8)  # three column tiles
+        yield (
+            _with_nonfinite(x, math.inf),
+            22,
+            True,
+            False,
+            torch.zeros(x.shape[0], 3 * x.shape[1], dtype=torch.int8),
+        )
+    yield (
+        _rand((20, 1100), 171),
+        22,
+        False,
+        False,
+        torch.zeros(1100, 60, dtype=torch.int8),
+    )  # three column tiles
     yield torch.empty(0, 4), 22, True, False, torch.zeros(0, 12, dtype=torch.int8)
     yield torch.empty(0, 4), 22, False, True, torch.zeros(4, 0, dtype=torch.int8)
 
@@ -289,10 +345,20 @@ def tile_cases(parts: bool) -> Callable[[], Iterator[Args]]:
             ea = torch.randint(-40, 40, (M,), generator=g)
             eb = torch.randint(-40, 40, (N,), generator=g)
             if parts:
-                yield P, ea, eb, 22, torch.full((M, N), 7.0, dtype=F64), torch.full((M, N), 7.0, dtype=F64), r0, c0
+                yield (
+                    P,
+                    ea,
+                    eb,
+                    22,
+                    torch.full((M, N), 7.0, dtype=F64),
+                    torch.full((M, N), 7.0, dtype=F64),
+                    r0,
+                    c0,
+                )
                 yield P, ea, eb, 22, torch.full((M, N), 7.0, dtype=F64), None, r0, c0
             else:
                 yield P, ea, eb, 22, torch.full((M, N), 7.0), r0, c0
+
     return cases
 
 
@@ -302,7 +368,12 @@ def epilogue_cases() -> Iterator[Args]:
         hi = torch.randint(-(1 << 50), 1 << 50, (M, N), generator=g).to(F64)
         yield hi, torch.randint(-60, 60, (M,), generator=g), torch.randint(-60, 60, (N,), generator=g), 22
     hi = torch.tensor([[0.0, -0.0, 1.0, -3.0], [2.0**52, 5.0, 7.0, 1.0]], dtype=F64)
-    yield hi, torch.tensor([-1000, 100]), torch.tensor([-60, 0, 60, -126]), 22  # subnormal and overflowing results
+    yield (
+        hi,
+        torch.tensor([-1000, 100]),
+        torch.tensor([-60, 0, 60, -126]),
+        22,
+    )  # subnormal and overflowing results
     yield torch.zeros(0, 4, dtype=F64), torch.zeros(0, dtype=I64), torch.zeros(4, dtype=I64), 22
 
 
@@ -313,15 +384,28 @@ def hilo_round_cases() -> Iterator[Args]:
         mid = torch.randint(-(1 << 45), 1 << 45, (M, N), generator=g).to(F64)
         if lo_zero:
             mid = mid.round_(decimals=-6)
-        yield top, mid, torch.randint(-50, 50, (M,), generator=g), torch.randint(-50, 50, (N,), generator=g), 22
+        yield (
+            top,
+            mid,
+            torch.randint(-50, 50, (M,), generator=g),
+            torch.randint(-50, 50, (N,), generator=g),
+            22,
+        )
     z = torch.full((2, 3), -0.0, dtype=F64)
     yield z, z.clone(), torch.zeros(2, dtype=I64), torch.zeros(3, dtype=I64), 22  # the declined sign case
-    yield torch.zeros(0, 2, dtype=F64), torch.zeros(0, 2, dtype=F64), torch.zeros(0, dtype=I64), torch.zeros(2, dtype=I64), 22
+    yield (
+        torch.zeros(0, 2, dtype=F64),
+        torch.zeros(0, 2, dtype=F64),
+        torch.zeros(0, dtype=I64),
+        torch.zeros(2, dtype=I64),
+        22,
+    )
 
 
 def _hyper(kind: str, t: int, wd: float) -> Any:
-    spec = module("commitments.spec").OptimizerSpec(kind=kind, lr=3e-3, beta1=0.8, beta2=0.99, eps=1e-6,
-                                                  weight_decay=wd, momentum=0.9)
+    spec = module("commitments.spec").OptimizerSpec(
+        kind=kind, lr=3e-3, beta1=0.8, beta2=0.99, eps=1e-6, weight_decay=wd, momentum=0.9
+    )
     return resolve("oracle.optim:Hyper").of(spec, t, "cpu")
 
 
@@ -336,5 +420,10 @@ def optim_cases(kind: str) -> Callable[[], Iterator[Args]]:
             for a in (finite, [p, g, m, v]):
                 yield (*a, hp, decay) if kind == "adamw" else (a[0], a[1], a[2], hp, decay)
         z = torch.zeros(0)
-        yield (z, z, z, z, _hyper(kind, 1, 0.1), True) if kind == "adamw" else (z, z, z, _hyper(kind, 1, 0.1), True)
+        yield (
+            (z, z, z, z, _hyper(kind, 1, 0.1), True)
+            if kind == "adamw"
+            else (z, z, z, _hyper(kind, 1, 0.1), True)
+        )
+
     return cases

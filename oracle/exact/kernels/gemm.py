@@ -11,10 +11,10 @@ import numpy as np
 import torch
 
 from oracle.exact.kernels._numba import OPTS as _opts
+from oracle.exact.kernels._numba import Arr, Float, Int, njit, prange
 from oracle.exact.kernels._numba import bits_as_f64 as _bits_as_f64
 from oracle.exact.kernels._numba import f32 as _f32
 from oracle.exact.kernels._numba import f64_bits as _f64_bits
-from oracle.exact.kernels._numba import njit, prange
 from oracle.exact.kernels._numba import pow2 as _pow2
 from oracle.exact.kernels._pool import split
 from oracle.exact.kernels._wrap import as_np, kernel
@@ -26,7 +26,7 @@ from oracle.exact.quant import F32
 
 
 @njit(**_opts)
-def _scale_round_part_k(hi, ea, eb, s, out, i0, i1):
+def _scale_round_part_k(hi: Arr, ea: Arr, eb: Arr, s: Int, out: Arr, i0: Int, i1: Int) -> None:
     """Rows i0..i1-1 of gemm's epilogue: out = RN32((hi * 2^(ea_i - s)) * 2^(eb_j - s)), two
     exact scalings (float64 products, in that order) and one rounding."""
     N = hi.shape[1]
@@ -41,7 +41,8 @@ def _scale_round_part_k(hi, ea, eb, s, out, i0, i1):
             o[j] = _f32((h[j] * pa) * pb[j])
 
 @njit(**_opts)
-def _hilo_round_part_k(top, mid, ea, eb, s, out, nz, negz, i0, i1):
+def _hilo_round_part_k(top: Arr, mid: Arr, ea: Arr, eb: Arr, s: Int, out: Arr, nz: Arr, negz: Arr, i0: Int,
+                       i1: Int) -> None:
     """Rows i0..i1-1 of the rounded hi/lo epilogue (gemm._hilo_finish, then exact_matmul's
     rounding, is the definition; every step below is one of its float64 operations, in its
     order): h, l = TwoSum(top 2^s, mid); h and l each times 2^(ea_i - 2s), then 2^(eb_j - s);
@@ -89,7 +90,8 @@ def _hilo_round_part_k(top, mid, ea, eb, s, out, nz, negz, i0, i1):
 
 
 @kernel("split")
-def scale_round_f32(hi: torch.Tensor, ea: torch.Tensor, eb: torch.Tensor, s: int, *, threads: int = 1) -> torch.Tensor:
+def scale_round_f32(hi: torch.Tensor, ea: torch.Tensor, eb: torch.Tensor, s: int, *,
+                    threads: int = 1) -> torch.Tensor:
     """float32 of (hi * 2^(ea - s)) * 2^(eb - s) for hi [M, N] float64, ea [M], eb [N] int64."""
     out = torch.empty(hi.shape, dtype=F32)
     split(_scale_round_part_k, (as_np(hi), as_np(ea), as_np(eb), int(s), out.numpy()), hi.shape[0], threads)
@@ -131,12 +133,12 @@ _DIGIT_TILE = 512  # columns per task of the column digit quantiser (its maxima:
 _DIGIT_KB = 64     # rows of the tile transposed at a time (a 130 KiB float32 block, in L2)
 
 @njit(**_opts)
-def _digit_offsets(rev, K):
+def _digit_offsets(rev: bool, K: Int) -> tuple[Int, Int, Int]:
     """Where digits 0, 1, 2 of a block's integers start in its row of D."""
     return (2 * K, K, 0) if rev else (0, K, 2 * K)
 
 @njit(**_opts)
-def _digits3(x, up, d0, d1, d2):
+def _digits3(x: Arr, up: Float, d0: Arr, d1: Arr, d2: Arr) -> None:
     """The 3 signed base-256 digits of q = rint(f64(x) up) (the same q as _quant_rows_part_k,
     |q| <= 2^22) for the float32 vector x, into the int8 vectors d0, d1, d2."""
     for j in range(x.shape[0]):
@@ -149,7 +151,7 @@ def _digits3(x, up, d0, d1, d2):
         d2[j] = (v - b) >> 8         # the top digit, |.| <= 64
 
 @njit(**_opts)
-def _digits_rows_part_k(x, s, rev, D, e, r0, r1):
+def _digits_rows_part_k(x: Arr, s: Int, rev: bool, D: Arr, e: Arr, r0: Int, r1: Int) -> Int:
     """Rows r0..r1-1 of _digits_rows_k; returns the number of rows holding inf or NaN (left
     unwritten)."""
     K = x.shape[1]
@@ -166,7 +168,7 @@ def _digits_rows_part_k(x, s, rev, D, e, r0, r1):
     return bad
 
 @njit(parallel=True, **_opts)
-def _digits_rows_k(x, s, rev, D, e):
+def _digits_rows_k(x: Arr, s: Int, rev: bool, D: Arr, e: Arr) -> Int:
     """quant.quantise(x, -1, s) of float32 x [R, K] (s <= 22) as int8 digits D [R, 3K] and
     block exponents e [R]; returns the number of rows holding inf or NaN."""
     R = x.shape[0]
@@ -177,7 +179,7 @@ def _digits_rows_k(x, s, rev, D, e):
     return np.sum(bad)
 
 @njit(**_opts)
-def _digits_cols_part_k(x, s, rev, D, e, t0, t1):
+def _digits_cols_part_k(x: Arr, s: Int, rev: bool, D: Arr, e: Arr, t0: Int, t1: Int) -> Int:
     """Column tiles t0..t1-1 of _digits_cols_k; returns the number of columns holding inf or
     NaN (a tile with one is left unwritten)."""
     K, C = x.shape
@@ -220,7 +222,7 @@ def _digits_cols_part_k(x, s, rev, D, e, t0, t1):
     return bad
 
 @njit(parallel=True, **_opts)
-def _digits_cols_k(x, s, rev, D, e):
+def _digits_cols_k(x: Arr, s: Int, rev: bool, D: Arr, e: Arr) -> Int:
     """quant.quantise(x, -2, s) of float32 x [K, C] (blocks: the columns; s <= 22) as int8
     digits D [C, 3K] (block c's row) and block exponents e [C]; returns the number of columns
     holding inf or NaN."""
@@ -231,7 +233,7 @@ def _digits_cols_k(x, s, rev, D, e):
     return np.sum(bad)
 
 @njit(**_opts)
-def _shift_sum(P, i, n):
+def _shift_sum(P: Arr, i: Int, n: Arr) -> None:
     """n[j] = sum_t P[t, i, j] 2^(8 t) for the 5 shifts of 3-digit operands, in int64 (exact:
     gemm bounds every partial sum below 2^63)."""
     p0, p1, p2, p3, p4 = P[0, i], P[1, i], P[2, i], P[3, i], P[4, i]
@@ -240,7 +242,8 @@ def _shift_sum(P, i, n):
                 + (np.int64(p3[j]) << 24) + (np.int64(p4[j]) << 32))
 
 @njit(**_opts)
-def _digits_round_tile_k(P, ea, eb, s, out, r0, c0, i0, i1):
+def _digits_round_tile_k(P: Arr, ea: Arr, eb: Arr, s: Int, out: Arr, r0: Int, c0: Int, i0: Int,
+                         i1: Int) -> Int:
     """The slice route's epilogue on one output tile: P int32 [5, h, w] the shift products of
     rows r0.., columns c0.. of the output, N = sum_t P[t] 2^(8 t), out[r0 + i, c0 + j] =
     RN32((N_ij 2^(ea - s)) 2^(eb - s)) as _scale_round_part_k computes it, for the tile's rows
@@ -263,7 +266,8 @@ def _digits_round_tile_k(P, ea, eb, s, out, r0, c0, i0, i1):
     return big
 
 @njit(**_opts)
-def _digits_parts_tile_k(P, ea, eb, s, hi, lo, want_lo, r0, c0, i0, i1):
+def _digits_parts_tile_k(P: Arr, ea: Arr, eb: Arr, s: Int, hi: Arr, lo: Arr, want_lo: bool, r0: Int, c0: Int,
+                         i0: Int, i1: Int) -> Int:
     """One output tile of the exact N = sum_t P[t] 2^(8 t) as the canonical float64 pair
     h = RN64(N), l = N - h, scaled as gemm._scale does: hi = (h 2^(ea - s)) 2^(eb - s), and
     lo likewise when want_lo (else lo is not touched), for the tile's rows i0..i1-1. Returns
@@ -291,7 +295,7 @@ def _digits_parts_tile_k(P, ea, eb, s, hi, lo, want_lo, r0, c0, i0, i1):
 
 
 @njit(parallel=True, **_opts)
-def _digits_round_par_k(P, ea, eb, s, out, r0, c0):
+def _digits_round_par_k(P: Arr, ea: Arr, eb: Arr, s: Int, out: Arr, r0: Int, c0: Int) -> Int:
     """_digits_round_tile_k over the whole tile, rows in groups of 8 on the pool."""
     h = P.shape[1]
     ng = (h + 7) // 8
@@ -301,7 +305,8 @@ def _digits_round_par_k(P, ea, eb, s, out, r0, c0):
     return np.sum(big)
 
 @njit(parallel=True, **_opts)
-def _digits_parts_par_k(P, ea, eb, s, hi, lo, want_lo, r0, c0):
+def _digits_parts_par_k(P: Arr, ea: Arr, eb: Arr, s: Int, hi: Arr, lo: Arr, want_lo: bool, r0: Int,
+                        c0: Int) -> Int:
     """_digits_parts_tile_k over the whole tile, rows in groups of 8 on the pool."""
     h = P.shape[1]
     ng = (h + 7) // 8
@@ -357,7 +362,7 @@ def digits_parts_tile(P: torch.Tensor, ea: torch.Tensor, eb: torch.Tensor, s: in
 
 
 @njit(**_opts)
-def _scale2_part_k(x, ea, eb, s, i0, i1):
+def _scale2_part_k(x: Arr, ea: Arr, eb: Arr, s: Int, i0: Int, i1: Int) -> None:
     """Rows i0..i1-1 of x[i, j] = (x[i, j] 2^(ea_i - s)) 2^(eb_j - s) in place: gemm._scale's
     two float64 multiplies, in its order, in one pass."""
     N = x.shape[1]
@@ -372,7 +377,8 @@ def _scale2_part_k(x, ea, eb, s, i0, i1):
 
 
 @kernel("split")
-def scale_parts(x: torch.Tensor, ea: torch.Tensor, eb: torch.Tensor, s: int, *, threads: int = 1) -> torch.Tensor:
+def scale_parts(x: torch.Tensor, ea: torch.Tensor, eb: torch.Tensor, s: int, *,
+                threads: int = 1) -> torch.Tensor:
     """(x 2^(ea - s)) 2^(eb - s) in place for a contiguous float64 [M, N] x, ea [M], eb [N] int64
     (gemm._scale on one matrix, one pass); returns x."""
     split(_scale2_part_k, (x.numpy(), as_np(ea), as_np(eb), int(s)), x.shape[0], threads, align=8)

@@ -12,9 +12,9 @@ import numpy as np
 import torch
 
 from oracle.exact.kernels._numba import OPTS as _opts
+from oracle.exact.kernels._numba import Arr, Float, Int, njit, prange
 from oracle.exact.kernels._numba import bits_as_f32 as _bits_as_f32
 from oracle.exact.kernels._numba import f32 as _f32
-from oracle.exact.kernels._numba import njit, prange
 from oracle.exact.kernels._numba import pow2 as _pow2
 from oracle.exact.kernels._wrap import as_np, kernel, like_f32, rows2
 from oracle.exact.kernels.quant import ABS32 as _ABS32
@@ -25,7 +25,7 @@ from oracle.exact.quant import E_MIN, F32, F64, sum_bits
 
 
 @njit(**_opts)
-def _row_max(x):
+def _row_max(x: Arr) -> np.float32:
     m = -np.inf
     for j in range(x.shape[0]):
         v = x[j]
@@ -36,7 +36,7 @@ def _row_max(x):
     return np.float32(m)
 
 @njit(parallel=True, **_opts)
-def _softmax_k(x, out, s):
+def _softmax_k(x: Arr, out: Arr, s: Int) -> None:
     R, n = x.shape
     for r in prange(R):
         m = np.float64(_row_max(x[r]))
@@ -48,7 +48,7 @@ def _softmax_k(x, out, s):
             out[r, j] = _f32(e[j] / S)
 
 @njit(parallel=True, **_opts)
-def _log_softmax_k(x, out, s):
+def _log_softmax_k(x: Arr, out: Arr, s: Int) -> None:
     R, n = x.shape
     for r in prange(R):
         m = np.float64(_row_max(x[r]))
@@ -62,7 +62,7 @@ def _log_softmax_k(x, out, s):
             out[r, j] = _f32(z[j] - ls)
 
 @njit(parallel=True, **_opts)
-def _softmax_bwd_k(p, g, out, s):
+def _softmax_bwd_k(p: Arr, g: Arr, out: Arr, s: Int) -> None:
     R, n = p.shape
     for r in prange(R):
         prod = np.empty(n)
@@ -73,7 +73,7 @@ def _softmax_bwd_k(p, g, out, s):
             out[r, j] = _f32(np.float64(p[r, j]) * (np.float64(g[r, j]) - d))
 
 @njit(parallel=True, **_opts)
-def _log_softmax_bwd_k(y, g, out, s):
+def _log_softmax_bwd_k(y: Arr, g: Arr, out: Arr, s: Int) -> None:
     R, n = y.shape
     for r in prange(R):
         gg = np.empty(n)
@@ -84,7 +84,7 @@ def _log_softmax_bwd_k(y, g, out, s):
             out[r, j] = _f32(gg[j] - exp64(np.float64(y[r, j])) * gs)
 
 @njit(parallel=True, **_opts)
-def _ce_k(x, t, loss, mo, so, s):
+def _ce_k(x: Arr, t: Arr, loss: Arr, mo: Arr, so: Arr, s: Int) -> None:
     R, n = x.shape
     for r in prange(R):
         m32 = _row_max(x[r])
@@ -99,7 +99,7 @@ def _ce_k(x, t, loss, mo, so, s):
         so[r] = S
 
 @njit(parallel=True, **_opts)
-def _ce_bwd_k(x, t, mi, si, g, total, out):
+def _ce_bwd_k(x: Arr, t: Arr, mi: Arr, si: Arr, g: Float, total: Float, out: Arr) -> None:
     R, n = x.shape
     for r in prange(R):
         m = np.float64(mi[r])
@@ -113,7 +113,8 @@ def _ce_bwd_k(x, t, mi, si, g, total, out):
 # --- layer norm rows and per-sequence column sums (mirror ops._LayerNorm, exact_sum64) -----
 
 @njit(parallel=True, **_opts)
-def _ln_fwd_k(x, w, b, has_w, has_b, eps, s, out, mu_o, rstd_o):
+def _ln_fwd_k(x: Arr, w: Arr, b: Arr, has_w: bool, has_b: bool, eps: Float, s: Int, out: Arr, mu_o: Arr,
+              rstd_o: Arr) -> None:
     R, C = x.shape
     n = np.float64(C)
     for r in prange(R):
@@ -138,7 +139,8 @@ def _ln_fwd_k(x, w, b, has_w, has_b, eps, s, out, mu_o, rstd_o):
         rstd_o[r] = rstd
 
 @njit(parallel=True, **_opts)
-def _ln_bwd_k(x, g, w, has_w, mu_i, rstd_i, s, gx, prod):
+def _ln_bwd_k(x: Arr, g: Arr, w: Arr, has_w: bool, mu_i: Arr, rstd_i: Arr, s: Int, gx: Arr,
+              prod: Arr) -> None:
     R, C = x.shape
     n = np.float64(C)
     for r in prange(R):
@@ -159,7 +161,7 @@ def _ln_bwd_k(x, g, w, has_w, mu_i, rstd_i, s, gx, prod):
             gx[r, j] = _f32(rstd * ((gh[j] - m1) - xh[j] * m2))
 
 @njit(parallel=True, **_opts)
-def _colsum_k(v, s, out):
+def _colsum_k(v: Arr, s: Int, out: Arr) -> None:
     B, T, C = v.shape
     for bc in prange(B * C):
         b = bc // C
@@ -171,7 +173,7 @@ def _colsum_k(v, s, out):
 
 
 @njit(parallel=True, **_opts)
-def _sos_chunks_k(x, xb, chunk, s, n_out, e_out):
+def _sos_chunks_k(x: Arr, xb: Arr, chunk: Int, s: Int, n_out: Arr, e_out: Arr) -> tuple[Int, Int]:
     """Chunk c of x (float32; xb its int32 bit view): n_out[c] = the sum of
     round_half_even(f64(x)^2 * 2^(s - e)) with e the block exponent of the chunk's largest
     square, e_out[c] = e - s. Returns (NaN count, infinity count); a chunk holding either is

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from oracle.exact.kernels._numba import OPTS as _opts
-from oracle.exact.kernels._numba import njit, prange
+from oracle.exact.kernels._numba import Arr, Int, njit, prange
 from oracle.exact.kernels._wrap import kernel
 from oracle.exact.quant import F32
 
@@ -26,8 +26,10 @@ from oracle.exact.quant import F32
 
 
 @njit(parallel=True, **_opts)
-def _adamw_k(p, g, m, v, decay_flag, has_wd, decay, b1, c1, b2, c2, sqrt_bc2, eps, step_size,
-             po, mo, vo):
+def _adamw_k(p: Arr, g: Arr, m: Arr, v: Arr, decay_flag: bool, has_wd: bool, decay: np.float32,
+             b1: np.float32,
+             c1: np.float32, b2: np.float32, c2: np.float32, sqrt_bc2: np.float32, eps: np.float32,
+             step_size: np.float32, po: Arr, mo: Arr, vo: Arr) -> Int:
     wd = decay_flag and has_wd
     nan = 0
     for i in prange(p.shape[0]):
@@ -48,7 +50,8 @@ def _adamw_k(p, g, m, v, decay_flag, has_wd, decay, b1, c1, b2, c2, sqrt_bc2, ep
     return nan
 
 @njit(parallel=True, **_opts)
-def _sgd_k(p, g, buf, decay_flag, has_wd, wdc, mu, lr, po, bo):
+def _sgd_k(p: Arr, g: Arr, buf: Arr, decay_flag: bool, has_wd: bool, wdc: np.float32, mu: np.float32,
+           lr: np.float32, po: Arr, bo: Arr) -> Int:
     wd = decay_flag and has_wd
     nan = 0
     for i in prange(p.shape[0]):

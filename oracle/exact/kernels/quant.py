@@ -11,8 +11,8 @@ import numpy as np
 import torch
 
 from oracle.exact.kernels._numba import OPTS as _opts
+from oracle.exact.kernels._numba import Arr, Float, Int, njit, prange
 from oracle.exact.kernels._numba import bits_as_f32 as _bits_as_f32
-from oracle.exact.kernels._numba import njit, prange
 from oracle.exact.kernels._numba import pow2 as _pow2
 from oracle.exact.kernels._pool import split
 from oracle.exact.kernels._wrap import as_np, kernel
@@ -21,7 +21,7 @@ from oracle.exact.quant import E_MIN, F64
 # --- exact row sum (mirrors quant.exact_sum64 along one row) --------------------------
 
 @njit(**_opts)
-def exact_sum(buf, s):
+def exact_sum(buf: Arr, s: Int) -> Float:
     n = buf.shape[0]
     maxabs = 0.0
     bad = False
@@ -76,7 +76,7 @@ INF32_BITS = np.int32(0x7F800000)
 _COL_TILE = 1024  # columns per task of the column quantiser
 
 @njit(**_opts)
-def block_exp(mb):
+def block_exp(mb: Int) -> Int:
     """quant.block_exponent of the finite float32 block maximum whose bits are mb."""
     m = np.float64(_bits_as_f32(mb))  # exact widening
     if m == 0.0:
@@ -88,7 +88,7 @@ def block_exp(mb):
     return ex
 
 @njit(**_opts)
-def row_block_exp(xi, r):
+def row_block_exp(xi: Arr, r: Int) -> tuple[bool, Int]:
     """(finite, block exponent) of row r of a float32 matrix read as its int32 bits xi: the
     largest magnitude by its bits (sign cleared; inf and NaN lie above every finite value),
     then quant.block_exponent of it; (False, 0) when the row holds inf or NaN."""
@@ -103,7 +103,7 @@ def row_block_exp(xi, r):
 _SS_LANES = 32  # a block's sum of squares: 32 partial sums (index mod 32), then added in lane order
 
 @njit(**_opts)
-def _quant_rows_part_k(x, s, q, e, ss, need_ss, r0, r1):
+def _quant_rows_part_k(x: Arr, s: Int, q: Arr, e: Arr, ss: Arr, need_ss: bool, r0: Int, r1: Int) -> Int:
     """quant.quantise(x, -1, s) of rows r0..r1-1 of float32 x [R, K]: q[r, j] =
     rint(x[r, j] 2^(s - e_r)), e_r the block exponent of row r, and if need_ss ss[r] = the
     row's sum of q^2 in lane order (_SS_LANES partial sums, lane l taking j = l mod 32 in j
@@ -146,7 +146,8 @@ def _quant_rows_part_k(x, s, q, e, ss, need_ss, r0, r1):
     return bad
 
 @njit(**_opts)
-def _quant_cols_part_k(x, s, q, e, ss, need_ss, K, N, tile, t0, t1):
+def _quant_cols_part_k(x: Arr, s: Int, q: Arr, e: Arr, ss: Arr, need_ss: bool, K: Int, N: Int, tile: Int,
+                       t0: Int, t1: Int) -> Int:
     """quant.quantise(x, -2, s) of float32 x [B, K, N] (blocks: the columns), written row-major
     into q [B, K, N], on flat arrays, for tasks t0..t1-1 of tiles of `tile` columns (task t:
     matrix t // nt, the columns of tile t % nt): equal to _quant_rows_part_k on each matrix's
@@ -198,7 +199,7 @@ def _quant_cols_part_k(x, s, q, e, ss, need_ss, K, N, tile, t0, t1):
 
 
 @njit(parallel=True, **_opts)
-def _quant_rows_hilo_k(x, s, qh, ql, e):
+def _quant_rows_hilo_k(x: Arr, s: Int, qh: Arr, ql: Arr, e: Arr) -> Int:
     R, K = x.shape
     ok = 0
     two_s = _pow2(np.int64(s))
@@ -274,8 +275,17 @@ def quant_cols(x: torch.Tensor, s: int, out: torch.Tensor | None = None, need_ss
     ss = np.zeros(max(B * N, 1))
     if B * N and K:
         tile = _col_tile(B, N, threads)
-        args = (as_np(x3).reshape(-1), s, q.numpy().reshape(-1), e.numpy().reshape(-1), ss[:B * N], bool(need_ss),
-                K, N, tile)
+        args = (
+            as_np(x3).reshape(-1),
+            s,
+            q.numpy().reshape(-1),
+            e.numpy().reshape(-1),
+            ss[: B * N],
+            bool(need_ss),
+            K,
+            N,
+            tile,
+        )
         if split(_quant_cols_part_k, args, B * -(-N // tile), threads):
             return None
     return q, e.reshape(*x.shape[:-2], 1, N), float(ss.max()) if need_ss else 0.0

@@ -111,7 +111,9 @@ def _sos_eager(flat: torch.Tensor, chunk: int, s: int) -> tuple[str | None, list
         sq = torch.cat([sq, torch.zeros(pad, dtype=F64)])
     q, e = quantise(sq.reshape(sq.numel() // chunk, chunk), 1, s)
     n = torch.sum(q, dim=1)  # exact: integers below 2^53
-    return None, [(int(ni), int(ei)) for ni, ei in zip(n.tolist(), (e.squeeze(1) - s).tolist(), strict=True) if ni]
+    return None, [
+        (int(ni), int(ei)) for ni, ei in zip(n.tolist(), (e.squeeze(1) - s).tolist(), strict=True) if ni
+    ]
 
 
 # --- accumulate and sqrt -----------------------------------------------------------------------
@@ -144,8 +146,8 @@ def _lane_ss(q: torch.Tensor) -> float:
     acc = torch.zeros(R, 32, dtype=F64)
     KL = K - K % 32
     for j0 in range(0, KL, 32):
-        acc += q[:, j0:j0 + 32] * q[:, j0:j0 + 32]
-    acc[:, :K - KL] += q[:, KL:] * q[:, KL:]
+        acc += q[:, j0 : j0 + 32] * q[:, j0 : j0 + 32]
+    acc[:, : K - KL] += q[:, KL:] * q[:, KL:]
     t = torch.zeros(R, dtype=F64)
     for lane in range(32):
         t += acc[:, lane]
@@ -164,8 +166,9 @@ def _finite(x: torch.Tensor) -> bool:
     return bool(torch.isfinite(x).all())
 
 
-def _quant_rows_eager(x: torch.Tensor, s: int, out: torch.Tensor | None = None,
-                      need_ss: bool = True) -> tuple[torch.Tensor, torch.Tensor, float] | None:
+def _quant_rows_eager(
+    x: torch.Tensor, s: int, out: torch.Tensor | None = None, need_ss: bool = True
+) -> tuple[torch.Tensor, torch.Tensor, float] | None:
     if not _finite(x):
         return None
     q, e = quantise(x, -1, s)
@@ -174,8 +177,9 @@ def _quant_rows_eager(x: torch.Tensor, s: int, out: torch.Tensor | None = None,
     return q, e, _lane_ss(q) if need_ss else 0.0
 
 
-def _quant_cols_eager(x: torch.Tensor, s: int, out: torch.Tensor | None = None,
-                      need_ss: bool = True) -> tuple[torch.Tensor, torch.Tensor, float] | None:
+def _quant_cols_eager(
+    x: torch.Tensor, s: int, out: torch.Tensor | None = None, need_ss: bool = True
+) -> tuple[torch.Tensor, torch.Tensor, float] | None:
     if not _finite(x):
         return None
     q, e = quantise(x, -2, s)
@@ -214,35 +218,47 @@ def _tile_integer(P: torch.Tensor) -> torch.Tensor:
     return n
 
 
-def _tile_scales(ea: torch.Tensor, eb: torch.Tensor, s: int, r0: int, c0: int, h: int,
-                 w: int) -> tuple[torch.Tensor, torch.Tensor]:
-    return pow2(ea[r0:r0 + h] - s).unsqueeze(1), pow2(eb[c0:c0 + w] - s).unsqueeze(0)
+def _tile_scales(
+    ea: torch.Tensor, eb: torch.Tensor, s: int, r0: int, c0: int, h: int, w: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return pow2(ea[r0 : r0 + h] - s).unsqueeze(1), pow2(eb[c0 : c0 + w] - s).unsqueeze(0)
 
 
-def _round_tile_eager(P: torch.Tensor, ea: torch.Tensor, eb: torch.Tensor, s: int, out: torch.Tensor, r0: int,
-                      c0: int) -> int:
+def _round_tile_eager(
+    P: torch.Tensor, ea: torch.Tensor, eb: torch.Tensor, s: int, out: torch.Tensor, r0: int, c0: int
+) -> int:
     n = _tile_integer(P)
     h, w = n.shape
     hi, _ = resolve("oracle.exact.gemm:_scale")(n.to(F64), None, *_tile_scales(ea, eb, s, r0, c0, h, w))
-    out[r0:r0 + h, c0:c0 + w] = canon_nan(to_f32_once(hi))
+    out[r0 : r0 + h, c0 : c0 + w] = canon_nan(to_f32_once(hi))
     return int(((n > 2**53) | (n < -(2**53))).sum())
 
 
-def _parts_tile_eager(P: torch.Tensor, ea: torch.Tensor, eb: torch.Tensor, s: int, hi: torch.Tensor,
-                      lo: torch.Tensor | None, r0: int, c0: int) -> int:
+def _parts_tile_eager(
+    P: torch.Tensor,
+    ea: torch.Tensor,
+    eb: torch.Tensor,
+    s: int,
+    hi: torch.Tensor,
+    lo: torch.Tensor | None,
+    r0: int,
+    c0: int,
+) -> int:
     n = _tile_integer(P)
     h, w = n.shape
     ph, pl = resolve("oracle.exact.gemm:_int64_to_parts")(n)
     low = torch.zeros_like(ph) if pl is None else pl
     sh, sl = resolve("oracle.exact.gemm:_scale")(ph, low, *_tile_scales(ea, eb, s, r0, c0, h, w))
-    hi[r0:r0 + h, c0:c0 + w] = sh
+    hi[r0 : r0 + h, c0 : c0 + w] = sh
     if lo is not None:
-        lo[r0:r0 + h, c0:c0 + w] = sl
+        lo[r0 : r0 + h, c0 : c0 + w] = sl
     return int(torch.count_nonzero(low))
 
 
 def _scale_round_eager(hi: torch.Tensor, ea: torch.Tensor, eb: torch.Tensor, s: int) -> torch.Tensor:
-    h, _ = resolve("oracle.exact.gemm:_scale")(hi.clone(), None, pow2(ea - s).unsqueeze(1), pow2(eb - s).unsqueeze(0))
+    h, _ = resolve("oracle.exact.gemm:_scale")(
+        hi.clone(), None, pow2(ea - s).unsqueeze(1), pow2(eb - s).unsqueeze(0)
+    )
     return canon_nan(to_f32_once(h))
 
 
@@ -251,8 +267,9 @@ def _scale_parts_eager(x: torch.Tensor, ea: torch.Tensor, eb: torch.Tensor, s: i
     return x
 
 
-def _hilo_round_eager(top: torch.Tensor, mid: torch.Tensor, ea: torch.Tensor, eb: torch.Tensor,
-                      s: int) -> torch.Tensor | None:
+def _hilo_round_eager(
+    top: torch.Tensor, mid: torch.Tensor, ea: torch.Tensor, eb: torch.Tensor, s: int
+) -> torch.Tensor | None:
     """gemm._hilo_finish, then exact_matmul's rounding; None where every low word is zero and a -0
     high word meets a +0 low word (the kernel declines that case)."""
     hi, lo = resolve("oracle.exact.gemm:_hilo_finish")(top.clone(), mid, ea.unsqueeze(1), eb.unsqueeze(0), s)
@@ -274,6 +291,7 @@ def _declining_nan(path: str) -> Callable[..., Any]:
     def call(*args: Any) -> Any:
         out = run(*args)
         return None if any(bool(torch.isnan(t).any()) for t in out) else out
+
     return call
 
 
@@ -282,40 +300,70 @@ def _declining_nan(path: str) -> Callable[..., Any]:
 TX = "oracle.exact.transcendental"
 OPS = "oracle.exact.ops"
 
-ENTRIES: dict[str, Entry] = {e.kernel: e for e in [
-    Entry("exp", f"{TX}:exp32", tx.exp32, unary_cases),
-    Entry("gelu", f"{TX}:gelu32", tx.gelu32, form_cases(grad=False)),
-    Entry("gelu_grad", f"{TX}:gelu_grad32", tx.gelu_grad32, form_cases(grad=True)),
-    Entry("sigmoid", f"{TX}:sigmoid32", tx.sigmoid32, unary_cases),
-    Entry("sigmoid_grad", f"{TX}:sigmoid_grad32", tx.sigmoid_grad32, grad_cases),
-    Entry("silu", f"{TX}:silu32", tx.silu32, unary_cases),
-    Entry("silu_grad", f"{TX}:silu_grad32", tx.silu_grad32, grad_cases),
-    Entry("softmax_rows", f"{OPS}:softmax_rows_eager", _off(f"{OPS}:softmax_rows_eager"), rows_cases),
-    Entry("log_softmax_rows", f"{OPS}:log_softmax_rows_eager", _off(f"{OPS}:log_softmax_rows_eager"), rows_cases),
-    Entry("softmax_bwd_rows", f"{OPS}:softmax_bwd_rows_eager", _off(f"{OPS}:softmax_bwd_rows_eager"),
-          rows_bwd_cases(f"{OPS}:softmax_rows_eager")),
-    Entry("log_softmax_bwd_rows", f"{OPS}:log_softmax_bwd_rows_eager", _off(f"{OPS}:log_softmax_bwd_rows_eager"),
-          rows_bwd_cases(f"{OPS}:log_softmax_rows_eager")),
-    Entry("ce_rows", f"{OPS}:ce_rows_eager", _off(f"{OPS}:ce_rows_eager"), ce_cases),
-    Entry("ce_bwd_rows", f"{OPS}:ce_bwd_rows_eager", _off(f"{OPS}:ce_bwd_rows_eager"), ce_bwd_cases),
-    Entry("layer_norm_rows", f"{OPS}:layer_norm", _ln_eager, ln_cases),
-    Entry("layer_norm_bwd_rows", f"{OPS}:_LayerNorm.backward", _ln_bwd_eager, ln_bwd_cases),
-    Entry("seq_sums", f"{OPS}:_seq_sums", _off(f"{OPS}:_seq_sums"), seq_cases),
-    Entry("sum_of_squares_chunks", f"{OPS}:sum_of_squares", _sos_eager, sos_cases),
-    Entry("fold_into", "oracle.exact.accumulate:_fold_step", _fold_eager, fold_cases, nan_payload=False),
-    Entry("fold_result", "oracle.exact.accumulate:_round", _off("oracle.exact.accumulate:_round"), fold_pair_cases),
-    Entry("f64_to_f32", "oracle.exact.accumulate:_round", lambda x: _off("oracle.exact.accumulate:_round")(x, None),
-          f64_cases),
-    Entry("sqrt", "oracle.exact.sqrt:sqrt32", _sqrt_eager, sqrt_cases),
-    Entry("quant_rows", "oracle.exact.quant:quantise", _quant_rows_eager, quant_rows_cases),
-    Entry("quant_cols", "oracle.exact.quant:quantise", _quant_cols_eager, quant_cols_cases),
-    Entry("quant_rows_hilo", "oracle.exact.quant:quantise_hilo", _hilo_rows_eager, hilo_rows_cases),
-    Entry("quant_digits", "oracle.exact.gemm:_digits", _digits_eager, digits_cases),
-    Entry("digits_round_tile", "oracle.exact.gemm:_scale", _round_tile_eager, tile_cases(parts=False)),
-    Entry("digits_parts_tile", "oracle.exact.gemm:_int64_to_parts", _parts_tile_eager, tile_cases(parts=True)),
-    Entry("scale_round_f32", "oracle.exact.gemm:_scale", _scale_round_eager, epilogue_cases),
-    Entry("scale_parts", "oracle.exact.gemm:_scale", _scale_parts_eager, epilogue_cases),
-    Entry("hilo_round_f32", "oracle.exact.gemm:_hilo_finish", _hilo_round_eager, hilo_round_cases),
-    Entry("adamw", "oracle.optim:adamw", _declining_nan("oracle.optim:adamw"), optim_cases("adamw")),
-    Entry("sgd", "oracle.optim:sgd", _declining_nan("oracle.optim:sgd"), optim_cases("sgd")),
-]}
+ENTRIES: dict[str, Entry] = {
+    e.kernel: e
+    for e in [
+        Entry("exp", f"{TX}:exp32", tx.exp32, unary_cases),
+        Entry("gelu", f"{TX}:gelu32", tx.gelu32, form_cases(grad=False)),
+        Entry("gelu_grad", f"{TX}:gelu_grad32", tx.gelu_grad32, form_cases(grad=True)),
+        Entry("sigmoid", f"{TX}:sigmoid32", tx.sigmoid32, unary_cases),
+        Entry("sigmoid_grad", f"{TX}:sigmoid_grad32", tx.sigmoid_grad32, grad_cases),
+        Entry("silu", f"{TX}:silu32", tx.silu32, unary_cases),
+        Entry("silu_grad", f"{TX}:silu_grad32", tx.silu_grad32, grad_cases),
+        Entry("softmax_rows", f"{OPS}:softmax_rows_eager", _off(f"{OPS}:softmax_rows_eager"), rows_cases),
+        Entry(
+            "log_softmax_rows",
+            f"{OPS}:log_softmax_rows_eager",
+            _off(f"{OPS}:log_softmax_rows_eager"),
+            rows_cases,
+        ),
+        Entry(
+            "softmax_bwd_rows",
+            f"{OPS}:softmax_bwd_rows_eager",
+            _off(f"{OPS}:softmax_bwd_rows_eager"),
+            rows_bwd_cases(f"{OPS}:softmax_rows_eager"),
+        ),
+        Entry(
+            "log_softmax_bwd_rows",
+            f"{OPS}:log_softmax_bwd_rows_eager",
+            _off(f"{OPS}:log_softmax_bwd_rows_eager"),
+            rows_bwd_cases(f"{OPS}:log_softmax_rows_eager"),
+        ),
+        Entry("ce_rows", f"{OPS}:ce_rows_eager", _off(f"{OPS}:ce_rows_eager"), ce_cases),
+        Entry("ce_bwd_rows", f"{OPS}:ce_bwd_rows_eager", _off(f"{OPS}:ce_bwd_rows_eager"), ce_bwd_cases),
+        Entry("layer_norm_rows", f"{OPS}:layer_norm", _ln_eager, ln_cases),
+        Entry("layer_norm_bwd_rows", f"{OPS}:_LayerNorm.backward", _ln_bwd_eager, ln_bwd_cases),
+        Entry("seq_sums", f"{OPS}:_seq_sums", _off(f"{OPS}:_seq_sums"), seq_cases),
+        Entry("sum_of_squares_chunks", f"{OPS}:sum_of_squares", _sos_eager, sos_cases),
+        Entry("fold_into", "oracle.exact.accumulate:_fold_step", _fold_eager, fold_cases, nan_payload=False),
+        Entry(
+            "fold_result",
+            "oracle.exact.accumulate:_round",
+            _off("oracle.exact.accumulate:_round"),
+            fold_pair_cases,
+        ),
+        Entry(
+            "f64_to_f32",
+            "oracle.exact.accumulate:_round",
+            lambda x: _off("oracle.exact.accumulate:_round")(x, None),
+            f64_cases,
+        ),
+        Entry("sqrt", "oracle.exact.sqrt:sqrt32", _sqrt_eager, sqrt_cases),
+        Entry("quant_rows", "oracle.exact.quant:quantise", _quant_rows_eager, quant_rows_cases),
+        Entry("quant_cols", "oracle.exact.quant:quantise", _quant_cols_eager, quant_cols_cases),
+        Entry("quant_rows_hilo", "oracle.exact.quant:quantise_hilo", _hilo_rows_eager, hilo_rows_cases),
+        Entry("quant_digits", "oracle.exact.gemm:_digits", _digits_eager, digits_cases),
+        Entry("digits_round_tile", "oracle.exact.gemm:_scale", _round_tile_eager, tile_cases(parts=False)),
+        Entry(
+            "digits_parts_tile",
+            "oracle.exact.gemm:_int64_to_parts",
+            _parts_tile_eager,
+            tile_cases(parts=True),
+        ),
+        Entry("scale_round_f32", "oracle.exact.gemm:_scale", _scale_round_eager, epilogue_cases),
+        Entry("scale_parts", "oracle.exact.gemm:_scale", _scale_parts_eager, epilogue_cases),
+        Entry("hilo_round_f32", "oracle.exact.gemm:_hilo_finish", _hilo_round_eager, hilo_round_cases),
+        Entry("adamw", "oracle.optim:adamw", _declining_nan("oracle.optim:adamw"), optim_cases("adamw")),
+        Entry("sgd", "oracle.optim:sgd", _declining_nan("oracle.optim:sgd"), optim_cases("sgd")),
+    ]
+}

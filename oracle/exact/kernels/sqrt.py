@@ -11,7 +11,7 @@ import torch
 
 from oracle.exact import sqrt as xsqrt
 from oracle.exact.kernels._numba import OPTS as _opts
-from oracle.exact.kernels._numba import enabled, njit, prange
+from oracle.exact.kernels._numba import Arr, enabled, njit, prange
 from oracle.exact.kernels._numba import f32 as _f32
 from oracle.exact.kernels._numba import f64_bits as _f64_bits
 from oracle.exact.kernels._wrap import as_np, kernel
@@ -25,7 +25,7 @@ from oracle.exact.quant import F32, F64
 NAN64_BITS = 0x7FF8000000000000
 
 @njit(parallel=True, **_opts)
-def _sqrt64_k(x, out_bits):
+def _sqrt64_k(x: Arr, out_bits: Arr) -> None:
     for i in prange(x.shape[0]):
         r = math.sqrt(x[i])  # sqrt(-0) = -0
         # the canonical NaN, written as bits: LLVM treats NaN payloads as unspecified and
@@ -34,7 +34,7 @@ def _sqrt64_k(x, out_bits):
 
 
 @njit(parallel=True, **_opts)
-def _sqrt32_k(x, out):
+def _sqrt32_k(x: Arr, out: Arr) -> None:
     for i in prange(x.shape[0]):
         out[i] = _f32(math.sqrt(np.float64(x[i])))
 

@@ -15,8 +15,8 @@ import torch
 
 from oracle.exact import transcendental as tx
 from oracle.exact.kernels._numba import OPTS as _opts
+from oracle.exact.kernels._numba import Arr, Float, Int, njit, prange
 from oracle.exact.kernels._numba import f32 as _f32
-from oracle.exact.kernels._numba import njit, prange
 from oracle.exact.kernels._numba import pow2 as _pow2
 from oracle.exact.kernels._wrap import elementwise, kernel, like_f32
 
@@ -28,12 +28,17 @@ _ERF_C = tx.ERF_C
 INV_LN2, LN2_HI, LN2_LO = tx.INV_LN2, tx.LN2_HI, tx.LN2_LO
 EXP_LO, EXP_HI = tx.EXP_LO, tx.EXP_HI
 SQRT_HALF = tx.SQRT_HALF
-ERF_SPLIT, ERFC_ZERO, ERFC_CF_TERMS, INV_SQRT_PI = tx.ERF_SPLIT, tx.ERFC_ZERO, tx.ERFC_CF_TERMS, tx.INV_SQRT_PI
+ERF_SPLIT, ERFC_ZERO, ERFC_CF_TERMS, INV_SQRT_PI = (
+    tx.ERF_SPLIT,
+    tx.ERFC_ZERO,
+    tx.ERFC_CF_TERMS,
+    tx.INV_SQRT_PI,
+)
 SQRT_2_OVER_PI, GELU_A, INV_SQRT2, INV_SQRT_2PI = tx.SQRT_2_OVER_PI, tx.GELU_A, tx.INV_SQRT2, tx.INV_SQRT_2PI
 
 
 @njit(**_opts)
-def _horner(c, y):
+def _horner(c: tuple[Float, ...], y: Float) -> Float:
     p = c[len(c) - 1]
     for i in range(len(c) - 2, -1, -1):
         p = p * y + c[i]
@@ -41,14 +46,15 @@ def _horner(c, y):
 
 
 @njit(**_opts)
-def _scale_pow2(p, k):
+def _scale_pow2(p: Float, k: Float) -> Float:
     ki = np.int64(k)
     k1 = ki >> 1  # floor division by 2, as torch.div(..., rounding_mode="floor")
     k2 = ki - k1
     return (p * _pow2(k1)) * _pow2(k2)
 
+
 @njit(**_opts)
-def exp64(x):
+def exp64(x: Float) -> Float:
     if x != x:
         return x
     xc = min(max(x, EXP_LO), EXP_HI)
@@ -56,8 +62,9 @@ def exp64(x):
     r = (xc - k * LN2_HI) - k * LN2_LO
     return _scale_pow2(_horner(_EXP_C, r), k)
 
+
 @njit(**_opts)
-def log64(x):
+def log64(x: Float) -> Float:
     if x != x or x < 0.0:
         return np.nan
     if x == 0.0:
@@ -74,16 +81,18 @@ def log64(x):
     lm = (2.0 * s) * _horner(_LOG_C, w)
     return (e * LN2_LO + lm) + e * LN2_HI
 
+
 @njit(**_opts)
-def _erfc_large(a):
+def _erfc_large(a: Float) -> Float:
     a = min(max(a, ERF_SPLIT), ERFC_ZERO)
     f = a
     for n in range(ERFC_CF_TERMS, 0, -1):
         f = a + (n * 0.5) / f
     return exp64(-(a * a)) * INV_SQRT_PI / f
 
+
 @njit(**_opts)
-def erfc64(x):
+def erfc64(x: Float) -> Float:
     if x != x:
         return x
     a = abs(x)
@@ -96,40 +105,46 @@ def erfc64(x):
 
 # --- elementwise ---------------------------------------------------------------------
 
+
 @njit(parallel=True, **_opts)
-def _exp_k(x, out):
+def _exp_k(x: Arr, out: Arr) -> None:
     for i in prange(x.shape[0]):
         out[i] = _f32(exp64(np.float64(x[i])))
 
+
 @njit(**_opts)
-def _gelu_tanh_h(x):
+def _gelu_tanh_h(x: Float) -> tuple[Float, Float]:
     x2 = x * x
     u = SQRT_2_OVER_PI * (x + GELU_A * (x2 * x))
     return 2.0 / (1.0 + exp64(-2.0 * u)), x2
 
+
 @njit(**_opts)
-def _inf_slope(v, d):
+def _inf_slope(v: Float, d: Float) -> Float:
     if v == np.inf:
         return 1.0
     if v == -np.inf:
         return 0.0
     return d
 
+
 @njit(parallel=True, **_opts)
-def _gelu_tanh_k(x, out):
+def _gelu_tanh_k(x: Arr, out: Arr) -> None:
     for i in prange(x.shape[0]):
         v = np.float64(x[i])
         h, _ = _gelu_tanh_h(v)
         out[i] = np.float32(-0.0) if v == -np.inf else _f32((0.5 * v) * h)
 
+
 @njit(parallel=True, **_opts)
-def _gelu_tanh_grad_k(x, g, out):
+def _gelu_tanh_grad_k(x: Arr, g: Arr, out: Arr) -> None:
     for i in prange(x.shape[0]):
         v = np.float64(x[i])
         h, x2 = _gelu_tanh_h(v)
         up = SQRT_2_OVER_PI * (1.0 + (3.0 * GELU_A) * x2)
         d = 0.5 * h + ((0.5 * v) * (h * (2.0 - h))) * up
         out[i] = _f32(np.float64(g[i]) * _inf_slope(v, d))
+
 
 # erfc64 of a whole block, with the same operations per element as erfc64, in passes that
 # vectorise: erfc64's two series (34 Horner steps; 72 continued-fraction terms, one division
@@ -138,8 +153,9 @@ def _gelu_tanh_grad_k(x, g, out):
 _ERF_BLOCK = 512
 _ERF_CA = np.array(tx.ERF_C)
 
+
 @njit(**_opts)
-def _erfc64_block(u, out, w, idx):
+def _erfc64_block(u: Arr, out: Arr, w: Arr, idx: Arr) -> None:
     """out[j] = erfc64(u[j]) for the float64 vector u (at most _ERF_BLOCK long); w: float64
     scratch [5, _ERF_BLOCK], idx: int64 scratch [_ERF_BLOCK]."""
     m = u.shape[0]
@@ -181,8 +197,9 @@ def _erfc64_block(u, out, w, idx):
         j = idx[t]
         out[j] = 2.0 - cl if u[j] < 0 else cl
 
+
 @njit(**_opts)
-def _gelu_erfc_block(x, b):
+def _gelu_erfc_block(x: Arr, b: Int) -> tuple[Int, Int, Arr]:
     """Block b of an erf GELU kernel: (lo, hi, e) with e[j] = erfc64(-(f64(x[lo + j])
     INV_SQRT2)) for j < hi - lo."""
     lo = b * _ERF_BLOCK
@@ -193,16 +210,18 @@ def _gelu_erfc_block(x, b):
     _erfc64_block(u, e, np.empty((5, _ERF_BLOCK)), np.empty(_ERF_BLOCK, np.int64))
     return lo, hi, e
 
+
 @njit(parallel=True, **_opts)
-def _gelu_erf_k(x, out):
+def _gelu_erf_k(x: Arr, out: Arr) -> None:
     for b in prange((x.shape[0] + _ERF_BLOCK - 1) // _ERF_BLOCK):
         lo, hi, e = _gelu_erfc_block(x, b)
         for j in range(hi - lo):
             v = np.float64(x[lo + j])
             out[lo + j] = np.float32(-0.0) if v == -np.inf else _f32((0.5 * v) * e[j])
 
+
 @njit(parallel=True, **_opts)
-def _gelu_erf_grad_k(x, g, out):
+def _gelu_erf_grad_k(x: Arr, g: Arr, out: Arr) -> None:
     for b in prange((x.shape[0] + _ERF_BLOCK - 1) // _ERF_BLOCK):
         lo, hi, e = _gelu_erfc_block(x, b)
         for j in range(hi - lo):
@@ -210,10 +229,12 @@ def _gelu_erf_grad_k(x, g, out):
             d = 0.5 * e[j] + (v * exp64(-0.5 * (v * v))) * INV_SQRT_2PI
             out[lo + j] = _f32(np.float64(g[lo + j]) * _inf_slope(v, d))
 
+
 # --- sigmoid and SiLU (mirror transcendental._sigmoid_parts, silu_f64, silu_grad_f64) ---
 
+
 @njit(**_opts)
-def _sigmoid_parts64(v):
+def _sigmoid_parts64(v: Float) -> tuple[Float, Float]:
     """(sigmoid v, 1 - sigmoid v) as transcendental._sigmoid_parts: t = exp64(-|v|),
     1/(1+t) and t/(1+t), swapped for v < 0 (NaN: both NaN)."""
     t = exp64(-abs(v))
@@ -224,27 +245,31 @@ def _sigmoid_parts64(v):
         return big, small
     return small, big
 
+
 @njit(parallel=True, **_opts)
-def _sigmoid_k(x, out):
+def _sigmoid_k(x: Arr, out: Arr) -> None:
     for i in prange(x.shape[0]):
         s, _ = _sigmoid_parts64(np.float64(x[i]))
         out[i] = _f32(s)
 
+
 @njit(parallel=True, **_opts)
-def _sigmoid_grad_k(x, g, out):
+def _sigmoid_grad_k(x: Arr, g: Arr, out: Arr) -> None:
     for i in prange(x.shape[0]):
         s, u = _sigmoid_parts64(np.float64(x[i]))
         out[i] = _f32(np.float64(g[i]) * (s * u))
 
+
 @njit(parallel=True, **_opts)
-def _silu_k(x, out):
+def _silu_k(x: Arr, out: Arr) -> None:
     for i in prange(x.shape[0]):
         v = np.float64(x[i])
         s, _ = _sigmoid_parts64(v)
         out[i] = np.float32(-0.0) if v == -np.inf else _f32(v * s)
 
+
 @njit(parallel=True, **_opts)
-def _silu_grad_k(x, g, out):
+def _silu_grad_k(x: Arr, g: Arr, out: Arr) -> None:
     for i in prange(x.shape[0]):
         v = np.float64(x[i])
         s, u = _sigmoid_parts64(v)
