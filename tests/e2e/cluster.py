@@ -183,21 +183,24 @@ class Cluster:
         return open_database(f"sqlite:///{self.tmp / f'{name}-data' / 'node.db'}")
 
     def train(self, spec: Path, data: Path, *, steps_timeout: float, substitute_at: int | None = None,
-              port: int | None = None, endpoint: str | None = None) -> tuple[int, dict]:
+              port: int | None = None, endpoint: str | None = None, miner: str = "miner") -> tuple[int, dict]:
         """Run the miner to the end (it follows its challenges until they resolve). `port` is its
-        prover's; `endpoint` the address it announces instead (a proxy in front of it)."""
-        args = ["miner", "train", "--spec", str(spec), "--data", str(data), "--out", str(self.tmp / "run"),
+        prover's; `endpoint` the address it announces instead (a proxy in front of it). `miner`
+        names the process and its account: another name is another miner, with its own output
+        directory (`<miner>-run`), so several runs can follow one another on one chain."""
+        out_dir = self.tmp / ("run" if miner == "miner" else f"{miner}-run")
+        args = ["miner", "train", "--spec", str(spec), "--data", str(data), "--out", str(out_dir),
                 "--chain", self.url, "--port", str(port or free_port()), "--json", "--timeout",
                 str(int(steps_timeout)), "--params", str(self.params_file)]
         if endpoint is not None:
             args += ["--endpoint", endpoint]
-        self.account("miner")
-        args += ["--account", "miner"] if self.chopsticks is None else ["--key", self.keys["miner"]]
+        self.account(miner)
+        args += ["--account", miner] if self.chopsticks is None else ["--key", self.keys[miner]]
         if substitute_at is not None:
             args += ["--substitute-batch-at", str(substitute_at)]
-        proc = self.spawn("miner", *args)
+        proc = self.spawn(miner, *args)
         rc = proc.wait(steps_timeout + 120)
-        out = self.log("miner").strip().splitlines()
+        out = self.log(miner).strip().splitlines()
         summary = json.loads(out[-1]) if out and out[-1].startswith("{") else {}
         return rc, summary
 
