@@ -88,7 +88,11 @@ def _kind(v: Any) -> str:
 
 def _the(v: Any) -> str:
     text = repr(v) if not isinstance(v, (bytes, bytearray)) else f"{len(v)} bytes"
-    return f"{_kind(v).removeprefix('a ').removeprefix('an ')} {text}" if not isinstance(v, (list, dict)) else _kind(v)
+    return (
+        f"{_kind(v).removeprefix('a ').removeprefix('an ')} {text}"
+        if not isinstance(v, (list, dict))
+        else _kind(v)
+    )
 
 
 def _enc_hex(v: Any) -> str:
@@ -114,7 +118,9 @@ def _compare(got: Any, want: Any, path: str, depth: int = 0) -> str | None:
                         f"canonical form leaves out at its default)")
         keys = list(got)
         if keys != sorted(keys, key=lambda k: cbor.encode(k)):
-            return f"{where}: map keys must be sorted by their encoded bytes (shorter keys first, then bytewise)"
+            return (
+                f"{where}: map keys must be sorted by their encoded bytes (shorter keys first, then bytewise)"
+            )
         for k in sorted(want, key=lambda k: cbor.encode(k)):
             found = _compare(got[k], want[k], _join(path, k), depth + 1)
             if found is not None:

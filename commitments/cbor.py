@@ -34,8 +34,8 @@ MAX_STRING_BYTES = MAX_DECODE_BYTES
 
 # The memory budget: the decoded objects of a document of n bytes may take MEMORY_RATIO * n bytes,
 # plus MEMORY_SLACK (the fixed cost of small documents, and nesting at full depth: 64 nested
-# one-entry maps are charged 26 KiB), and never more than MAX_DECODE_MEMORY. A caller whose honest documents need more
-# (or that wants less) passes max_memory.
+# one-entry maps are charged 26 KiB), and never more than MAX_DECODE_MEMORY. A caller whose honest
+# documents need more (or that wants less) passes max_memory.
 MEMORY_RATIO = 4
 MEMORY_SLACK = 32 * 1024
 MAX_DECODE_MEMORY = 1 << 30
@@ -238,7 +238,9 @@ def _window(data: Any, start: int, end: int | None, what: str) -> int:
 
 
 def _too_much_memory(offset: int, budget: int) -> CBORLimitExceeded:
-    return _limit(offset, "too-much-memory", f"decoding it would take more than the memory limit of {budget} bytes")
+    return _limit(
+        offset, "too-much-memory", f"decoding it would take more than the memory limit of {budget} bytes"
+    )
 
 
 def _check_limits(**limits: Any) -> None:
@@ -246,7 +248,9 @@ def _check_limits(**limits: Any) -> None:
         if v is None and name == "max_memory":
             continue
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-            raise ValueError(f"{name} must be a non-negative integer" + (" or None" if name == "max_memory" else ""))
+            raise ValueError(
+                f"{name} must be a non-negative integer" + (" or None" if name == "max_memory" else "")
+            )
 
 
 def _document(data: Any, max_bytes: int) -> tuple[bytes, int]:
@@ -277,7 +281,12 @@ class Decoder:
                  max_memory: int | None = None) -> None:
         _check_limits(max_bytes=max_bytes, max_items=max_items, max_depth=max_depth, max_string=max_string,
                       max_memory=max_memory)
-        self.max_bytes, self.max_items, self.max_depth, self.max_string = max_bytes, max_items, max_depth, max_string
+        self.max_bytes, self.max_items, self.max_depth, self.max_string = (
+            max_bytes,
+            max_items,
+            max_depth,
+            max_string,
+        )
         self.max_memory = max_memory
         self.steps = 0
         self.memory = 0
@@ -402,7 +411,9 @@ class Decoder:
                                 raise _bad(start, "utf8", "a text string that is not valid UTF-8") from None
                     else:
                         if stack and stack[-1][2] and stack[-1][3] is _NOKEY:
-                            raise _refused(start, "container-key", f"{_KIND[major]} as a map key is not allowed")
+                            raise _refused(
+                                start, "container-key", f"{_KIND[major]} as a map key is not allowed"
+                            )
                         if arg == 0:
                             used += _r16(_LIST) if major == 4 else _MAP
                             if used > budget:
@@ -457,7 +468,9 @@ class Decoder:
                         d[frame[3]] = value
                         if len(d) == before:
                             # Distinct encodings of equal values (1, 1.0, true): no map we write.
-                            raise _noncanonical(frame[5], "duplicate-key", "a map key equal in value to an earlier one")
+                            raise _noncanonical(
+                                frame[5], "duplicate-key", "a map key equal in value to an earlier one"
+                            )
                         frame[3] = _NOKEY
                     else:
                         frame[0][frame[3]] = value
@@ -721,7 +734,9 @@ def decode_byte_strings(data: bytes, *, max_bytes: int = MAX_DECODE_BYTES, max_i
         else:
             length, pos = _long_arg(data, start, 2, ai, n)
         if length > max_string:
-            raise _limit(start, "string-too-long", f"a byte string longer than the limit of {max_string} bytes")
+            raise _limit(
+                start, "string-too-long", f"a byte string longer than the limit of {max_string} bytes"
+            )
         if length > n - pos:
             raise _truncated(start, "a byte string")
         if not i % _STRIDE:

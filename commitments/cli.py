@@ -86,7 +86,9 @@ JsonOpt = typer.Option(False, "--json", help="print one JSON object")
 
 @data_app.command("prepare")
 def data_prepare(
-    out: Path = typer.Option(..., "--out", help="corpus file to write (.npy; a .json sidecar goes next to it)"),
+    out: Path = typer.Option(
+        ..., "--out", help="corpus file to write (.npy; a .json sidecar goes next to it)"
+    ),
     sample_len: int | None = SampleLenOpt,
     spec: Path | None = SpecOpt,
     max_bytes: int = typer.Option(4 * 1024 * 1024, "--max-bytes", help="size cap of the corpus in bytes"),
@@ -126,12 +128,17 @@ def data_prepare(
         "validation_samples": n_val,
         "dataset_hash": ds.dataset_hash.hex(),
     }
-    _emit(obj, as_json, [
-        f"wrote {info.path} ({info.num_tokens} tokens from {info.num_files} files, Python {info.python_version})",
-        f"sidecar {info.sidecar}",
-        f"samples {ds.num_samples} of {n} tokens: {n_train} train, {n_val} validation (the last ones)",
-        f"dataset hash {obj['dataset_hash']}",
-    ])
+    _emit(
+        obj,
+        as_json,
+        [
+            f"wrote {info.path} ({info.num_tokens} tokens from {info.num_files} files, Python "
+            f"{info.python_version})",
+            f"sidecar {info.sidecar}",
+            f"samples {ds.num_samples} of {n} tokens: {n_train} train, {n_val} validation (the last ones)",
+            f"dataset hash {obj['dataset_hash']}",
+        ],
+    )
 
 
 @data_app.command("hash")
@@ -260,8 +267,12 @@ def spec_validate(
 @spec_app.command("show")
 def spec_show(
     spec: Path = typer.Argument(..., help="spec TOML file"),
-    canonical: bool = typer.Option(False, "--canonical", help="print the canonical form as a spec file (TOML): "
-                                   "every field the digest covers, defaults included"),
+    canonical: bool = typer.Option(
+        False,
+        "--canonical",
+        help="print the canonical form as a spec file (TOML): "
+        "every field the digest covers, defaults included",
+    ),
 ) -> None:
     """Print the canonical spec as JSON, with its digest: every field the digest covers, defaults
     included. A gpt or mlp model holds every model field but the Llama ones (hidden too, which a

@@ -79,7 +79,9 @@ def verify_sample(
     return merkle.verify_inclusion(leaf, index, num_samples, list(proof), dataset_hash)
 
 
-def train_validation_split(num_samples: int, validation_fraction: float = VALIDATION_FRACTION) -> tuple[range, range]:
+def train_validation_split(
+    num_samples: int, validation_fraction: float = VALIDATION_FRACTION
+) -> tuple[range, range]:
     """The held-out convention: the last ceil(fraction * n) samples are validation, the rest train.
 
     Training schedules draw from the train range only (indices 0..n_train-1), so a schedule over
@@ -220,7 +222,8 @@ def _check_vocab(tokens: np.ndarray, vocab_size: int, path: str) -> None:
         if top >= vocab_size:
             pos = start + int(np.argmax(part >= vocab_size))
             raise DatasetError(
-                f"{path}: token {int(tokens[pos])} at position {pos} is outside the vocabulary of {vocab_size}"
+                f"{path}: token {int(tokens[pos])} at position {pos} is outside the vocabulary of "
+                f"{vocab_size}"
             )
 
 
@@ -283,7 +286,9 @@ class CorpusInfo:
     content_digest: bytes
 
 
-def prepare_default_corpus(out_path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_BYTES) -> CorpusInfo:
+def prepare_default_corpus(
+    out_path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_BYTES
+) -> CorpusInfo:
     """Write the default byte-level corpus to `out_path` (.npy, uint16) and its sidecar JSON.
 
     Files from `default_corpus_files()` are taken whole, in order, each followed by byte 0, until

@@ -188,7 +188,9 @@ def inclusion_proof(leaves: Iterable[bytes], index: int, hash: HashFn = blake3) 
     return inclusion_proof_from_hashes(_leaf_hashes(leaves, hash), index, hash)
 
 
-def consistency_proof_from_hashes(hashes: Sequence[bytes], old_size: int, hash: HashFn = blake3) -> list[bytes]:
+def consistency_proof_from_hashes(
+    hashes: Sequence[bytes], old_size: int, hash: HashFn = blake3
+) -> list[bytes]:
     """RFC 9162 §2.1.4.1 PROOF(old_size, D[n]); empty when old_size is 0 or n."""
     hashes = _check_hashes(hashes, hash)
     old_size = _check_int(old_size, "old_size")

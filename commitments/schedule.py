@@ -157,7 +157,9 @@ def derive_schedule(seed: int | bytes, num_samples: int, steps: int, batch_size:
     return Schedule(steps, batch_fn, batch_size=b, num_samples=n, seed=seed)
 
 
-def verify_batch(t: int, indices: Sequence[int], steps: int, proof: Sequence[bytes], commitment: bytes) -> bool:
+def verify_batch(
+    t: int, indices: Sequence[int], steps: int, proof: Sequence[bytes], commitment: bytes
+) -> bool:
     """True iff `indices` is the batch of step t in the schedule with this commitment and length."""
     if not isinstance(steps, int) or isinstance(steps, bool) or not isinstance(t, int) or isinstance(t, bool):
         return False

@@ -92,7 +92,9 @@ class ModelSpec(_Strict):
             if given:
                 raise ValueError(f"{', '.join(given)}: only for kind 'llama'")
             return self
-        wrong = [f for f in NOT_LLAMA_FIELDS if f in self.model_fields_set and not (f == "bias" and not self.bias)]
+        wrong = [
+            f for f in NOT_LLAMA_FIELDS if f in self.model_fields_set and not (f == "bias" and not self.bias)
+        ]
         if wrong:
             raise ValueError(f"{', '.join(wrong)}: not a field of kind 'llama' (no biases, SwiGLU MLP)")
         if self.intermediate_size is None:
@@ -100,10 +102,14 @@ class ModelSpec(_Strict):
         if self.n_head % self.n_kv_head != 0:
             raise ValueError(f"n_kv_head ({self.n_kv_head}) must divide n_head ({self.n_head})")
         if (self.n_embd // self.n_head) % 2:
-            raise ValueError(f"the head size n_embd / n_head ({self.n_embd // self.n_head}) must be even (rotary)")
+            raise ValueError(
+                f"the head size n_embd / n_head ({self.n_embd // self.n_head}) must be even (rotary)"
+            )
         if self.block_size > ROPE_MAX_POSITIONS:
-            raise ValueError(f"block_size ({self.block_size}) exceeds {ROPE_MAX_POSITIONS} positions, the range "
-                             f"of the exact rotary tables")
+            raise ValueError(
+                f"block_size ({self.block_size}) exceeds {ROPE_MAX_POSITIONS} positions, the range "
+                f"of the exact rotary tables"
+            )
         return self
 
     def canonical(self) -> dict[str, Any]:
@@ -151,8 +157,12 @@ class OptimizerSpec(_Strict):
     schedule: Literal["constant", "cosine", "linear"] = Field(
         "constant", description="after the warm-up: constant lr, cosine or linear decay to min_lr")
     warmup_steps: int = Field(0, ge=0, lt=2**32, description="steps 1..warmup_steps ramp linearly up to lr")
-    decay_steps: int = Field(0, ge=0, lt=2**32,
-                             description="cosine/linear: the step (warm-up included) where the rate reaches min_lr")
+    decay_steps: int = Field(
+        0,
+        ge=0,
+        lt=2**32,
+        description="cosine/linear: the step (warm-up included) where the rate reaches min_lr",
+    )
     min_lr: float = Field(0.0, ge=0.0, description="cosine/linear: the floor the rate decays to")
 
     @model_validator(mode="after")
@@ -267,9 +277,11 @@ class Spec(_Strict):
         declaration order. A field the digest leaves out at its default (OMIT_AT_DEFAULT) and a null
         (TOML has none) are comment lines, so the file loads back to this spec and this digest."""
         of = f" of {source}" if source else ""
-        lines = [f"# The canonical form{of}: spec digest {self.digest().hex()}.",
-                 "# Every field the digest covers, defaults included. A commented field is one the digest",
-                 "# leaves out at its default (writing it changes nothing), or a null, which TOML cannot hold."]
+        lines = [
+            f"# The canonical form{of}: spec digest {self.digest().hex()}.",
+            "# Every field the digest covers, defaults included. A commented field is one the digest",
+            "# leaves out at its default (writing it changes nothing), or a null, which TOML cannot hold.",
+        ]
         tables: list[tuple[str, _Strict]] = []
         for name in type(self).model_fields:
             value = getattr(self, name)
@@ -286,8 +298,11 @@ class Spec(_Strict):
             unused = (UNUSED_BY_KIND if name == "model" else UNUSED_BY_OPTIMIZER if name == "optimizer"
                       else {}).get(getattr(sub, "kind", ""), ())
             lines += ["", f"[{name}]"]
-            lines += [f"{k} = {toml_value(v)}" + (f"  # unused by kind \"{sub.kind}\", in the digest all the same"
-                                                  if k in unused else "") for k, v in body.items()]
+            lines += [
+                f"{k} = {toml_value(v)}"
+                + (f"  # unused by kind \"{sub.kind}\", in the digest all the same" if k in unused else "")
+                for k, v in body.items()
+            ]
             lines += [f"# {k} = {toml_value(getattr(sub, k))}" for k in type(sub).model_fields
                       if k not in body and k in type(sub).OMIT_AT_DEFAULT]
         return "\n".join(lines) + "\n"

@@ -215,7 +215,9 @@ def _pairs(items: Any) -> list[tuple[str, Any]]:
     return pairs
 
 
-def tensor_digests(items: Any, max_workers: int | None = None, *, key: bytes | None = None) -> list[tuple[str, bytes]]:
+def tensor_digests(
+    items: Any, max_workers: int | None = None, *, key: bytes | None = None
+) -> list[tuple[str, bytes]]:
     """[(name, tensor_digest)] in the given order.
 
     Tensors of at least LARGE_TENSOR bytes are hashed one after another, each over all of

@@ -350,7 +350,9 @@ def make_root(signing_key: SigningKey, run_name: str, *, build: dict[str, str] |
     return _sign(signing_key, unsigned)
 
 
-def make_record(signing_key: SigningKey, index: int, kind: str, payload: dict[str, Any], prev: bytes) -> bytes:
+def make_record(
+    signing_key: SigningKey, index: int, kind: str, payload: dict[str, Any], prev: bytes
+) -> bytes:
     """The signed bytes of record `index` following the record whose digest is `prev`."""
     if not isinstance(kind, str) or not kind or kind == ROOT_KIND:
         raise TranscriptError(f"record kind must be a non-empty string other than 'root', got {kind!r}")

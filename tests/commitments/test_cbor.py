@@ -82,7 +82,9 @@ def test_round_trip_and_canonical_fixed_point(value):
     assert back == value
 
 
-@given(st.dictionaries(st.text(max_size=5), st.integers(-(2**63), 2**63), min_size=2, max_size=8), st.randoms())
+@given(
+    st.dictionaries(st.text(max_size=5), st.integers(-(2**63), 2**63), min_size=2, max_size=8), st.randoms()
+)
 def test_insertion_order_never_changes_the_bytes(d, rnd):
     items = list(d.items())
     rnd.shuffle(items)
@@ -292,8 +294,12 @@ def test_claimed_counts_are_checked_against_the_bytes_that_remain():
 
 def test_refusals_never_quote_the_input():
     secret = "s3cr3t-value-from-the-wire"
-    for data in (b"\xa2" + cbor.encode(secret) + b"\x01" + cbor.encode("a") + b"\x02", cbor.encode([secret]) + b"\x00",
-                 cbor.encode(secret)[:-1], b"\xc2" + cbor.encode(secret.encode())):
+    for data in (
+        b"\xa2" + cbor.encode(secret) + b"\x01" + cbor.encode("a") + b"\x02",
+        cbor.encode([secret]) + b"\x00",
+        cbor.encode(secret)[:-1],
+        b"\xc2" + cbor.encode(secret.encode()),
+    ):
         with pytest.raises(CommitmentError) as info:
             cbor.decode(data)
         assert secret not in str(info.value) and "s3cr3t" not in str(info.value)

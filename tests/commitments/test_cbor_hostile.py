@@ -45,7 +45,12 @@ def shared_dag(levels: int) -> bytes:
 
 def dag_remark(levels: int, pad: int = 0) -> bytes:
     body = b"\x82" + cbor.encode("commit_witness") + b"\xa2"
-    body += cbor.encode("commitment") + shared_dag(levels) + cbor.encode("challenge_id") + cbor.encode(b"\x00" * (32 + pad))
+    body += (
+        cbor.encode("commitment")
+        + shared_dag(levels)
+        + cbor.encode("challenge_id")
+        + cbor.encode(b"\x00" * (32 + pad))
+    )
     return PREFIX + body
 
 
@@ -109,7 +114,9 @@ def test_value_sharing_leaf_lists_and_manifests_are_refused_at_once(levels, tmp_
 
 
 def test_value_sharing_specs_and_snapshots_are_refused_at_once():
-    _quick(Spec.from_cbor, MalformedCBOR, "tags are not allowed", b"\xa1" + cbor.encode("model") + shared_dag(60))
+    _quick(
+        Spec.from_cbor, MalformedCBOR, "tags are not allowed", b"\xa1" + cbor.encode("model") + shared_dag(60)
+    )
     _quick(ProtocolState.from_cbor, SnapshotError, "tags are not allowed", shared_dag(60))
 
 
@@ -122,8 +129,11 @@ def test_nesting_past_the_depth_limit_is_refused_everywhere(levels):
         _quick(decode_call, CallDecodeError, "nested deeper", PREFIX + data)
         # A leaf list holds byte strings only: the first item that is not one is refused at its first byte.
         exc = _quick(decode_leaves, LeavesRefused, "byte strings", data)
-        assert exc.reason.endswith("offset 1: an array in an array that holds only byte strings" if data[0] == 0x81
-                                   else "offset 0: a map where an array of byte strings is due")
+        assert exc.reason.endswith(
+            "offset 1: an array in an array that holds only byte strings"
+            if data[0] == 0x81
+            else "offset 0: a map where an array of byte strings is due"
+        )
         _quick(load_opening, OpeningRefused, "nested deeper", manifest_opening(data))
 
 

@@ -150,7 +150,9 @@ def test_spec_validate_prints_the_digest(tmp_path):
     assert json.loads(result.stdout)["digest"] == Spec.from_toml(spec).digest().hex()
 
 
-@pytest.mark.parametrize("example", sorted((ROOT / "examples/specs/validation").glob("*.toml")), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "example", sorted((ROOT / "examples/specs/validation").glob("*.toml")), ids=lambda p: p.name
+)
 def test_spec_validate_refuses_bad_examples_with_exit_2(example):
     reason = example.read_text().splitlines()[0].removeprefix("# refused: ").strip()
     result = pot("spec", "validate", example)
@@ -173,7 +175,11 @@ def test_the_installed_command_line_exits_with_the_documented_codes(tmp_path):
     _transcript(tmp_path / "t.cbor")
     (tmp_path / "bad.cbor").write_bytes(b"\x00" + (tmp_path / "t.cbor").read_bytes())
     cmd = [sys.executable, "-m", "pot", "transcript", "verify"]
-    ok = subprocess.run([*cmd, str(tmp_path / "t.cbor")], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    bad = subprocess.run([*cmd, str(tmp_path / "bad.cbor")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    ok = subprocess.run(
+        [*cmd, str(tmp_path / "t.cbor")], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    bad = subprocess.run(
+        [*cmd, str(tmp_path / "bad.cbor")], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert ok.returncode == 0, ok.stderr
     assert bad.returncode == 1 and "record 0" in bad.stdout

@@ -265,7 +265,9 @@ def test_inclusion_with_wrong_size_or_index(ni, other_size, other_index):
 
 
 @PROPS
-@given(tree_and_old_size(), TAMPER, st.integers(0, 200), st.integers(0, 31), st.binary(min_size=32, max_size=32))
+@given(
+    tree_and_old_size(), TAMPER, st.integers(0, 200), st.integers(0, 31), st.binary(min_size=32, max_size=32)
+)
 def test_consistency_tampering_is_rejected(nm, how, pos, byte, extra):
     n, m = nm
     d = leaves_of(n)
@@ -451,7 +453,9 @@ def test_full_tree_grown_by_appends_matches_bulk_build_and_functions(hash):
         for i in range(n):
             assert grown.inclusion_proof(i) == bulk.inclusion_proof(i) == ref_path(i, d[:n], hash)
         for m in range(1, n):
-            assert grown.consistency_proof(m) == bulk.consistency_proof(m) == ref_subproof(m, d[:n], True, hash)
+            assert (
+                grown.consistency_proof(m) == bulk.consistency_proof(m) == ref_subproof(m, d[:n], True, hash)
+            )
     assert grown.leaf_hash(7) == M.leaf_hash(d[7], hash)
 
 

@@ -36,5 +36,9 @@ def test_call_with_retries_sleeps_between_failures():
     assert call_with_retries(flaky, attempts=5, backoff=Backoff(0.1, 1.0), sleep=sleeps.append) == "ok"
     assert len(calls) == 3 and len(sleeps) == 2 and all(0 <= s <= 0.2 for s in sleeps)
     with pytest.raises(OSError):
-        call_with_retries(lambda: (_ for _ in ()).throw(OSError("x")), attempts=2, backoff=Backoff(0.01, 0.01),
-                          sleep=sleeps.append)
+        call_with_retries(
+            lambda: (_ for _ in ()).throw(OSError("x")),
+            attempts=2,
+            backoff=Backoff(0.01, 0.01),
+            sleep=sleeps.append,
+        )

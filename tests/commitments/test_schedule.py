@@ -33,7 +33,9 @@ def test_batches_follow_the_documented_rule():
     s = derive_schedule(12345, 1000, 4, 3)
     for t in range(1, 5):
         assert s.batch(t) == [_rule(12345, t, j, 1000)[0] for j in range(3)]
-    assert derive_schedule(b"\x01" * 32, 50, 2, 2).batch(2) == [_rule(b"\x01" * 32, 2, j, 50)[0] for j in range(2)]
+    assert derive_schedule(b"\x01" * 32, 50, 2, 2).batch(2) == [
+        _rule(b"\x01" * 32, 2, j, 50)[0] for j in range(2)
+    ]
 
 
 def test_rejection_sampling_redraws_instead_of_taking_a_biased_value():

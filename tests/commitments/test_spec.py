@@ -39,7 +39,10 @@ def test_defaults_are_a_valid_spec():
         ({"colour": "blue"}, "colour: unknown field"),
         ({"model": {"dropuot": 0.1}}, "model.dropuot: unknown field"),
         ({"batch": {"grad_accum": 2}}, "batch.grad_accum: unknown field"),
-        ({"hardware": {"device": "cpu", "vendor": "x"}, "profile": "torch-native"}, "hardware.vendor: unknown field"),
+        (
+            {"hardware": {"device": "cpu", "vendor": "x"}, "profile": "torch-native"},
+            "hardware.vendor: unknown field",
+        ),
     ],
 )
 def test_unknown_fields_are_refused_by_name(data, field):
@@ -56,7 +59,9 @@ def test_dropout_needs_a_seed_policy():
 def test_torch_native_needs_a_hardware_class():
     reason = _refused({"profile": "torch-native"})
     assert "torch-native" in reason and "[hardware]" in reason
-    s = Spec.from_dict({"profile": "torch-native", "hardware": {"device": "cpu", "isa": "avx2", "threads": 4}})
+    s = Spec.from_dict(
+        {"profile": "torch-native", "hardware": {"device": "cpu", "isa": "avx2", "threads": 4}}
+    )
     assert s.hardware.threads == 4
     assert "hardware.device" in _refused({"profile": "torch-native", "hardware": {"device": ""}})
 
@@ -216,11 +221,16 @@ def test_llama_spec_defaults_round_trip_and_digest():
     assert Spec.from_cbor(s.to_cbor()) == s
     # n_kv_head defaults to n_head, and stating the default gives the same digest
     a = Spec.from_dict({"model": {**LLAMA, "n_kv_head": 4}, "batch": {"seq_len": 16}})
-    b = Spec.from_dict({"model": {k: v for k, v in LLAMA.items() if k != "n_kv_head"}, "batch": {"seq_len": 16}})
+    b = Spec.from_dict(
+        {"model": {k: v for k, v in LLAMA.items() if k != "n_kv_head"}, "batch": {"seq_len": 16}}
+    )
     assert a.digest() == b.digest() != s.digest()
     for field, value in (("rope_theta", 500000.0), ("rms_eps", 1e-5), ("intermediate_size", 64),
                          ("tie_weights", False)):
-        assert Spec.from_dict({"model": {**LLAMA, field: value}, "batch": {"seq_len": 16}}).digest() != s.digest()
+        assert (
+            Spec.from_dict({"model": {**LLAMA, field: value}, "batch": {"seq_len": 16}}).digest()
+            != s.digest()
+        )
 
 
 @pytest.mark.parametrize("model, reason", [

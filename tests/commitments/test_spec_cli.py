@@ -18,7 +18,10 @@ ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
 
 # A file that leaves most fields to their defaults.
-MINIMAL = 'steps = 3\n[model]\nkind = "mlp"\nhidden = [16]\nblock_size = 16\n[batch]\nbatch_size = 2\nseq_len = 16\n'
+MINIMAL = (
+    'steps = 3\n[model]\nkind = "mlp"\nhidden = [16]\nblock_size = 16\n'
+    '[batch]\nbatch_size = 2\nseq_len = 16\n'
+)
 SPECS = ["gpt-tiny.toml", "gpt-tiny-bf16.toml", "gpt2-finetune.toml", "llama-tiny.toml", "gpt-demo.toml"]
 
 
@@ -114,8 +117,10 @@ def test_show_canonical_uncommented_keeps_the_digest(tmp_path):
     path = tmp_path / "minimal.toml"
     path.write_text(MINIMAL)
     text = pot("spec", "show", path, "--canonical").stdout
-    lines = [line[2:] if re.match(r"# (schedule|warmup_steps|decay_steps|min_lr|micro_batches) = ", line) else line
-             for line in text.splitlines()]
+    lines = [
+        line[2:] if re.match(r"# (schedule|warmup_steps|decay_steps|min_lr|micro_batches) = ", line) else line
+        for line in text.splitlines()
+    ]
     assert lines != text.splitlines()
     assert Spec.from_dict(tomllib.loads("\n".join(lines))).digest() == Spec.from_toml(path).digest()
 
@@ -200,7 +205,9 @@ def test_the_protocol_lists_every_default_of_the_canonical_map():
     llama = _flatten(Spec.from_dict({"model": {"kind": "llama", "intermediate_size": 64}}).canonical())
     for field in set(llama) - set(gpt):
         assert field in table and "llama" in table[field][1], field
-    assert table["model.n_kv_head"][0] == "`model.n_head`" and "required" in table["model.intermediate_size"][0]
+    assert (
+        table["model.n_kv_head"][0] == "`model.n_head`" and "required" in table["model.intermediate_size"][0]
+    )
     for field in ("model.rope_theta", "model.rms_eps"):
         assert table[field][0] == _default_text(llama[field])
     for section, cls in (("optimizer", OptimizerSpec), ("batch", BatchSpec)):
@@ -221,7 +228,9 @@ def test_the_protocol_lists_every_default_of_the_canonical_map():
     assert table["init"][0] == "absent" and table["hardware"][0] == "`null`"
 
 
-@pytest.mark.parametrize(("section", "field"), [(None, "hardware"), ("model", "hidden"), ("optimizer", "momentum")])
+@pytest.mark.parametrize(
+    ("section", "field"), [(None, "hardware"), ("model", "hidden"), ("optimizer", "momentum")]
+)
 def test_a_spec_encoded_without_a_default_names_the_field(section, field):
     """Another encoder that leaves out a field at its default gets the field named, and told that
     the canonical form holds defaults too."""
@@ -234,4 +243,7 @@ def test_a_spec_encoded_without_a_default_names_the_field(section, field):
     why = first_difference(cbor.encode(short), spec.to_cbor())
     path = f"{section}.{field}" if section else field
     assert why.startswith(f"{path}: missing; the canonical form holds every field, defaults included"), why
-    assert cbor.encode(getattr(spec, field) if section is None else spec.canonical()[section][field]).hex() in why
+    assert (
+        cbor.encode(getattr(spec, field) if section is None else spec.canonical()[section][field]).hex()
+        in why
+    )

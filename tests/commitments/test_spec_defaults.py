@@ -65,5 +65,7 @@ def test_micro_batches_beyond_the_batch_are_refused():
 def test_the_new_fields_encoding_is_pinned():
     """gpt-tiny-bf16 sets every field added with the schedules, bf16-mixed and micro-batches."""
     spec = Spec.from_toml(ROOT / "examples" / "specs" / "gpt-tiny-bf16.toml")
-    assert spec.dtype == "bf16-mixed" and spec.batch.micro_batches == 2 and spec.optimizer.schedule == "cosine"
+    assert (
+        spec.dtype == "bf16-mixed" and spec.batch.micro_batches == 2 and spec.optimizer.schedule == "cosine"
+    )
     assert spec.digest().hex() == "a83750b4b598c3e64b4e2f686eff8223875723ab6cfa76e389defdcd7ec962e8"

@@ -88,7 +88,9 @@ def test_numpy_and_torch_agree_for_every_dtype():
                torch.uint16, torch.uint32, torch.uint64, torch.float16, torch.float32, torch.float64):
         t = base.to(dt)
         assert T.tensor_digest("x", t) == T.tensor_digest("x", t.numpy()), dt
-    assert T.tensor_digest("x", np.arange(5, dtype=np.uint32)) != T.tensor_digest("x", np.arange(5, dtype=np.int32))
+    assert T.tensor_digest("x", np.arange(5, dtype=np.uint32)) != T.tensor_digest(
+        "x", np.arange(5, dtype=np.int32)
+    )
 
 
 def test_bfloat16_is_hashed_by_its_bits():
