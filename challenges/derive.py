@@ -29,7 +29,9 @@ def _check_hashes(block_hash: bytes, run_id: bytes, root: bytes) -> None:
 def _check(block_hash: bytes, run_id: bytes, root: bytes, size: int) -> None:
     _check_hashes(block_hash, run_id, root)
     if isinstance(size, bool) or not isinstance(size, int) or size < 2:
-        raise DeriveError(f"a run needs at least 2 leaves (initial state + one step) to be challenged, got size {size!r}")
+        raise DeriveError(
+            f"a run needs at least 2 leaves (initial state + one step) to be challenged, got size {size!r}"
+        )
 
 
 def challenge_step(block_hash: bytes, run_id: bytes, root: bytes, size: int, index: int) -> int:
@@ -38,7 +40,9 @@ def challenge_step(block_hash: bytes, run_id: bytes, root: bytes, size: int, ind
     return _draw(bytes(block_hash), bytes(run_id), bytes(root), size, index, 0)[0]
 
 
-def _draw(block_hash: bytes, run_id: bytes, root: bytes, size: int, index: int, counter: int) -> tuple[int, int]:
+def _draw(
+    block_hash: bytes, run_id: bytes, root: bytes, size: int, index: int, counter: int
+) -> tuple[int, int]:
     """(step, next counter): the first accepted draw at or after `counter`."""
     n = size - 1
     limit = _SPACE - (_SPACE % n)  # accept only draws below a multiple of n: every step equally likely
@@ -121,7 +125,9 @@ def seat_units(eligible: list[tuple[str, int]], unit: int) -> list[tuple[str, in
     return pool
 
 
-def draw_committee(block_hash: bytes, challenge_id: bytes, units: list[tuple[str, int]], seats: int) -> list[str]:
+def draw_committee(
+    block_hash: bytes, challenge_id: bytes, units: list[tuple[str, int]], seats: int
+) -> list[str]:
     """`seats` seats drawn WITHOUT replacement from the seat units [(account, units)], in draw
     order: each draw takes one unit, uniform over the units left, so an account with k units holds
     at most k seats and its expected seats are exactly seats x its share of the units, however its
@@ -152,7 +158,9 @@ def draw_committee(block_hash: bytes, challenge_id: bytes, units: list[tuple[str
     return chosen
 
 
-def dispute_seats(block_hash: bytes, challenge_id: bytes, units: list[tuple[str, int]], cap: int) -> list[str]:
+def dispute_seats(
+    block_hash: bytes, challenge_id: bytes, units: list[tuple[str, int]], cap: int
+) -> list[str]:
     """The dispute round's seats, in account order: every seat unit when there are at most `cap`;
     otherwise exactly proportional to units. Each account gets floor(k * cap / U) seats, and the R
     seats left (R = cap - the floors) go by one systematic lottery over the remainders r = k * cap

@@ -83,9 +83,19 @@ def check_rate(losses: Sequence[float], *, max_drop_factor: float = 4.0) -> list
     out = []
     for t in range(2, len(losses) + 1):
         prev, cur = float(losses[t - 2]), float(losses[t - 1])
-        if math.isfinite(prev) and math.isfinite(cur) and prev > 0 and (cur <= 0 or prev / cur > max_drop_factor):
-            out.append(Finding("implausible_rate", t,
-                               f"loss fell from {prev:.4g} to {cur:.4g} in one step (limit: /{max_drop_factor:g})"))
+        if (
+            math.isfinite(prev)
+            and math.isfinite(cur)
+            and prev > 0
+            and (cur <= 0 or prev / cur > max_drop_factor)
+        ):
+            out.append(
+                Finding(
+                    "implausible_rate",
+                    t,
+                    f"loss fell from {prev:.4g} to {cur:.4g} in one step (limit: /{max_drop_factor:g})",
+                )
+            )
     return out
 
 

@@ -353,7 +353,9 @@ def honest_manifest_charge(spec: Spec, spec_len: int, *, num_samples: Any = None
         d = MAX_PROOF_LEN if n is None else _proof_len(n)
         return cbor.charge_array(d) + d * digest_
 
-    sample = cbor.charge_array(3) + cbor.CHARGE_INT + cbor.charge_bytes(4 * spec.sample_len) + proof(num_samples)
+    sample = (
+        cbor.charge_array(3) + cbor.CHARGE_INT + cbor.charge_bytes(4 * spec.sample_len) + proof(num_samples)
+    )
     batch = spec.batch.batch_size
     keys = sum(cbor.charge_text(len(f)) for f in FIELDS)
     total = (cbor.charge_map(len(FIELDS)) + keys + len(FIELDS) * (cbor.CHARGE_INT + digest_)
@@ -365,7 +367,11 @@ def honest_manifest_charge(spec: Spec, spec_len: int, *, num_samples: Any = None
 def _manifest_field(doc: bytes, lo: int, hi: int, name: str) -> Any:
     """One field of the manifest doc[lo:hi], decoded alone (None: the manifest has no such key)."""
     where = cbor.map_entry(doc, name, start=lo, end=hi)
-    return None if where is None else cbor.decode(doc, max_bytes=MAX_MANIFEST_BYTES, start=where[0], end=where[1])
+    return (
+        None
+        if where is None
+        else cbor.decode(doc, max_bytes=MAX_MANIFEST_BYTES, start=where[0], end=where[1])
+    )
 
 
 def _manifest_budget(doc: bytes, lo: int, hi: int, ratio: int, spec: Spec | None = None,
@@ -406,7 +412,9 @@ class OpeningGate:
             raise OpeningRefused(f"not an opening: the file does not start with {MAGIC!r}", "malformed")
         (mlen,) = struct.unpack(">I", prefix[len(MAGIC):_HEADER])
         if mlen > MAX_MANIFEST_BYTES:
-            raise OpeningRefused(f"manifest length {mlen} exceeds the limit of {MAX_MANIFEST_BYTES}", "malformed")
+            raise OpeningRefused(
+                f"manifest length {mlen} exceeds the limit of {MAX_MANIFEST_BYTES}", "malformed"
+            )
         if len(prefix) < _HEADER + mlen:
             return False, _HEADER + mlen
         doc = prefix if isinstance(prefix, bytes) else bytes(prefix[:_HEADER + mlen])
@@ -423,7 +431,9 @@ class OpeningGate:
                                  f"{_short(self.spec_digest)}", "invalid")
         bound = manifest_size_bound(spec, len(spec_bytes))
         if mlen > bound:
-            raise OpeningRefused(f"the manifest is {mlen} bytes; its spec allows at most {bound}", "unavailable")
+            raise OpeningRefused(
+                f"the manifest is {mlen} bytes; its spec allows at most {bound}", "unavailable"
+            )
         budget = _manifest_budget(doc, lo, hi, GATE_MEMORY_RATIO, spec, len(spec_bytes))
         manifest = _decode_manifest(doc, lo, hi, max_memory=budget)
         got = manifest_digest(manifest)
@@ -466,7 +476,9 @@ def _is_digest(v: Any) -> bool:
 
 def _check_proof(name: str, v: Any) -> None:
     if not isinstance(v, list) or len(v) > MAX_PROOF_LEN or not all(_is_digest(p) for p in v):
-        raise OpeningRefused(f"manifest field {name} must be a list of at most {MAX_PROOF_LEN} 32-byte hashes")
+        raise OpeningRefused(
+            f"manifest field {name} must be a list of at most {MAX_PROOF_LEN} 32-byte hashes"
+        )
 
 
 def _check_manifest(m: Any) -> None:
@@ -523,7 +535,9 @@ def load_opening(data_or_path: bytes | bytearray | memoryview | str | os.PathLik
     else:
         raise OpeningRefused(f"an opening is bytes or a path, got {type(data_or_path).__name__}")
     if len(data) < _HEADER:
-        raise OpeningRefused(f"truncated opening: {len(data)} bytes is shorter than the {_HEADER}-byte header")
+        raise OpeningRefused(
+            f"truncated opening: {len(data)} bytes is shorter than the {_HEADER}-byte header"
+        )
     if data[:len(MAGIC)] != MAGIC:
         raise OpeningRefused(f"not an opening: the file does not start with {MAGIC!r}")
     (mlen,) = struct.unpack(">I", data[len(MAGIC):_HEADER])
@@ -601,7 +615,9 @@ def _safetensors_index(buf: memoryview) -> tuple[int, dict[str, tuple[str, tuple
     if not isinstance(header, dict):
         raise ValueError("the header is not a JSON object")
     meta = header.pop("__metadata__", {})
-    if not isinstance(meta, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
+    if not isinstance(meta, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in meta.items()
+    ):
         raise ValueError("__metadata__ must map text to text")
     index = {}
     for name, info in header.items():
@@ -614,7 +630,12 @@ def _safetensors_index(buf: memoryview) -> tuple[int, dict[str, tuple[str, tuple
         # cannot describe it (and no state of ours comes near), so such a shape is refused here.
         if not isinstance(shape, list) or not all(_is_uint(d) for d in shape) or _span(shape) > 1 << 60:
             raise ValueError(f"tensor {name[:80]!r} has a bad shape")
-        if not (isinstance(offs, list) and len(offs) == 2 and all(_is_uint(o) for o in offs) and offs[0] <= offs[1]):
+        if not (
+            isinstance(offs, list)
+            and len(offs) == 2
+            and all(_is_uint(o) for o in offs)
+            and offs[0] <= offs[1]
+        ):
             raise ValueError(f"tensor {name[:80]!r} has bad data_offsets")
         index[name] = (dtype, tuple(shape), offs[0], offs[1])
     data_len = len(buf) - 8 - n
@@ -634,7 +655,9 @@ def _safetensors_index(buf: memoryview) -> tuple[int, dict[str, tuple[str, tuple
     return 8 + n, index
 
 
-def parse_state_bytes(blob: bytes | memoryview, spec: Spec, *, where: str = "pre-state", copy: bool = True) -> Any:
+def parse_state_bytes(
+    blob: bytes | memoryview, spec: Spec, *, where: str = "pre-state", copy: bool = True
+) -> Any:
     """A TrainState from safetensors bytes, checked against the spec's layout; OpeningRefused if not.
 
     The buffer may be a memory map: the header and the layout are checked before any tensor is
@@ -654,16 +677,24 @@ def parse_state_bytes(blob: bytes | memoryview, spec: Spec, *, where: str = "pre
         raise OpeningRefused(f"{where} is not a readable safetensors file ({exc})") from None
     try:
         # Meta tensors carry dtype and shape only: the layout is checked before a byte is copied.
-        check_tensors([(k, torch.empty(s, dtype=types[d], device="meta")) for k, (d, s, _, _) in index.items()],
-                      spec, where=where, ordered=False)
+        check_tensors(
+            [(k, torch.empty(s, dtype=types[d], device="meta")) for k, (d, s, _, _) in index.items()],
+            spec,
+            where=where,
+            ordered=False,
+        )
         tensors = {}
         for slot in layout(spec):
             dtype, shape, begin, end = index[slot.name]
             if end > begin:
                 with warnings.catch_warnings():  # a read-only buffer: the copy below is what we keep
                     warnings.simplefilter("ignore", UserWarning)
-                    t = torch.frombuffer(buf, dtype=types[dtype], count=(end - begin) // types[dtype].itemsize,
-                                         offset=start + begin)
+                    t = torch.frombuffer(
+                        buf,
+                        dtype=types[dtype],
+                        count=(end - begin) // types[dtype].itemsize,
+                        offset=start + begin,
+                    )
             else:
                 t = torch.empty(0, dtype=types[dtype])
             tensors[slot.name] = t.reshape(shape).clone() if copy else t.reshape(shape)
@@ -700,9 +731,20 @@ def _check_pretrained(state: Any, spec: Spec) -> None:
                 raise OpeningRefused(f"the initial state's moment {moment}/{name} is not zero")
 
 
-def validate_opening(opening: Opening, *, expected_digest: bytes, run_id: bytes, step: int,
-                     spec_digest: bytes, dataset_hash: bytes, schedule_commitment: bytes,
-                     initial_hash: bytes, root: bytes, size: int, copy_state: bool = True) -> ValidatedOpening:
+def validate_opening(
+    opening: Opening,
+    *,
+    expected_digest: bytes,
+    run_id: bytes,
+    step: int,
+    spec_digest: bytes,
+    dataset_hash: bytes,
+    schedule_commitment: bytes,
+    initial_hash: bytes,
+    root: bytes,
+    size: int,
+    copy_state: bool = True,
+) -> ValidatedOpening:
     """Check an opening against the chain's facts, cheapest first; each refusal names the problem.
 
     `copy_state=False` leaves the pre-state's tensors as read-only views of the opening's bytes
@@ -729,7 +771,9 @@ def validate_opening(opening: Opening, *, expected_digest: bytes, run_id: bytes,
     if spec.to_cbor() != m["spec"]:
         raise OpeningRefused("the opening's spec is not in canonical form (Spec.to_cbor())")
     if not _eq(spec.digest(), spec_digest):
-        raise OpeningRefused(f"spec digest {_short(spec.digest())} != the run's spec digest {_short(spec_digest)}")
+        raise OpeningRefused(
+            f"spec digest {_short(spec.digest())} != the run's spec digest {_short(spec_digest)}"
+        )
     if not _eq(m["run_id"], run_id):
         raise OpeningRefused(f"the opening is for run {_short(m['run_id'])}, not run {_short(run_id)}")
     if t != step:
@@ -782,7 +826,9 @@ def validate_opening(opening: Opening, *, expected_digest: bytes, run_id: bytes,
                                  f"of {spec.model.vocab_size}")
         rows.append(arr.astype(np.int64))
     if len(opening.pre_state) != m["pre_state_len"]:
-        raise OpeningRefused(f"pre-state is {len(opening.pre_state)} bytes, the manifest says {m['pre_state_len']}")
+        raise OpeningRefused(
+            f"pre-state is {len(opening.pre_state)} bytes, the manifest says {m['pre_state_len']}"
+        )
     if not _eq(h(opening.pre_state), m["pre_state_blob"]):
         raise OpeningRefused("pre-state bytes do not match the manifest's blob digest")
     state = parse_state_bytes(opening.pre_state, spec, copy=copy_state)
@@ -790,9 +836,13 @@ def validate_opening(opening: Opening, *, expected_digest: bytes, run_id: bytes,
         raise OpeningRefused(f"the pre-state's step counter is {state.step}, step {t} needs {t - 1}")
     sd = state.digest()
     if not _eq(sd, leaf_prev.state_digest):
-        raise OpeningRefused(f"pre-state digest {_short(sd)} != leaf {t - 1}'s {_short(leaf_prev.state_digest)}")
+        raise OpeningRefused(
+            f"pre-state digest {_short(sd)} != leaf {t - 1}'s {_short(leaf_prev.state_digest)}"
+        )
     if t == 1 and not _eq(sd, initial_hash):
-        raise OpeningRefused(f"pre-state digest {_short(sd)} != the run's initial hash {_short(initial_hash)}")
+        raise OpeningRefused(
+            f"pre-state digest {_short(sd)} != the run's initial hash {_short(initial_hash)}"
+        )
     if t == 1 and spec.init is not None:
         _check_pretrained(state, spec)
     bad = _nonfinite(state)
@@ -845,7 +895,9 @@ def verify_leaves(leaves: Sequence[bytes] | bytes, root: bytes, size: int) -> li
         parsed.append(leaf)
     got = merkle.root(bytes(x) for x in leaves)
     if not _eq(got, root):
-        raise LeavesRefused(f"the served leaves give root {_short(got)}, the committed root is {_short(root)}")
+        raise LeavesRefused(
+            f"the served leaves give root {_short(got)}, the committed root is {_short(root)}"
+        )
     return parsed
 
 

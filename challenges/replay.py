@@ -65,7 +65,9 @@ def replay(validated: ValidatedOpening, *, device: Any = None,
 
     if not isinstance(validated, ValidatedOpening):
         raise ReplayError(f"replay needs a ValidatedOpening, got {type(validated).__name__}")
-    if challenge_id is not None and (not isinstance(challenge_id, (bytes, bytearray)) or len(challenge_id) != 32):
+    if challenge_id is not None and (
+        not isinstance(challenge_id, (bytes, bytearray)) or len(challenge_id) != 32
+    ):
         raise ReplayError("challenge_id must be 32 bytes")
     t = validated.step
     before = validated.state if device is None else validated.state.to(torch.device(device))
@@ -147,7 +149,9 @@ def verify_opening_file(path: str | os.PathLike[str] | bytes, *, expected_digest
             step=m["step"] if step is None else step,
             spec_digest=spec_from_opening if spec_digest is None else spec_digest,
             dataset_hash=m["dataset_hash"] if dataset_hash is None else dataset_hash,
-            schedule_commitment=m["schedule_commitment"] if schedule_commitment is None else schedule_commitment,
+            schedule_commitment=m["schedule_commitment"]
+            if schedule_commitment is None
+            else schedule_commitment,
             initial_hash=initial_hash if initial_hash is not None else b"\x00" * 32,
             root=m["root"] if root is None else root,
             size=m["size"] if size is None else size,

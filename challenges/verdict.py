@@ -17,7 +17,9 @@ from fractions import Fraction
 from typing import Literal
 
 HONEST, FRAUD, INCONCLUSIVE = "honest", "fraud", "inconclusive"
-REFUSED = "refused"  # the committee's winning cluster refused the opening (decide's answer, never a final verdict)
+REFUSED = (
+    "refused"  # the committee's winning cluster refused the opening (decide's answer, never a final verdict)
+)
 _NO_PROOF = b"\x00" * 32
 Mode = Literal["value", "bucket"]
 
@@ -146,8 +148,14 @@ def decide(
     if (mode == "value" and refused_value is not None and top[:32] == refused_value) or (
             mode == "bucket" and refused_bucket is not None and top == refused_bucket):
         return VerdictResult(
-            REFUSED, reason=f"winning cluster ({_of(size, revealed, n, seats)}) refused the opening", winning_value=top[:32] if mode == "value" else top,
-            cluster_size=size, outliers=outliers, winners=_winners(by_verifier, top, mode), **base)
+            REFUSED,
+            reason=f"winning cluster ({_of(size, revealed, n, seats)}) refused the opening",
+            winning_value=top[:32] if mode == "value" else top,
+            cluster_size=size,
+            outliers=outliers,
+            winners=_winners(by_verifier, top, mode),
+            **base,
+        )
     return _judge(top, size, by_verifier, mode, expected_value, declared_bucket, revealed, n, seats, base)
 
 
@@ -177,28 +185,50 @@ def _dispute(clusters: tuple[tuple[bytes | int, int], ...], by_verifier: dict[st
     others = [(k, c) for k, c in clusters if not mine(k)]
     against = sum(c for _, c in others)
     if backing + against == 0:
-        return VerdictResult(INCONCLUSIVE, reason="no reveal of the dispute round backs or opposes the miner's value",
-                             **base)
+        return VerdictResult(
+            INCONCLUSIVE, reason="no reveal of the dispute round backs or opposes the miner's value", **base
+        )
     if backing_key is not None and Fraction(backing, backing + against) > honest_share:
         outliers = tuple(sorted(v for v, r in by_verifier.items() if _key(r, mode) != backing_key))
         value = backing_key[:32] if mode == "value" else backing_key
         return VerdictResult(
-            HONEST, reason=f"{backing} seats of the dispute round back {what} with one replayed pair, {against} "
-                           f"oppose it: more than the share {honest_share}", winning_value=value,
-            cluster_size=backing, outliers=outliers, winners=_winners(by_verifier, backing_key, mode), **base)
+            HONEST,
+            reason=f"{backing} seats of the dispute round back {what} with one replayed pair, {against} "
+            f"oppose it: more than the share {honest_share}",
+            winning_value=value,
+            cluster_size=backing,
+            outliers=outliers,
+            winners=_winners(by_verifier, backing_key, mode),
+            **base,
+        )
     top, size = others[0]
     value = top[:32] if mode == "value" else top
     outliers = tuple(sorted(v for v, r in by_verifier.items() if mine(_key(r, mode))))
     return VerdictResult(
-        FRAUD, reason=f"{backing} seats of the dispute round back {what} with one replayed pair, {against} oppose "
-                      f"it: not more than the share {honest_share}; the miner did not serve, or did not commit, a "
-                      f"step the network reproduces", winning_value=value, cluster_size=size, outliers=outliers,
-        winners=_winners(by_verifier, top, mode), **base)
+        FRAUD,
+        reason=f"{backing} seats of the dispute round back {what} with one replayed pair, {against} oppose "
+        f"it: not more than the share {honest_share}; the miner did not serve, or did not commit, a "
+        f"step the network reproduces",
+        winning_value=value,
+        cluster_size=size,
+        outliers=outliers,
+        winners=_winners(by_verifier, top, mode),
+        **base,
+    )
 
 
-def _judge(top: bytes | int, size: int, by_verifier: dict[str, Reveal], mode: Mode, expected_value: bytes | None,
-           declared_bucket: int | None, revealed: int, n: int, seats: dict[str, int] | None,
-           base: dict) -> VerdictResult:
+def _judge(
+    top: bytes | int,
+    size: int,
+    by_verifier: dict[str, Reveal],
+    mode: Mode,
+    expected_value: bytes | None,
+    declared_bucket: int | None,
+    revealed: int,
+    n: int,
+    seats: dict[str, int] | None,
+    base: dict,
+) -> VerdictResult:
     """The verdict of a winning cluster `top` (holding `size`): its value half against what the
     miner committed; the reveals outside it are the outliers."""
     outliers = tuple(sorted(v for v, r in by_verifier.items() if _key(r, mode) != top))
@@ -226,7 +256,8 @@ def _judge(top: bytes | int, size: int, by_verifier: dict[str, Reveal], mode: Mo
     return VerdictResult(
         HONEST if matches else FRAUD,
         reason=(
-            f"winning cluster ({_of(size, revealed, n, seats)}) {'equals' if matches else 'differs from'} {what}: {shown}"
+            f"winning cluster ({_of(size, revealed, n, seats)}) {'equals' if matches else 'differs from'} "
+            f"{what}: {shown}"
         ),
         winning_value=top,
         cluster_size=size,

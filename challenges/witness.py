@@ -60,10 +60,17 @@ def witness_commitment(
 
 
 def verify_witness(
-    commitment: bytes, challenge_id: bytes, value_hash: bytes, norm_bucket: int, salt: bytes, verifier_id: str, *,
+    commitment: bytes,
+    challenge_id: bytes,
+    value_hash: bytes,
+    norm_bucket: int,
+    salt: bytes,
+    verifier_id: str,
+    *,
     proof_hash: bytes,
 ) -> bool:
-    """True iff the revealed (value_hash, proof_hash, norm_bucket, salt) open `commitment` for this verifier."""
+    """True iff the revealed (value_hash, proof_hash, norm_bucket, salt) open `commitment` for this
+    verifier."""
     try:
         expected = witness_commitment(challenge_id, value_hash, norm_bucket, salt, verifier_id,
                                       proof_hash=proof_hash)

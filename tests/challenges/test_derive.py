@@ -303,7 +303,11 @@ def test_rechallenge_ids_are_deterministic_and_differ_by_every_input():
     first = challenge_id(R, ROOT, 9, 0, B)
     base = rechallenge_id(first, 2, B)
     assert len(base) == 32 and base == rechallenge_id(first, 2, B)
-    others = {rechallenge_id(b"\x09" * 32, 2, B), rechallenge_id(first, 3, B), rechallenge_id(first, 2, b"\x09" * 32)}
+    others = {
+        rechallenge_id(b"\x09" * 32, 2, B),
+        rechallenge_id(first, 3, B),
+        rechallenge_id(first, 2, b"\x09" * 32),
+    }
     assert base not in others and len(others) == 3
     assert base != first and base not in {challenge_id(R, ROOT, 9, i, B) for i in range(4)}
     with pytest.raises(DeriveError, match="block_hash must be 32 bytes"):

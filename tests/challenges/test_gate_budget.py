@@ -115,7 +115,9 @@ def test_map_entry_answers_or_refuses_on_any_bytes(data):
 
 def test_map_entry_takes_no_memory_for_a_large_document():
     n = 1 << 20
-    data = b"\xa2" + cbor.encode("a") + cbor._head(4, n) + b"\x80" * n + cbor.encode("spec") + cbor.encode(b"x")
+    data = (
+        b"\xa2" + cbor.encode("a") + cbor._head(4, n) + b"\x80" * n + cbor.encode("spec") + cbor.encode(b"x")
+    )
     peak, err = traced_peak(cbor.map_entry, data, "spec")
     assert err is None and peak < 16 * 1024
     assert cbor.map_entry(data, "spec") == (len(data) - 2, len(data))

@@ -279,7 +279,9 @@ def test_pre_state_blob_mismatch(run):
     op = load_opening(data)
     blob = bytearray(op.pre_state)
     blob[-1] ^= 1
-    refused(run, retamper(data, pre_state=bytes(blob), fix_blob=False), "do not match the manifest's blob digest")
+    refused(
+        run, retamper(data, pre_state=bytes(blob), fix_blob=False), "do not match the manifest's blob digest"
+    )
 
 
 def test_one_ulp_in_a_weight(run):
@@ -378,7 +380,9 @@ def test_a_fine_tunes_initial_state_must_be_the_committed_pretrained_one():
              "intermediate_size": 16}
     base = Spec.from_dict({"model": model, "batch": {"batch_size": 2, "seq_len": 8}})
     params = init_state(base).params()
-    spec = Spec.from_dict({**base.canonical(), "init": {"params_digest": importer.params_digest(params).hex()}})
+    spec = Spec.from_dict(
+        {**base.canonical(), "init": {"params_digest": importer.params_digest(params).hex()}}
+    )
     state = init_state(spec, pretrained=params)
     _check_pretrained(state, spec)
     other = dict(state.tensors)

@@ -36,9 +36,18 @@ def test_an_opening_from_a_path_is_mapped_and_validates(run, tmp_path):
     op = load_opening(path)
     assert isinstance(op.pre_state, memoryview) and op.pre_state.readonly
     assert op.digest == load_opening(data).digest
-    v = validate_opening(op, expected_digest=op.digest, run_id=RUN_ID, step=2, spec_digest=run.spec.digest(),
-                         dataset_hash=run.dataset.dataset_hash, schedule_commitment=run.schedule.commitment,
-                         initial_hash=run.states[0].digest(), root=merkle.root(run.leaves), size=len(run.leaves))
+    v = validate_opening(
+        op,
+        expected_digest=op.digest,
+        run_id=RUN_ID,
+        step=2,
+        spec_digest=run.spec.digest(),
+        dataset_hash=run.dataset.dataset_hash,
+        schedule_commitment=run.schedule.commitment,
+        initial_hash=run.states[0].digest(),
+        root=merkle.root(run.leaves),
+        size=len(run.leaves),
+    )
     assert v.state.digest() == run.states[1].digest()
 
 

@@ -111,7 +111,11 @@ def test_splitting_does_not_raise_capture_with_replacement():
     binom = pb.capture_with_replacement(1 / 3, 9)
     one = pb.capture_probability(*pb.stakes(1 / 3, 1), 9, trials=trials, rng=random.Random(21), replace=True)
     ten = pb.capture_probability(*pb.stakes(1 / 3, 10), 9, trials=trials, rng=random.Random(22), replace=True)
-    assert abs(one - binom) <= tol(binom, trials) and abs(ten - binom) <= tol(binom, trials), (one, ten, binom)
+    assert abs(one - binom) <= tol(binom, trials) and abs(ten - binom) <= tol(binom, trials), (
+        one,
+        ten,
+        binom,
+    )
     assert abs(ten - one) <= 2 * tol(binom, trials)
 
 
@@ -119,7 +123,9 @@ def test_splitting_raises_capture_without_replacement():
     # the draw without replacement counts accounts, not stake: more, smaller accounts capture more
     for s in pb.S_VALUES:
         for seats in pb.N_VALUES:
-            values = [pb.capture_exact(m, pb.stakes(s, m)[0][0], 20, pb.HONEST_STAKE, seats) for m in pb.SPLITS]
+            values = [
+                pb.capture_exact(m, pb.stakes(s, m)[0][0], 20, pb.HONEST_STAKE, seats) for m in pb.SPLITS
+            ]
             assert values[0] == 0.0
             assert all(a <= b + 1e-15 for a, b in pairwise(values)), (s, seats, values)
             assert values[-1] > pb.capture_with_replacement(s, seats)

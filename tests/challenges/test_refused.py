@@ -28,8 +28,16 @@ def test_every_refusal_class_reveals_the_one_value():
         refused_value_hash(cid, "bored")  # the class, when given, is still checked
     # Every download failure is one class: which one it was would tell a miner about the
     # verifier's network (whether an internal address answered, and how).
-    for kind in ("bad_uri", "refused_address", "dns", "redirect", "http_status", "content_encoding", "too_large",
-                 "unreachable"):
+    for kind in (
+        "bad_uri",
+        "refused_address",
+        "dns",
+        "redirect",
+        "http_status",
+        "content_encoding",
+        "too_large",
+        "unreachable",
+    ):
         assert fetch_refusal_class(kind) == "unavailable", kind
 
 

@@ -32,8 +32,15 @@ def faulty_run(data_dir):
 def opening_file(run, t, tmp_path):
     from challenges.opening import build_opening
 
-    data = build_opening(spec=run.spec, run_id=RUN_ID, step=t, pre_state=run.states[t - 1], dataset=run.dataset,
-                         schedule=run.schedule, leaves=run.leaves)
+    data = build_opening(
+        spec=run.spec,
+        run_id=RUN_ID,
+        step=t,
+        pre_state=run.states[t - 1],
+        dataset=run.dataset,
+        schedule=run.schedule,
+        leaves=run.leaves,
+    )
     path = tmp_path / f"opening-{t}.bin"
     path.write_bytes(data)
     return path
@@ -41,10 +48,18 @@ def opening_file(run, t, tmp_path):
 
 def validated(run, t, tmp_path):
     op = load_opening(opening_file(run, t, tmp_path))
-    return validate_opening(op, expected_digest=op.digest, run_id=RUN_ID, step=t, spec_digest=run.spec.digest(),
-                            dataset_hash=run.dataset.dataset_hash, schedule_commitment=run.schedule.commitment,
-                            initial_hash=run.states[0].digest(), root=merkle.root(run.leaves),
-                            size=len(run.leaves))
+    return validate_opening(
+        op,
+        expected_digest=op.digest,
+        run_id=RUN_ID,
+        step=t,
+        spec_digest=run.spec.digest(),
+        dataset_hash=run.dataset.dataset_hash,
+        schedule_commitment=run.schedule.commitment,
+        initial_hash=run.states[0].digest(),
+        root=merkle.root(run.leaves),
+        size=len(run.leaves),
+    )
 
 
 def test_honest_gpt_step_matches_leaf(gpt_run, tmp_path):

@@ -158,7 +158,13 @@ def test_a_refused_winning_cluster_is_refused_in_value_mode():
 
 def test_a_refused_winning_cluster_is_refused_in_bucket_mode():
     reveals = [Reveal(f"v{i}", REF, REFUSED_BUCKET, REF) for i in range(3)] + [Reveal("v3", LEAF, 7)]
-    kw = {"mode": "bucket", "opening_submitted": True, "declared_bucket": 7, "refused_bucket": REFUSED_BUCKET, **Q}
+    kw = {
+        "mode": "bucket",
+        "opening_submitted": True,
+        "declared_bucket": 7,
+        "refused_bucket": REFUSED_BUCKET,
+        **Q,
+    }
     r = decide(reveals, **kw)
     assert r.verdict == REFUSED and r.winning_value == REFUSED_BUCKET and r.outliers == ("v3",)
     # The refused bucket wins over a missing declaration too: the opening is what failed.

@@ -23,7 +23,9 @@ C, V, PR = b"\x01" * 32, b"\x02" * 32, b"\x03" * 32
 
 def test_commitment_is_the_documented_digest():
     salt = b"\x05" * 32
-    assert witness_commitment(C, V, 3, salt, "v1", proof_hash=PR) == digest("pot/witness/v2", C, V, PR, 3, salt, "v1")
+    assert witness_commitment(C, V, 3, salt, "v1", proof_hash=PR) == digest(
+        "pot/witness/v2", C, V, PR, 3, salt, "v1"
+    )
 
 
 def test_verify_round_trip_and_every_field_binds():
@@ -37,7 +39,9 @@ def test_verify_round_trip_and_every_field_binds():
     assert not verify_witness(com, C, V, -2, new_salt(), "v1", proof_hash=PR)
     assert not verify_witness(com, C, V, -2, salt, "v2", proof_hash=PR)  # a copied commitment is not yours
     assert not verify_witness(b"short", C, V, -2, salt, "v1", proof_hash=PR)
-    assert not verify_witness(com, C, V, -2, b"tiny", "v1", proof_hash=PR)  # malformed reveal: False, no exception
+    assert not verify_witness(
+        com, C, V, -2, b"tiny", "v1", proof_hash=PR
+    )  # malformed reveal: False, no exception
     assert not verify_witness(com, C, V, -2, salt, "v1", proof_hash=b"tiny")
 
 
