@@ -46,7 +46,8 @@ IGNORE_REASONS: dict[str, str] = {
     "bad_fields": "the call's fields are missing, unknown or out of range",
     "truncated": "the payload is shorter than the pot1 prefix",
     "bad_prefix": "the payload nearly carries the pot1 prefix (its detail says how)",
-    "unfunded_bond": "a bond_verifier call without its transfer into the protocol account in the same extrinsic",
+    "unfunded_bond": "a bond_verifier call without its transfer into the protocol account in the same "
+                     "extrinsic",
     "unfunded_run": "a start_training_commitment without its stake and escrow transfer in the same extrinsic",
     "decoder_fault": "decoding the payload failed unexpectedly",
     "transport_fault": "reading the payload from its block failed unexpectedly",
@@ -427,7 +428,9 @@ def near_miss(data: bytes) -> CallDecodeError | None:
     if data.startswith(PREFIX):
         return None
     if 0 < len(data) < len(PREFIX) and PREFIX.startswith(data):
-        return CallDecodeError(f"the payload is {len(data)} byte(s), {data!r}: a cut pot1 prefix", "truncated")
+        return CallDecodeError(
+            f"the payload is {len(data)} byte(s), {data!r}: a cut pot1 prefix", "truncated"
+        )
     if data.startswith(PREFIX[1:]) and len(data) > len(PREFIX) - 1:
         return CallDecodeError(
             "the payload starts with b'ot1': its first byte (p, 0x70) was read as a SCALE length, so only "
@@ -468,7 +471,9 @@ def decode_call(data: bytes) -> Call:
     except CallDecodeError:
         raise
     except Exception as exc:
-        raise CallDecodeError(f"decoding failed unexpectedly ({type(exc).__name__})", "decoder_fault") from None
+        raise CallDecodeError(
+            f"decoding failed unexpectedly ({type(exc).__name__})", "decoder_fault"
+        ) from None
 
 
 def _decode_call(data: bytes) -> Call:
@@ -476,11 +481,15 @@ def _decode_call(data: bytes) -> Call:
         raise CallDecodeError(f"call payload must be bytes, got {type(data).__name__}", "bad_shape")
     data = bytes(data)
     if len(data) > MAX_CALL_BYTES:
-        raise CallDecodeError(f"payload of {len(data)} bytes exceeds the limit of {MAX_CALL_BYTES}", "too_large")
+        raise CallDecodeError(
+            f"payload of {len(data)} bytes exceeds the limit of {MAX_CALL_BYTES}", "too_large"
+        )
     if not data.startswith(PREFIX):
         raise CallDecodeError(f"payload does not start with {PREFIX!r} (not a pot1 call)", "bad_shape")
     try:
-        obj = cbor.decode(data[len(PREFIX) :], max_bytes=MAX_CALL_BYTES, max_items=_MAX_ITEMS, max_depth=_MAX_DEPTH)
+        obj = cbor.decode(
+            data[len(PREFIX) :], max_bytes=MAX_CALL_BYTES, max_items=_MAX_ITEMS, max_depth=_MAX_DEPTH
+        )
     except CommitmentError as exc:
         raise CallDecodeError(f"pot1 payload is not canonical CBOR: {exc}", "bad_cbor") from None
     if not (isinstance(obj, list) and len(obj) == 2 and isinstance(obj[0], str) and isinstance(obj[1], dict)):
@@ -488,7 +497,9 @@ def _decode_call(data: bytes) -> Call:
     name, fields = obj
     cls = CALL_TYPES.get(name)
     if cls is None:
-        raise CallDecodeError(f"unknown call {_shown(name)}; known: {', '.join(sorted(CALL_TYPES))}", "unknown_call")
+        raise CallDecodeError(
+            f"unknown call {_shown(name)}; known: {', '.join(sorted(CALL_TYPES))}", "unknown_call"
+        )
     expected = set(cls.FIELDS)
     if not all(isinstance(k, str) for k in fields):
         raise CallDecodeError(f"{name}: field names must be text", "bad_fields")
@@ -497,7 +508,9 @@ def _decode_call(data: bytes) -> Call:
         raise CallDecodeError(f"{name}: missing field(s) {', '.join(sorted(missing))}", "bad_fields")
     if extra:
         shown = ", ".join(_shown(k, quote=False, limit=40) for k in sorted(extra)[:5])
-        raise CallDecodeError(f"{name}: unknown field(s) {shown}{', ...' if len(extra) > 5 else ''}", "bad_fields")
+        raise CallDecodeError(
+            f"{name}: unknown field(s) {shown}{', ...' if len(extra) > 5 else ''}", "bad_fields"
+        )
     try:
         return cls(**fields)
     except CallError as exc:

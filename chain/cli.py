@@ -69,8 +69,12 @@ def dev(
     inspect: bool = typer.Option(False, "--inspect", help="Print the chain's state and check its hashes."),
     params: Path = typer.Option(None, "--params", help="TOML of protocol parameters to record in the file."),
     as_json: bool = typer.Option(False, "--json", help="With --inspect: one JSON object."),
-    authority: str = typer.Option(None, "--authority", help="A new file: the account that configures the network "
-                                  "(default alice); an existing file: checked against the one it records."),
+    authority: str = typer.Option(
+        None,
+        "--authority",
+        help="A new file: the account that configures the network "
+        "(default alice); an existing file: checked against the one it records.",
+    ),
 ) -> None:
     """Run a dev chain (instant sealing, or --interval S), or --inspect one.
 
@@ -86,7 +90,9 @@ def dev(
     if interval is not None and not interval > 0:
         _fail(f"--interval must be a positive number of seconds, got {interval}")
     try:
-        t = DevTransport(db, authority or "alice", sealing=None if inspect else ("interval" if interval else "instant"))
+        t = DevTransport(
+            db, authority or "alice", sealing=None if inspect else ("interval" if interval else "instant")
+        )
         recorded_authority = t.network_authority()
     except TransportError as exc:
         _fail(str(exc))
@@ -97,8 +103,11 @@ def dev(
         recorded = t.protocol_params()
         pinned = load_params(params)
         if recorded is not None and recorded != pinned and t.finalized_head() > 0:
-            _fail(f"{db}: the chain records other parameters since genesis ({'; '.join(pinned.differences(recorded))}"
-                  f" (file != chain)); change them from a later block with `pot chain configure`")
+            _fail(
+                f"{db}: the chain records other parameters since genesis "
+                f"({'; '.join(pinned.differences(recorded))}"
+                f" (file != chain)); change them from a later block with `pot chain configure`"
+            )
         t.record_params(pinned)
     url = f"dev://{db.resolve()}"
     if inspect:
@@ -154,7 +163,9 @@ def _inspect(t: Any, url: str, as_json: bool) -> None:
     if as_json:
         typer.echo(json.dumps(info, sort_keys=True))
     else:
-        typer.echo(f"{url}\n  sealing {info['sealing']}, head {head}, {info['pending']} pending transaction(s)")
+        typer.echo(
+            f"{url}\n  sealing {info['sealing']}, head {head}, {info['pending']} pending transaction(s)"
+        )
         typer.echo(f"  hashes: {'ok' if not problems else '; '.join(problems)}")
         typer.echo(f"  params of the file: {'none recorded' if params is None else info['params']}")
         if network is not None:
@@ -172,17 +183,25 @@ def _inspect(t: Any, url: str, as_json: bool) -> None:
 def _echo_protocol(p: dict[str, Any]) -> None:
     ch = p["challenges"]
     verdicts = ", ".join(f"{n} {v}" for v, n in ch["verdicts"].items()) or "none"
-    typer.echo(f"  protocol: {p['runs']} run(s), {ch['open']} open challenge(s), {ch['resolved']} resolved ({verdicts})")
+    typer.echo(
+        f"  protocol: {p['runs']} run(s), {ch['open']} open challenge(s), {ch['resolved']} resolved "
+        f"({verdicts})"
+    )
     for c in p["open_challenges"]:
         first = "" if c["first"] is None else f" (first {c['first'][:16]})"
-        typer.echo(f"    challenge {c['challenge_id'][:16]} run {c['run_id'][:16]} step {c['step']} "
-                   f"round {c['round']}{first}: committee {_shown(c['committee'])} ({len(c['committee'])}), "
-                   f"{'opened' if c['opened'] else 'not opened'}, {c['commitments']} committed, "
-                   f"{c['reveals']} revealed; due {c['opening_deadline']}/{c['commit_deadline']}/{c['reveal_deadline']}")
+        typer.echo(
+            f"    challenge {c['challenge_id'][:16]} run {c['run_id'][:16]} step {c['step']} "
+            f"round {c['round']}{first}: committee {_shown(c['committee'])} ({len(c['committee'])}), "
+            f"{'opened' if c['opened'] else 'not opened'}, {c['commitments']} committed, "
+            f"{c['reveals']} revealed; due "
+            f"{c['opening_deadline']}/{c['commit_deadline']}/{c['reveal_deadline']}"
+        )
     for v in p["verifiers"]:
         waiting = ", ".join(f"{a} until block {r}" for r, a in v["unbonding"])
-        typer.echo(f"    verifier {v['account']}: bond {v['bond']}{'' if v['eligible'] else ' (not eligible)'}"
-                   f"{', unbonding ' + waiting if waiting else ''}, penalized {v['penalized']}")
+        typer.echo(
+            f"    verifier {v['account']}: bond {v['bond']}{'' if v['eligible'] else ' (not eligible)'}"
+            f"{', unbonding ' + waiting if waiting else ''}, penalized {v['penalized']}"
+        )
 
 
 def _shown(v: Any) -> str:
@@ -218,12 +237,18 @@ def events(
     as_json: bool = typer.Option(False, "--json", help="One JSON object per line."),
     from_block: int = typer.Option(0, "--from", help="Print events from this block on."),
     follow: bool = typer.Option(False, "--follow", help="Keep printing as blocks are finalized."),
-    params: Path = typer.Option(None, "--params", help="TOML of protocol parameters to pin: refused unless the "
-                                "chain records the same (needed only on a chain that records none)."),
+    params: Path = typer.Option(
+        None,
+        "--params",
+        help="TOML of protocol parameters to pin: refused unless the "
+        "chain records the same (needed only on a chain that records none).",
+    ),
     authority: str = typer.Option(None, "--authority", help="Pin the account that configures the network."),
     poll: float = typer.Option(0.5, "--poll", help="Seconds between polls for new blocks with --follow."),
     kind: str = typer.Option("remark", "--kind", help="Substrate chains: 'remark' or 'pallet' transport."),
-    key: str = typer.Option(None, "--key", help="Substrate chains: key URI to connect with (never signs here)."),
+    key: str = typer.Option(
+        None, "--key", help="Substrate chains: key URI to connect with (never signs here)."
+    ),
 ) -> None:
     """Print the protocol events of a chain, derived from its finalized blocks."""
     from chain.connect import connect
@@ -289,11 +314,19 @@ def events(
 @app.command("configure")
 def configure(
     chain: str = typer.Option(..., "--chain", help="dev:///path/to/chain.db or ws://host:port"),
-    params: Path = typer.Option(..., "--params", help="TOML of the protocol parameters (top level or [protocol])."),
-    effective: int = typer.Option(None, "--effective", help="The block they take effect at (default: four blocks "
-                                  "after the head, time for the record to land)."),
+    params: Path = typer.Option(
+        ..., "--params", help="TOML of the protocol parameters (top level or [protocol])."
+    ),
+    effective: int = typer.Option(
+        None,
+        "--effective",
+        help="The block they take effect at (default: four blocks "
+        "after the head, time for the record to land).",
+    ),
     account: str = typer.Option(None, "--account", help="Dev chains: the authority's account name."),
-    key: str = typer.Option(None, "--key", help="Substrate chains: the authority's key URI, mnemonic or keystore."),
+    key: str = typer.Option(
+        None, "--key", help="Substrate chains: the authority's key URI, mnemonic or keystore."
+    ),
     kind: str = typer.Option("remark", "--kind", help="Substrate chains: 'remark' or 'pallet' transport."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object."),
     timeout: float = typer.Option(120.0, "--timeout", help="Seconds to wait for the record's block."),
@@ -329,8 +362,9 @@ def configure(
         # The chain as `pot chain events` derives it, to read what the protocol made of the record.
         initial = rec.initial or pinned
         view = ChainView(transport, initial, keep_events=False)  # a fresh state: the chain's own authority
-        outcome = submit_and_read(transport, [ConfigureNetwork(params=pinned.to_cbor(), effective_block=at)], view,
-                                  timeout=timeout)
+        outcome = submit_and_read(
+            transport, [ConfigureNetwork(params=pinned.to_cbor(), effective_block=at)], view, timeout=timeout
+        )
     except (TransportError, NetworkParamsError) as exc:
         _fail(str(exc))
     finally:

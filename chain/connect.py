@@ -27,7 +27,9 @@ def parse_dev_url(url: str) -> tuple[str, dict[str, str]]:
     opts = {k: v[-1] for k, v in parse_qs(parts.query, strict_parsing=False).items()}
     unknown = set(opts) - {"sealing"}
     if unknown:
-        raise ChainURLError(f"{url!r}: unknown dev URL option(s) {', '.join(sorted(unknown))} (known: sealing)")
+        raise ChainURLError(
+            f"{url!r}: unknown dev URL option(s) {', '.join(sorted(unknown))} (known: sealing)"
+        )
     return path, opts
 
 

@@ -95,7 +95,9 @@ class DevChain:
         with self._write() as db:
             tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if tables and "meta" not in tables:
-                raise TransportError(f"{self.path}: an SQLite file that is not a dev chain (tables: {sorted(tables)})")
+                raise TransportError(
+                    f"{self.path}: an SQLite file that is not a dev chain (tables: {sorted(tables)})"
+                )
             for stmt in _DDL:
                 db.execute(stmt)
             schema = db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
@@ -105,7 +107,9 @@ class DevChain:
                 if creator is not None:
                     db.execute("INSERT INTO meta VALUES ('authority', ?)", (creator,))
             elif schema[0] != SCHEMA:
-                raise TransportError(f"{self.path}: dev chain schema {schema[0]!r}, this node reads {SCHEMA!r}")
+                raise TransportError(
+                    f"{self.path}: dev chain schema {schema[0]!r}, this node reads {SCHEMA!r}"
+                )
             if sealing is not None:
                 db.execute("INSERT OR REPLACE INTO meta VALUES ('sealing', ?)", (sealing,))
 
@@ -220,7 +224,8 @@ class DevChain:
 
     def tx_block(self, tx_hash: bytes) -> tuple[int, bytes] | None:
         rows = self._read(
-            "SELECT b.number, b.hash FROM txs t JOIN blocks b ON b.number = t.block WHERE t.tx_hash = ? LIMIT 1",
+            "SELECT b.number, b.hash FROM txs t JOIN blocks b ON b.number = t.block WHERE t.tx_hash = ? "
+            "LIMIT 1",
             (tx_hash,),
         )
         return (rows[0][0], rows[0][1]) if rows else None
@@ -343,7 +348,9 @@ class DevTransport(Transport):
         if raw is None:
             return None
         if not isinstance(raw, str) or not ACCOUNT_RE.match(raw):
-            raise TransportError(f"{self.chain.path}: the recorded authority {raw!r} is not a dev account name")
+            raise TransportError(
+                f"{self.chain.path}: the recorded authority {raw!r} is not a dev account name"
+            )
         return raw
 
     def record_params(self, params: ProtocolParams) -> None:

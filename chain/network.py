@@ -65,7 +65,10 @@ class NetworkRecord:
             return f"the configure_network record of block {self.state.configured_at} by {self.authority}"
         if self.records:
             r = self.records[0]
-            return f"the configure_network record of block {r.block} by {r.authority} (effective at {r.effective_block})"
+            return (
+                f"the configure_network record of block {r.block} by {r.authority} "
+                f"(effective at {r.effective_block})"
+            )
         if self.genesis is not None:
             return "the dev chain file"
         return "nothing"
@@ -105,13 +108,17 @@ def network_authority(transport: Transport, pinned: str | None = None) -> str | 
     disagrees with the chain."""
     named = transport.network_authority()
     if named is not None and pinned is not None and pinned != named:
-        raise NetworkParamsError(f"the pinned authority {pinned} is not the network's: the chain names {named} "
-                                 f"as the account that configures it; drop the pin or fix it")
+        raise NetworkParamsError(
+            f"the pinned authority {pinned} is not the network's: the chain names {named} "
+            f"as the account that configures it; drop the pin or fix it"
+        )
     return named if named is not None else pinned
 
 
 def _frozen(rec: NetworkRecord, n: int) -> NetworkRecord:
-    return NetworkRecord(n, rec.genesis, rec.first, copy.deepcopy(rec.state), list(rec.records), list(rec.refused))
+    return NetworkRecord(
+        n, rec.genesis, rec.first, copy.deepcopy(rec.state), list(rec.records), list(rec.refused)
+    )
 
 
 def start_params(rec: NetworkRecord, pinned: ProtocolParams | None, *, pin_name: str) -> ProtocolParams:
@@ -140,9 +147,12 @@ def check_pinned(rec: NetworkRecord, pinned: ProtocolParams | None, *, pin_name:
     if chain is None:
         if pinned is None:
             raise NetworkParamsError(
-                f"the chain records no protocol parameters (no configure_network record up to block {rec.upto}"
-                f"{'' if rec.authority is None else ' from ' + rec.authority}) and none are pinned: configure "
-                f"the network (`pot chain configure`) or pin them ({pin_name})")
+                "the chain records no protocol parameters (no configure_network record up to block "
+                f"{rec.upto}"
+                f"{'' if rec.authority is None else ' from ' + rec.authority}) and none are pinned: "
+                "configure "
+                f"the network (`pot chain configure`) or pin them ({pin_name})"
+            )
         return pinned
     if pinned is not None and pinned != chain:
         raise NetworkParamsError(
@@ -169,8 +179,12 @@ def seeded_state(rec: NetworkRecord, params: ProtocolParams) -> ProtocolState:
     from the bonds made after it, so a network that starts at a later block starts with no bonded
     verifiers, and every participant of it must start at the same block."""
     start = rec.at if rec.at is not None else rec
-    return ProtocolState(params=params, authority=start.state.authority, configured_at=start.state.configured_at,
-                         schedule=copy.deepcopy(start.state.schedule))
+    return ProtocolState(
+        params=params,
+        authority=start.state.authority,
+        configured_at=start.state.configured_at,
+        schedule=copy.deepcopy(start.state.schedule),
+    )
 
 
 class BlockMemo:
@@ -196,5 +210,14 @@ class BlockMemo:
         return b
 
 
-__all__ = ["BlockMemo", "NetworkParamsError", "NetworkRecord", "check_pinned", "network_authority", "read_network",
-           "resolve_params", "seeded_state", "start_params"]
+__all__ = [
+    "BlockMemo",
+    "NetworkParamsError",
+    "NetworkRecord",
+    "check_pinned",
+    "network_authority",
+    "read_network",
+    "resolve_params",
+    "seeded_state",
+    "start_params",
+]

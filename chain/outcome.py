@@ -110,7 +110,10 @@ def describe(ev: Event) -> str:
     if code == "VerifierBonded":
         return f"{d['verifier']} bonded {d['amount']}; its active bond is now {d['bond']}"
     if code == "RunRegistered":
-        return f"run {d['run_id'][:16]} registered by {d['miner']} ({d['declared_steps']} steps, stake {d['stake']})"
+        return (
+            f"run {d['run_id'][:16]} registered by {d['miner']} "
+            f"({d['declared_steps']} steps, stake {d['stake']})"
+        )
     if code == "CheckpointRootUpdated":
         done = f", complete: challenges at block {d['challenges_at']}" if d["complete"] else ""
         return f"run {d['run_id'][:16]} root {d['root'][:16]} of size {d['size']}{done}"
@@ -139,11 +142,20 @@ def follower_view(transport: Transport, *, start_block: int = 0, authority: str 
         params = start_params(rec, pinned, pin_name=pin_name)
     except NetworkParamsError as exc:
         raise OutcomeError(str(exc)) from None
-    return ChainView(transport, params, cursor=start_block, state=seeded_state(rec, params), keep_events=False)
+    return ChainView(
+        transport, params, cursor=start_block, state=seeded_state(rec, params), keep_events=False
+    )
 
 
-def submit_and_read(transport: Transport, calls: list[Any], view: ChainView, *, timeout: float = 60.0,
-                    poll: float = 0.2, submit: Callable[[list[Any], float], Receipt] | None = None) -> Outcome:
+def submit_and_read(
+    transport: Transport,
+    calls: list[Any],
+    view: ChainView,
+    *,
+    timeout: float = 60.0,
+    poll: float = 0.2,
+    submit: Callable[[list[Any], float], Receipt] | None = None,
+) -> Outcome:
     """Submit `calls` in one transaction, wait (up to `timeout` seconds in all) for the finalized
     block that includes it, apply the chain up to that block with `view`, and return what became
     of each call. Raises TransportError when the transaction is not included (OutcomeError when

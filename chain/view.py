@@ -70,8 +70,10 @@ def snapshot_key(directory: str | Path) -> bytes:
     except OSError as exc:
         raise SnapshotKeyError(f"the snapshot key {path} cannot be read: {exc}") from None
     if len(key) != SNAPSHOT_KEY_BYTES:
-        raise SnapshotKeyError(f"the snapshot key {path} holds {len(key)} bytes, not {SNAPSHOT_KEY_BYTES}: remove it "
-                               f"(a new one is made, and the snapshots signed with the old one are derived again)")
+        raise SnapshotKeyError(
+            f"the snapshot key {path} holds {len(key)} bytes, not {SNAPSHOT_KEY_BYTES}: remove it "
+            f"(a new one is made, and the snapshots signed with the old one are derived again)"
+        )
     return key
 
 
@@ -97,8 +99,10 @@ def open_snapshot(key: bytes, data: bytes, domain: str, count: int,
         raise SnapshotError(f"not a {domain} snapshot: {exc}") from None
     kind = obj[0] if isinstance(obj, list) and obj else obj.get("version") if isinstance(obj, dict) else None
     if kind in unkeyed or (isinstance(kind, str) and kind.startswith("pot/protocol-state/")):
-        raise SnapshotError(f"a {kind} snapshot, written without a key digest (by an older node): it cannot be "
-                            f"trusted; the state is derived again from the chain")
+        raise SnapshotError(
+            f"a {kind} snapshot, written without a key digest (by an older node): it cannot be "
+            f"trusted; the state is derived again from the chain"
+        )
     if not isinstance(obj, list) or kind != domain:
         raise SnapshotError(f"not a {domain} snapshot")
     if len(obj) != count + 2:
@@ -111,8 +115,10 @@ def open_snapshot(key: bytes, data: bytes, domain: str, count: int,
     except (CommitmentError, ValueError, TypeError) as exc:
         raise SnapshotError(f"the snapshot's fields cannot be digested: {exc}") from None
     if not hmac.compare_digest(tag, want):
-        raise SnapshotError("the snapshot's key digest does not match this node's snapshot key: it was altered, "
-                            "or written under another key")
+        raise SnapshotError(
+            "the snapshot's key digest does not match this node's snapshot key: it was altered, "
+            "or written under another key"
+        )
     return obj[1:-1]
 
 
@@ -150,11 +156,18 @@ class ChainView:
             events = [BlockWorkFailed(block.number, "block", "", type(exc).__name__)]
         for ev in events:
             if isinstance(ev, BlockWorkFailed):
-                log.error("block %d: %s work on %s failed inside the protocol (%s); undone, the follower goes on",
-                          block.number, ev.stage, ev.subject or "the stage", ev.error_type)
+                log.error(
+                    "block %d: %s work on %s failed inside the protocol (%s); undone, the follower goes on",
+                    block.number,
+                    ev.stage,
+                    ev.subject or "the stage",
+                    ev.error_type,
+                )
         block = self.transport.settle(block, self.state)  # calls that count under the parameters in force
         for ig in block.ignored:
-            log.warning("block %d: payload %d from %s ignored: %s", block.number, ig.position, ig.origin, ig.reason)
+            log.warning(
+                "block %d: payload %d from %s ignored: %s", block.number, ig.position, ig.origin, ig.reason
+            )
             events.append(RemarkIgnored(block.number, ig.position, ig.origin, ig.reason,
                                         IGNORE_REASONS.get(ig.reason, ""), ig.size, ig.payload_digest,
                                         ig.detail))
@@ -204,12 +217,20 @@ class ChainView:
         return {
             "cursor": self.cursor,
             "runs": len(s.runs),
-            "challenges": {"open": len(open_), "resolved": sum(verdicts.values()), "verdicts": dict(sorted(verdicts.items()))},
+            "challenges": {
+                "open": len(open_),
+                "resolved": sum(verdicts.values()),
+                "verdicts": dict(sorted(verdicts.items())),
+            },
             "open_challenges": [_challenge_row(c) for c in open_],
             "verifiers": [
-                {"account": a, "bond": s.vbonds.get(a, 0), "eligible": s.vbonds.get(a, 0) >= s.params.verifier_stake,
-                 "unbonding": [[release, amount] for release, amount in s.unbonding.get(a, [])],
-                 "penalized": s.slashed.get(a, 0)}
+                {
+                    "account": a,
+                    "bond": s.vbonds.get(a, 0),
+                    "eligible": s.vbonds.get(a, 0) >= s.params.verifier_stake,
+                    "unbonding": [[release, amount] for release, amount in s.unbonding.get(a, [])],
+                    "penalized": s.slashed.get(a, 0),
+                }
                 for a in s.verifiers
             ],
         }
@@ -282,8 +303,11 @@ class ChainView:
         path = Path(path)
         with contextlib.suppress(OSError):
             os.replace(path, path.with_name(path.name + ".refused"))
-        log.warning("%s; the snapshot is discarded (kept as %s.refused) and the state derived again from genesis",
-                    reason, path.name)
+        log.warning(
+            "%s; the snapshot is discarded (kept as %s.refused) and the state derived again from genesis",
+            reason,
+            path.name,
+        )
         view = cls(transport, params, **kw)
         view.discarded = reason
         return view
@@ -291,9 +315,17 @@ class ChainView:
 
 def _challenge_row(c: ChallengeState) -> dict[str, Any]:
     return {
-        "challenge_id": c.challenge_id.hex(), "run_id": c.run_id.hex(), "step": c.step, "index": c.index,
-        "round": c.round, "first": c.first.hex() if c.first is not None else None, "committee": list(c.committee),
-        "opened": c.opening is not None, "commitments": len(c.commitments), "reveals": len(c.reveals),
-        "opening_deadline": c.opening_deadline, "commit_deadline": c.commit_deadline,
+        "challenge_id": c.challenge_id.hex(),
+        "run_id": c.run_id.hex(),
+        "step": c.step,
+        "index": c.index,
+        "round": c.round,
+        "first": c.first.hex() if c.first is not None else None,
+        "committee": list(c.committee),
+        "opened": c.opening is not None,
+        "commitments": len(c.commitments),
+        "reveals": len(c.reveals),
+        "opening_deadline": c.opening_deadline,
+        "commit_deadline": c.commit_deadline,
         "reveal_deadline": c.reveal_deadline,
     }

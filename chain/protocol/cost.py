@@ -82,7 +82,9 @@ def opening_blocks(spec: Any, params: Any, checkpoint_interval: int) -> int:
     verifier's), and never less than the network's opening_deadline."""
     one = replay_cost(spec, params)
     steps = max(1, checkpoint_interval)
-    seconds = Fraction(one.flops * steps, params.reference_flops) + Fraction(one.bytes, params.reference_bytes_per_s)
+    seconds = Fraction(one.flops * steps, params.reference_flops) + Fraction(
+        one.bytes, params.reference_bytes_per_s
+    )
     blocks = -(-(seconds * params.replay_margin) // params.block_seconds)
     return max(params.opening_deadline, int(blocks), 1)
 

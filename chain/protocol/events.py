@@ -272,7 +272,9 @@ class BlockWorkFailed(Event):
 
     code: ClassVar[str] = "BlockWorkFailed"
     stage: str  # one of BLOCK_WORK_STAGES
-    subject: bytes | str | None  # the challenge (resolution), run (issuance), account (release); None: the stage
+    subject: (
+        bytes | str | None
+    )  # the challenge (resolution), run (issuance), account (release); None: the stage
     error_type: str  # the exception's class name
 
 

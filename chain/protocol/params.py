@@ -27,8 +27,12 @@ MAX_WITNESSES_PER_CHALLENGE = MAX_DISPUTE_SEATS
 MAX_CHALLENGES_PER_RUN = 64  # challenges_per_run and forced_challenge_steps
 MAX_REASON_CHARS = 300  # the reason text a CallRefused event keeps
 MAX_SCHEDULED_CHANGES = 16  # configure_network records waiting for their effective block
-MAX_VERIFIERS = 4096  # accounts in the verifier registry: those holding any bond (active, unbonding or reserved)
-MAX_BOND = 1 << 48  # one verifier's active plus unbonding bond, in protocol units: 4096 of them stay below 2^63
+MAX_VERIFIERS = (
+    4096  # accounts in the verifier registry: those holding any bond (active, unbonding or reserved)
+)
+MAX_BOND = (
+    1 << 48
+)  # one verifier's active plus unbonding bond, in protocol units: 4096 of them stay below 2^63
 MAX_UNBONDING_PER_VERIFIER = 16  # unbonding amounts of one verifier waiting for their release block
 MAX_COMMITTEE = 256  # seats of one round's drawn committee
 MAX_MIRRORS = 4  # further addresses of one opening
@@ -53,7 +57,8 @@ MAX_BLOCK = (1 << 62) - 1
 #   + (MAX_CHALLENGES_PER_RUN - 1)               63   (one first-round draw a block)
 #   + sum over rounds r = 1..MAX_ROUND of
 #       r * (opening + max(commit_window, replay_blocks) + reveal_window) + escalation_window + 1
-#                                                45 * 3W + 9W + 9   (opening, replay_blocks <= max_replay_blocks)
+#                                                45 * 3W + 9W + 9
+#                                   (opening, replay_blocks <= max_replay_blocks)
 #   = 145 W + 72 < 2^61 + 2^58 + 72 < 2^62           for W = 2^54
 #
 # (rules._open_round: round r's deadlines are n + opening*r, + max(commit_window, replay_blocks)*r,
@@ -62,7 +67,9 @@ MAX_BLOCK = (1 << 62) - 1
 # A verifier's release block is n + unbonding_delay <= MAX_BLOCK + W. So every block number the
 # protocol derives stays below MAX_BLOCK + MAX_DEADLINE_SPAN < 2^63.
 MAX_MAX_ROUNDS = 8  # the largest max_rounds
-MAX_ROUND = MAX_MAX_ROUNDS + 1  # a challenge's last round: re-challenges up to max_rounds, one reopened opening
+MAX_ROUND = (
+    MAX_MAX_ROUNDS + 1
+)  # a challenge's last round: re-challenges up to max_rounds, one reopened opening
 MAX_WINDOW = 1 << 54
 
 
@@ -221,19 +228,33 @@ class ProtocolParams:
                                       range_text=f"{'[' if zero else '('}0, 1] with a denominator of at most "
                                                  f"{_shown(MAX_QUORUM_TERM)}")
         if self.dispute_honest_share >= 1:  # nothing could be more than every revealed seat
-            raise ParamRangeError("dispute_honest_share", str(self.dispute_honest_share), 0, 1, "a fraction",
-                                  range_text=f"(0, 1) with a denominator of at most {_shown(MAX_QUORUM_TERM)}")
+            raise ParamRangeError(
+                "dispute_honest_share",
+                str(self.dispute_honest_share),
+                0,
+                1,
+                "a fraction",
+                range_text=f"(0, 1) with a denominator of at most {_shown(MAX_QUORUM_TERM)}",
+            )
         # Every penalty is paid in full: a unit of verifier_stake backs at most one seat of a round
         # below the dispute round and one seat of the dispute round at once, each paying at most
         # one penalty, so two penalties must fit in it.
         for name in ("no_show_penalty", "outlier_penalty"):
             if 2 * getattr(self, name) > self.verifier_stake:
-                raise ParamRangeError(name, getattr(self, name), 0, self.verifier_stake // 2, _kind(0),
-                                      range_text=f"0..verifier_stake / 2 ({self.verifier_stake // 2}): a unit of "
-                                                 f"bond backs a round's seat and a dispute seat at once")
+                raise ParamRangeError(
+                    name,
+                    getattr(self, name),
+                    0,
+                    self.verifier_stake // 2,
+                    _kind(0),
+                    range_text=f"0..verifier_stake / 2 ({self.verifier_stake // 2}): a unit of "
+                    f"bond backs a round's seat and a dispute seat at once",
+                )
         steps = self.forced_challenge_steps
         if any(isinstance(t, bool) or not isinstance(t, int) for t in steps):
-            raise ValueError(f"protocol parameter forced_challenge_steps must be steps (integers), got {list(steps)!r}")
+            raise ValueError(
+                f"protocol parameter forced_challenge_steps must be steps (integers), got {list(steps)!r}"
+            )
         for t in steps:
             if not 1 <= t <= MAX_DECLARED_STEPS:
                 raise ParamRangeError("forced_challenge_steps", t, 1, MAX_DECLARED_STEPS, "steps")
@@ -263,7 +284,8 @@ class ProtocolParams:
         unknown = set(d) - known
         if unknown:
             raise ValueError(
-                f"unknown protocol parameter(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}"
+                f"unknown protocol parameter(s) {', '.join(sorted(unknown))}; known: "
+                f"{', '.join(sorted(known))}"
             )
         for name in FRACTION_PARAMS:
             if name in d:

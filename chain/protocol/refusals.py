@@ -302,4 +302,6 @@ def refusal_type(code: str) -> type[Refused]:
     try:
         return REFUSAL_TYPES[code]
     except KeyError:
-        raise ValueError(f"unknown refusal code {code!r}; known: {', '.join(sorted(REFUSAL_TYPES))}") from None
+        raise ValueError(
+            f"unknown refusal code {code!r}; known: {', '.join(sorted(REFUSAL_TYPES))}"
+        ) from None

@@ -163,7 +163,9 @@ def apply_recorded(state: ProtocolState, call: Call, origin: str, block: Any) ->
         return apply(state, call, origin, block)
     except Refused as exc:
         name = getattr(call, "NAME", type(call).__name__)
-        reason = exc.reason if len(exc.reason) <= MAX_REASON_CHARS else exc.reason[: MAX_REASON_CHARS - 3] + "..."
+        reason = (
+            exc.reason if len(exc.reason) <= MAX_REASON_CHARS else exc.reason[: MAX_REASON_CHARS - 3] + "..."
+        )
         return [*exc.events, CallRefused(_number(block), origin, name, exc.code, reason)]
 
 
@@ -174,8 +176,10 @@ def _cap(name: str, size: int, limit: int) -> None:
 
 def _open_runs(state: ProtocolState, miner: str) -> int:
     return sum(
-        1 for r in state.runs.values()
-        if r.miner == miner and (not r.challenges or any(state.challenges[c].verdict is None for c in r.challenges))
+        1
+        for r in state.runs.values()
+        if r.miner == miner
+        and (not r.challenges or any(state.challenges[c].verdict is None for c in r.challenges))
     )
 
 
@@ -203,25 +207,35 @@ def _start(state: ProtocolState, c: StartTrainingCommitment, origin: str, n: int
         raise InvalidCall(f"run {c.run_id.hex()[:16]}: the spec is not usable: {why}") from None
     canonical = spec.to_cbor()
     if c.spec != canonical:
-        raise InvalidCall(f"the spec is not in its canonical CBOR form: {first_difference(c.spec, canonical)}")
+        raise InvalidCall(
+            f"the spec is not in its canonical CBOR form: {first_difference(c.spec, canonical)}"
+        )
     if c.declared_steps != spec.steps:
         raise InvalidCall(f"declared_steps ({c.declared_steps}) differs from the spec's steps ({spec.steps})")
     mode = "value" if spec.profile == "exact-v1" else "bucket"
     cost = replay_cost(spec, state.params)
     if cost.blocks > state.params.max_replay_blocks:
         raise ReplayTooSlow(
-            f"one step's replay needs about {float(cost.seconds):.0f} s at the reference speed ({cost.flops:.3g} FLOPs, "
-            f"{cost.bytes:.3g} bytes), {cost.blocks} blocks with the margin; the protocol allows {state.params.max_replay_blocks}")
+            f"one step's replay needs about {float(cost.seconds):.0f} s at the reference speed "
+            f"({cost.flops:.3g} FLOPs, "
+            f"{cost.bytes:.3g} bytes), {cost.blocks} blocks with the margin; the protocol allows "
+            f"{state.params.max_replay_blocks}"
+        )
     window = opening_blocks(spec, state.params, c.checkpoint_interval)
     if window > state.params.max_replay_blocks:
         fits = max(1, c.checkpoint_interval * state.params.max_replay_blocks // window)
         raise CheckpointIntervalTooLong(
-            f"regenerating a step from a state kept every {c.checkpoint_interval} steps needs an opening window of "
-            f"{window} blocks at the reference speed; the protocol allows {state.params.max_replay_blocks}: keep a "
-            f"state at least every {fits} steps")
+            f"regenerating a step from a state kept every {c.checkpoint_interval} steps needs an opening "
+            "window of "
+            f"{window} blocks at the reference speed; the protocol allows {state.params.max_replay_blocks}: "
+            "keep a "
+            f"state at least every {fits} steps"
+        )
     seat_fee, escrow = run_escrow(cost.blocks, state.params)
     if escrow > MAX_BOND:
-        raise EscrowTooLarge(f"the run's verification escrow would be {escrow} units; one amount is at most {MAX_BOND}")
+        raise EscrowTooLarge(
+            f"the run's verification escrow would be {escrow} units; one amount is at most {MAX_BOND}"
+        )
     stake = state.params.miner_stake
     state.runs[c.run_id] = RunState(
         run_id=c.run_id, miner=origin, registration=registration, spec_digest=spec.digest(), mode=mode,
@@ -251,7 +265,9 @@ def _root(state: ProtocolState, c: SubmitCheckpointRoot, origin: str, n: int) ->
         raise BadRootSize(f"root size {c.size} is outside 1..{full} (leaves 0..{run.declared_steps})")
     if run.root is None:
         if c.consistency_proof:
-            raise BadConsistencyProof("the first root of a run extends the empty tree: its proof must be empty")
+            raise BadConsistencyProof(
+                "the first root of a run extends the empty tree: its proof must be empty"
+            )
     elif c.size < run.size:
         raise RootNotAppendOnly(f"root size {c.size} is smaller than the current size {run.size}")
     elif c.size == run.size:
@@ -260,7 +276,8 @@ def _root(state: ProtocolState, c: SubmitCheckpointRoot, origin: str, n: int) ->
         raise RootNotAppendOnly(f"a different root for the same size {c.size} rewrites the history")
     elif not verify_consistency(run.size, c.size, run.root, c.root, list(c.consistency_proof)):
         raise BadConsistencyProof(
-            f"the proof does not show the tree of size {run.size} is a prefix of the new tree of size {c.size}"
+            f"the proof does not show the tree of size {run.size} is a prefix of the new tree of size "
+            f"{c.size}"
         )
     run.root, run.size = c.root, c.size
     complete = c.size == full
@@ -307,15 +324,28 @@ def _opening(state: ProtocolState, c: SubmitOpening, origin: str, n: int) -> lis
         raise BadLeaf(f"the leaf says step {leaf.t}, the challenge is step {ch.step}")
     leaf_hash = witness_value_hash(c.leaf)
     ch.opening = {**fields_, "leaf_hash": leaf_hash, "block": n}
-    return [OpeningSubmitted(n, ch.challenge_id, run.run_id, ch.step, c.opening_digest, c.uri, c.leaf, leaf_hash,
-                             tuple(c.mirrors))]
+    return [
+        OpeningSubmitted(
+            n,
+            ch.challenge_id,
+            run.run_id,
+            ch.step,
+            c.opening_digest,
+            c.uri,
+            c.leaf,
+            leaf_hash,
+            tuple(c.mirrors),
+        )
+    ]
 
 
 def _declare(state: ProtocolState, c: DeclareWitnessNormBucket, origin: str, n: int) -> list[Event]:
     ch = _challenge(state, c.challenge_id)
     _run_of(state, ch.run_id, origin)
     if ch.mode != "bucket":
-        raise NotCrossArchitecture("the run's spec is exact: its verdict compares value hashes, not norm buckets")
+        raise NotCrossArchitecture(
+            "the run's spec is exact: its verdict compares value hashes, not norm buckets"
+        )
     if n > ch.commit_deadline:
         raise DeclarationTooLate(f"the norm bucket was due by block {ch.commit_deadline}; this is block {n}")
     _open_challenge(state, c.challenge_id)
@@ -340,11 +370,15 @@ def _commit(state: ProtocolState, c: CommitWitness, origin: str, n: int) -> list
             return []
         raise AlreadyCommitted(f"{origin!r} has already committed to this challenge")
     if origin not in ch.held:
-        raise NotInCommittee(f"{origin!r} does not sit on the committee of challenge {c.challenge_id.hex()[:16]} "
-                             f"(round {ch.round}, {len(ch.committee)} seats)")
+        raise NotInCommittee(
+            f"{origin!r} does not sit on the committee of challenge {c.challenge_id.hex()[:16]} "
+            f"(round {ch.round}, {len(ch.committee)} seats)"
+        )
     if ch.opening is None:
-        raise NoOpening(f"challenge {c.challenge_id.hex()[:16]} has no opening on chain yet: there is nothing to "
-                        f"replay (commit after the opening, by block {ch.commit_deadline})")
+        raise NoOpening(
+            f"challenge {c.challenge_id.hex()[:16]} has no opening on chain yet: there is nothing to "
+            f"replay (commit after the opening, by block {ch.commit_deadline})"
+        )
     # No cap: only seated accounts commit, once each, and a round seats at most
     # MAX_WITNESSES_PER_CHALLENGE accounts, so arrival order never decides who takes part.
     ch.commitments[origin] = c.commitment
@@ -376,11 +410,15 @@ def _reveal(state: ProtocolState, c: RevealWitnessValue, origin: str, n: int) ->
 def _bond(state: ProtocolState, c: BondVerifier, origin: str, n: int) -> list[Event]:
     held = state.vbonds.get(origin, 0) + sum(x[1] for x in state.unbonding.get(origin, []))
     if held + c.amount > MAX_BOND:
-        raise FieldTooLarge(f"{origin!r} would hold a bond of {held + c.amount}; the protocol keeps at most {MAX_BOND}")
+        raise FieldTooLarge(
+            f"{origin!r} would hold a bond of {held + c.amount}; the protocol keeps at most {MAX_BOND}"
+        )
     active = state.vbonds.get(origin, 0)
     if active + c.amount < state.params.verifier_stake:
-        raise BondBelowMinimum(f"{origin!r} would hold an active bond of {active + c.amount}; a verifier bonds at "
-                               f"least verifier_stake ({state.params.verifier_stake}), one seat's collateral")
+        raise BondBelowMinimum(
+            f"{origin!r} would hold an active bond of {active + c.amount}; a verifier bonds at "
+            f"least verifier_stake ({state.params.verifier_stake}), one seat's collateral"
+        )
     if origin not in state.verifiers and len(state.verifiers) >= MAX_VERIFIERS:
         raise TooMany(f"{MAX_VERIFIERS} accounts hold verifier bonds already (each at least verifier_stake)")
     if origin not in state.verifiers:
@@ -398,12 +436,17 @@ def _unbond(state: ProtocolState, c: UnbondVerifier, origin: str, n: int) -> lis
         raise AmountOverBond(f"{origin!r} has an active bond of {active}; it cannot unbond {c.amount}")
     free = free_bond(state, origin)
     if c.amount > free:
-        raise BondReserved(f"{origin!r} has {free} of its bond of {active} free; the rest backs seats of open "
-                           f"rounds until they are settled")
+        raise BondReserved(
+            f"{origin!r} has {free} of its bond of {active} free; the rest backs seats of open "
+            f"rounds until they are settled"
+        )
     left = active - c.amount
     if 0 < left < state.params.verifier_stake:
-        raise BondBelowMinimum(f"unbonding {c.amount} would leave {left}, below verifier_stake "
-                               f"({state.params.verifier_stake}): unbond all of it, or at most {active - state.params.verifier_stake}")
+        raise BondBelowMinimum(
+            f"unbonding {c.amount} would leave {left}, below verifier_stake "
+            f"({state.params.verifier_stake}): unbond all of it, or at most "
+            f"{active - state.params.verifier_stake}"
+        )
     waiting = state.unbonding.setdefault(origin, [])
     if len(waiting) >= MAX_UNBONDING_PER_VERIFIER:
         raise TooMany(f"{origin!r} has {MAX_UNBONDING_PER_VERIFIER} unbonding amounts waiting already")
@@ -438,7 +481,11 @@ def _release_account(state: ProtocolState, account: str, n: int) -> list[Event]:
 def _leave_if_empty(state: ProtocolState, account: str) -> None:
     """An account holding no bond (active, unbonding or reserved) leaves the verifier registry, so
     the registry's cap counts accounts that hold stake."""
-    if state.vbonds.get(account, 0) == 0 and not state.unbonding.get(account) and not state.reserved.get(account):
+    if (
+        state.vbonds.get(account, 0) == 0
+        and not state.unbonding.get(account)
+        and not state.reserved.get(account)
+    ):
         state.vbonds.pop(account, None)
         state.reserved.pop(account, None)
         state.unbonding.pop(account, None)
@@ -511,8 +558,14 @@ def _burn(state: ProtocolState, subject: bytes, amount: int, why: str, n: int) -
     return [Burned(n, subject, amount, why)]
 
 
-def _pay_seats(state: ProtocolState, ch: ChallengeState, run: RunState, winners: Counter, pools: list[tuple[str, int]],
-               n: int) -> list[Event]:
+def _pay_seats(
+    state: ProtocolState,
+    ch: ChallengeState,
+    run: RunState,
+    winners: Counter,
+    pools: list[tuple[str, int]],
+    n: int,
+) -> list[Event]:
     """Pay a resolved round's winning seats: `run.seat_fee` a seat from the run's escrow while it
     lasts, and each further pool (why, amount) shared equally per seat; what an equal share of a
     pool leaves over is burned. No winning seat: the pools are burned."""
@@ -531,7 +584,9 @@ def _pay_seats(state: ProtocolState, ch: ChallengeState, run: RunState, winners:
         share = amount // seats
         for v in sorted(winners):
             events += _credit(state, ch.challenge_id, v, share * winners[v], why, n)
-        events += _burn(state, ch.challenge_id, amount - share * seats, f"{why}: remainder of an equal share", n)
+        events += _burn(
+            state, ch.challenge_id, amount - share * seats, f"{why}: remainder of an equal share", n
+        )
     return events
 
 
@@ -556,8 +611,10 @@ def _escalate(state: ProtocolState, c: EscalateChallenge, origin: str, n: int) -
     room = escalation_room(state, origin)
     if stake > room:
         raise InsufficientFreeBond(
-            f"escalating reserves escalation_stake ({stake}); {origin!r} has room for {max(room, 0)} beyond what its "
-            f"seats and escalations may still be charged")
+            f"escalating reserves escalation_stake ({stake}); {origin!r} has room for {max(room, 0)} beyond "
+            "what its "
+            f"seats and escalations may still be charged"
+        )
     disputed = HONEST if result.verdict == HONEST else FRAUD
     _reserve(state, origin, stake)
     state.staked[origin] = state.staked.get(origin, 0) + stake
@@ -649,8 +706,10 @@ def on_block(state: ProtocolState, block: Any) -> list[Event]:
                        lambda r=run: _issue_due(state, r, n, block_hash, p), run)
     with _stage(events, n, "resolution"):
         due = [
-            ch for ch in state.challenges.values()
-            if ch.verdict is None and (n > ch.escalate_deadline or (ch.opening is None and n > ch.opening_deadline))
+            ch
+            for ch in state.challenges.values()
+            if ch.verdict is None
+            and (n > ch.escalate_deadline or (ch.opening is None and n > ch.opening_deadline))
         ]
         for ch in sorted(due, key=lambda c: (c.issued, c.run_id, c.index, c.round)):
             parent = state.challenges.get(ch.escalated) if ch.escalated else None
@@ -659,7 +718,9 @@ def on_block(state: ProtocolState, block: Any) -> list[Event]:
     return events
 
 
-def _issue_due(state: ProtocolState, run: RunState, n: int, block_hash: bytes, p: ProtocolParams) -> list[Event]:
+def _issue_due(
+    state: ProtocolState, run: RunState, n: int, block_hash: bytes, p: ProtocolParams
+) -> list[Event]:
     """The run's next first-round challenge, when its turn has come and the network has the free
     seats for a full committee: committee_size seat units free, or every unit when the network has
     fewer (seats of open rounds hold theirs until settled, so a challenge waits for them rather
@@ -681,15 +742,19 @@ def _issue_due(state: ProtocolState, run: RunState, n: int, block_hash: bytes, p
 class _Savepoint:
     """What one item of a block's work may change, copied before it runs so that an item that fails
     halfway is undone exactly: the parameters and their schedule, the active and reserved bonds,
-    the registry, unbonding amounts, penalties, payments and burns, the item's own run and challenge (restored in place), and the runs and
-    challenges it added (dicts keep insertion order: they are the last ones)."""
+    the registry, unbonding amounts, penalties, payments and burns, the item's own run and challenge (restored
+    in place), and the runs and challenges it added (dicts keep insertion order: they are the last ones)."""
 
     def __init__(self, state: ProtocolState, *objects: Any) -> None:
         self.state = state
         self.scalars = (state.params, state.configured_at, state.authority, state.burned)
         self.schedule = copy.deepcopy(state.schedule)
         self.slashed, self.vbonds = dict(state.slashed), dict(state.vbonds)
-        self.reserved, self.paid, self.verifiers = dict(state.reserved), dict(state.paid), list(state.verifiers)
+        self.reserved, self.paid, self.verifiers = (
+            dict(state.reserved),
+            dict(state.paid),
+            list(state.verifiers),
+        )
         self.staked, self.disputes = dict(state.staked), [list(x) for x in state.disputes]
         self.unbonding = {k: [list(x) for x in v] for k, v in state.unbonding.items()}
         self.objects = [(o, copy.deepcopy(o)) for o in objects if o is not None]
@@ -698,7 +763,12 @@ class _Savepoint:
     def restore(self) -> None:
         s = self.state
         s.params, s.configured_at, s.authority, s.burned = self.scalars
-        s.schedule, s.slashed, s.vbonds, s.unbonding = self.schedule, self.slashed, self.vbonds, self.unbonding
+        s.schedule, s.slashed, s.vbonds, s.unbonding = (
+            self.schedule,
+            self.slashed,
+            self.vbonds,
+            self.unbonding,
+        )
         s.reserved, s.paid, s.verifiers = self.reserved, self.paid, self.verifiers
         s.staked, s.disputes = self.staked, self.disputes
         for obj, saved in self.objects:
@@ -744,7 +814,9 @@ def _issue_first(state: ProtocolState, run: RunState, n: int, block_hash: bytes)
     # would switch the spacing rule off early and, once the repeats reach the run's step count,
     # make challenge_step_at refuse a draw with steps still free.
     taken = [state.challenges[c].step for c in run.challenges if state.challenges[c].round == 1]
-    step = challenge_step_at(block_hash, run.run_id, run.root, run.size, index, taken, p.forced_challenge_steps)
+    step = challenge_step_at(
+        block_hash, run.run_id, run.root, run.size, index, taken, p.forced_challenge_steps
+    )
     cid = derive_challenge_id(run.run_id, run.root, run.size, index, block_hash)
     run.drawn += 1
     return _open_round(state, run, cid, index, step, n, block_hash, round_=1, first=None, refused_rounds=0)
@@ -758,8 +830,20 @@ def _seats(p: ProtocolParams, round_: int) -> int | None:
     return min(p.committee_size << (round_ - 1), MAX_COMMITTEE)
 
 
-def _open_round(state: ProtocolState, run: RunState, cid: bytes, index: int, step: int, n: int, block_hash: bytes,
-                *, round_: int, first: bytes | None, refused_rounds: int, escalated: bytes | None = None) -> list[Event]:
+def _open_round(
+    state: ProtocolState,
+    run: RunState,
+    cid: bytes,
+    index: int,
+    step: int,
+    n: int,
+    block_hash: bytes,
+    *,
+    round_: int,
+    first: bytes | None,
+    refused_rounds: int,
+    escalated: bytes | None = None,
+) -> list[Event]:
     p = state.params
     seats = _seats(p, round_)
     if seats is None:
@@ -781,11 +865,25 @@ def _open_round(state: ProtocolState, run: RunState, cid: bytes, index: int, ste
     commit_deadline = opening_deadline + max(p.commit_window, run.replay_blocks) * round_
     reveal_deadline = commit_deadline + p.reveal_window * round_
     ch = ChallengeState(
-        challenge_id=cid, run_id=run.run_id, index=index, step=step, root=run.root, size=run.size,
-        mode=run.mode, issued=n, opening_deadline=opening_deadline, commit_deadline=commit_deadline,
-        reveal_deadline=reveal_deadline, round=round_, first=first,
-        committee=committee, refused_rounds=refused_rounds, collateral=p.verifier_stake, held=dict(held),
-        escalate_deadline=reveal_deadline + (0 if seats is None else p.escalation_window), dispute=seats is None,
+        challenge_id=cid,
+        run_id=run.run_id,
+        index=index,
+        step=step,
+        root=run.root,
+        size=run.size,
+        mode=run.mode,
+        issued=n,
+        opening_deadline=opening_deadline,
+        commit_deadline=commit_deadline,
+        reveal_deadline=reveal_deadline,
+        round=round_,
+        first=first,
+        committee=committee,
+        refused_rounds=refused_rounds,
+        collateral=p.verifier_stake,
+        held=dict(held),
+        escalate_deadline=reveal_deadline + (0 if seats is None else p.escalation_window),
+        dispute=seats is None,
         escalated=escalated,
     )
     state.challenges[cid] = ch
@@ -888,7 +986,9 @@ def _resolve(state: ProtocolState, ch: ChallengeState, n: int, block_hash: bytes
     nxt, next_round = None, None
     if follow is not None:
         next_round = max(ch.round + 1, p.max_rounds) if follow == "escalate" else ch.round + 1
-        if _seats(p, next_round) is None and any(c.dispute and c.verdict is None for c in state.challenges.values()):
+        if _seats(p, next_round) is None and any(
+            c.dispute and c.verdict is None for c in state.challenges.values()
+        ):
             reason = f"{reason}; its dispute round waits for the open one to resolve"
         else:
             nxt = rechallenge_id(ch.first or ch.challenge_id, next_round, block_hash)
@@ -906,9 +1006,13 @@ def _resolve(state: ProtocolState, ch: ChallengeState, n: int, block_hash: bytes
     if ch.opening is not None:  # with no opening on chain there was nothing to witness
         for v in sorted(seats):
             if v not in ch.commitments:
-                events += _penalize(state, ch, v, p.no_show_penalty * seats[v], "no_commit", n, burn=not pooled)
+                events += _penalize(
+                    state, ch, v, p.no_show_penalty * seats[v], "no_commit", n, burn=not pooled
+                )
             elif v not in ch.reveals:
-                events += _penalize(state, ch, v, p.no_show_penalty * seats[v], "no_reveal", n, burn=not pooled)
+                events += _penalize(
+                    state, ch, v, p.no_show_penalty * seats[v], "no_reveal", n, burn=not pooled
+                )
     pools: list[tuple[str, int]] = []
     if escalated:
         ch.pending = True  # its seats stay reserved: the dispute round settles them and its escalations
@@ -923,7 +1027,9 @@ def _resolve(state: ProtocolState, ch: ChallengeState, n: int, block_hash: bytes
             events += settled
             pools.append(("dispute_pool", forfeited))
         if pooled:
-            pools.append(("dispute_pool", sum(e.amount for e in events[mark:] if isinstance(e, VerifierPenalized))))
+            pools.append(
+                ("dispute_pool", sum(e.amount for e in events[mark:] if isinstance(e, VerifierPenalized)))
+            )
         if verdict == FRAUD:
             amount = min(p.slash_amount, run.stake - run.slashed)
             run.slashed += amount
@@ -932,8 +1038,11 @@ def _resolve(state: ProtocolState, ch: ChallengeState, n: int, block_hash: bytes
             share = amount * p.slash_reward_share.numerator // p.slash_reward_share.denominator
             pools.append(("slash_share", share))
             events += _burn(state, ch.challenge_id, amount - share, "the slash not paid to seats", n)
-        winners = Counter({v: seats[v] for v in result.winners}) if verdict in (HONEST, FRAUD) or follow == "reopen" \
+        winners = (
+            Counter({v: seats[v] for v in result.winners})
+            if verdict in (HONEST, FRAUD) or follow == "reopen"
             else Counter()
+        )
         events += _pay_seats(state, ch, run, winners, pools, n)
         _free_seats(state, ch)
     if ch.escalations and not escalated:
@@ -956,7 +1065,9 @@ def _settle_escalated(state: ProtocolState, parent: ChallengeState, ruled: str |
     grief costs the stake. Returns the events and the forfeited total (the dispute's pool)."""
     p = state.params
     seats = Counter(parent.committee)
-    mine = parent.opening["leaf_hash"] if parent.mode == "value" and parent.opening else parent.declared_bucket
+    mine = (
+        parent.opening["leaf_hash"] if parent.mode == "value" and parent.opening else parent.declared_bucket
+    )
     events: list[Event] = []
     if ruled is not None:
         for v in sorted(parent.reveals):
@@ -972,7 +1083,9 @@ def _settle_escalated(state: ProtocolState, parent: ChallengeState, ruled: str |
             state.vbonds[v] -= stake
             state.slashed[v] = min(state.slashed.get(v, 0) + stake, INT63)
             forfeited += stake
-        events.append(EscalationSettled(n, parent.challenge_id, v, 0 if wrong else stake, stake if wrong else 0))
+        events.append(
+            EscalationSettled(n, parent.challenge_id, v, 0 if wrong else stake, stake if wrong else 0)
+        )
     parent.escalations = {}
     _free_seats(state, parent)
     return events, forfeited
@@ -1008,7 +1121,9 @@ def _settle_run(state: ProtocolState, run: RunState, n: int) -> list[Event]:
     rounds = [state.challenges[c] for c in run.challenges]
     if any(ch.verdict is None or ch.pending or ch.queued for ch in rounds):
         return []
-    unresolved = sum(1 for ch in rounds if ch.verdict == INCONCLUSIVE and ch.rechallenge is None and ch.opening)
+    unresolved = sum(
+        1 for ch in rounds if ch.verdict == INCONCLUSIVE and ch.rechallenge is None and ch.opening
+    )
     run.settled = True
     escrow, run.escrow_left = run.escrow_left, 0
     if unresolved:

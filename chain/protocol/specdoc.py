@@ -111,7 +111,9 @@ def _parse(markdown_text: str) -> tuple[list[Block], list[str]]:
         name = f"{m['path']}::{m['qualname']}"
         opening = _OPEN.match(lines[i + 1].rstrip("\n")) if i + 1 < len(lines) else None
         if opening is None:
-            problems.append(f"line {i + 1}: the marker of {name} is not followed on the next line by a ```python block")
+            problems.append(
+                f"line {i + 1}: the marker of {name} is not followed on the next line by a ```python block"
+            )
             i += 1
             continue
         fence = opening["fence"]
@@ -124,7 +126,9 @@ def _parse(markdown_text: str) -> tuple[list[Block], list[str]]:
             break
         start, end = offsets[i + 2], offsets[j]
         span = (offsets[i + 1], offsets[j] + len(lines[j].rstrip("\n")))
-        found.append(Block(name, m["path"], m["qualname"], markdown_text[start:end], i + 1, start, end, fence, span))
+        found.append(
+            Block(name, m["path"], m["qualname"], markdown_text[start:end], i + 1, start, end, fence, span)
+        )
         i = j + 1
     return found, problems
 
@@ -196,7 +200,11 @@ class _Source:
 
     def definitions(self) -> list[str]:
         """Every top-level function and class, in file order."""
-        return [n.name for n in self.tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+        return [
+            n.name
+            for n in self.tree.body
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        ]
 
     def helpers(self, name: str) -> list[str]:
         """`name` and the top-level functions of this file it calls, transitively, in the order
@@ -272,7 +280,9 @@ def _read(markdown_path: Path) -> str:
     return data.decode("utf-8")
 
 
-def check(markdown_path: Path | str = DOC, root: Path | str = ROOT, required_entries: list[str] | None = None) -> list[str]:
+def check(
+    markdown_path: Path | str = DOC, root: Path | str = ROOT, required_entries: list[str] | None = None
+) -> list[str]:
     """The differences between the document's marked blocks and the code, one message each (the
     block, its line in the document, the first differing line), then every required object that the
     document shows no block of. An empty list: the document is the code."""
@@ -298,9 +308,13 @@ def check(markdown_path: Path | str = DOC, root: Path | str = ROOT, required_ent
         needed = required(root, required_entries)
     except SpecDocError as exc:
         return [*out, f"REQUIRED names no object: {exc}"]
-    out += [f"{doc_name}: no block shows {name}, which the specification requires (put its marker and an "
-            f"empty ```python block beside the prose of its rule, then run `python -m chain.protocol.specdoc write`)"
-            for name in needed if name not in shown]
+    out += [
+        f"{doc_name}: no block shows {name}, which the specification requires (put its marker and an "
+        "empty ```python block beside the prose of its rule, then run `python -m chain.protocol.specdoc "
+        "write`)"
+        for name in needed
+        if name not in shown
+    ]
     return out
 
 

@@ -114,7 +114,9 @@ class ProtocolState:
     disputes: list[list[Any]] = field(default_factory=list)
     burned: int = 0  # units taken out of circulation (saturating)
     paid: dict[str, int] = field(default_factory=dict)  # verifier -> fees and shares credited (running total)
-    unbonding: dict[str, list[list[int]]] = field(default_factory=dict)  # verifier -> [[release_block, amount]]
+    unbonding: dict[str, list[list[int]]] = field(
+        default_factory=dict
+    )  # verifier -> [[release_block, amount]]
     # The network record (configure_network): its authority once one is accepted (or pinned by the
     # follower before any), the block of the accepted record taken last, and the changes waiting
     # for their block as [effective_block, configured_at, params dict], in effective order.
@@ -155,9 +157,15 @@ class ProtocolState:
             # busy network's snapshot: 10.7x charged, 6.1x traced), past the decoder's default 4x.
             obj = cbor.decode(data, max_memory=cbor.memory_budget(len(data), ratio=16))
             version = obj.get("version") if isinstance(obj, dict) else None
-            if isinstance(version, str) and version.startswith("pot/protocol-state/") and version != SNAPSHOT_VERSION:
-                raise ValueError(f"a {version} snapshot, of another protocol version; this node reads "
-                                 f"{SNAPSHOT_VERSION}: derive the state again from the chain (drop the snapshot)")
+            if (
+                isinstance(version, str)
+                and version.startswith("pot/protocol-state/")
+                and version != SNAPSHOT_VERSION
+            ):
+                raise ValueError(
+                    f"a {version} snapshot, of another protocol version; this node reads "
+                    f"{SNAPSHOT_VERSION}: derive the state again from the chain (drop the snapshot)"
+                )
             if version != SNAPSHOT_VERSION:
                 raise ValueError(f"not a {SNAPSHOT_VERSION} snapshot")
             unknown = set(obj) - _STATE_KEYS
@@ -205,8 +213,26 @@ def registration_digest(encoded: bytes) -> bytes:
 
 
 U64 = (1 << 64) - 1  # the wire's `uint` (docs/protocol.md §2.2): no state integer exceeds it
-_STATE_KEYS = {"version", "params", "head", "runs", "challenges", "bonds", "slashed", "verifiers", "vbonds",
-               "reserved", "staked", "disputes", "burned", "paid", "unbonding", "authority", "configured_at", "schedule"}
+_STATE_KEYS = {
+    "version",
+    "params",
+    "head",
+    "runs",
+    "challenges",
+    "bonds",
+    "slashed",
+    "verifiers",
+    "vbonds",
+    "reserved",
+    "staked",
+    "disputes",
+    "burned",
+    "paid",
+    "unbonding",
+    "authority",
+    "configured_at",
+    "schedule",
+}
 _VERDICTS = (HONEST, FRAUD, INCONCLUSIVE)
 _MODES = ("value", "bucket")
 
@@ -219,12 +245,20 @@ def _int(v: Any, name: str, lo: int = 0, hi: int = U64) -> int:
 
 def _kind(v: Any) -> str:
     """What a refused value is, without its bytes (a snapshot may be large)."""
-    return repr(v) if isinstance(v, int) and not isinstance(v, bool) and abs(v) < 1 << 70 else type(v).__name__
+    return (
+        repr(v) if isinstance(v, int) and not isinstance(v, bool) and abs(v) < 1 << 70 else type(v).__name__
+    )
 
 
 def _bytes(v: Any, name: str, size: int | None = 32, most: int | None = None) -> bytes:
-    if not isinstance(v, bytes) or (size is not None and len(v) != size) or (most is not None and len(v) > most):
-        want = f"{size} bytes" if size is not None else f"at most {most} bytes" if most is not None else "bytes"
+    if (
+        not isinstance(v, bytes)
+        or (size is not None and len(v) != size)
+        or (most is not None and len(v) > most)
+    ):
+        want = (
+            f"{size} bytes" if size is not None else f"at most {most} bytes" if most is not None else "bytes"
+        )
         got = f"{len(v)} bytes" if isinstance(v, bytes) else type(v).__name__
         raise ValueError(f"{name} must be {want}, got {got}")
     return v
@@ -251,12 +285,16 @@ def _choice(options: tuple[str, ...]) -> Callable[[Any, str], str]:
 def _list_of(item: Callable[[Any, str], Any], most: int | None = None) -> Callable[[Any, str], list[Any]]:
     def check(v: Any, name: str) -> list[Any]:
         if not isinstance(v, list) or (most is not None and len(v) > most):
-            raise ValueError(f"{name} must be a list" + (f" of at most {most} entries" if most is not None else ""))
+            raise ValueError(
+                f"{name} must be a list" + (f" of at most {most} entries" if most is not None else "")
+            )
         return [item(x, f"{name}[{i}]") for i, x in enumerate(v)]
     return check
 
 
-def _map_of(value: Callable[[Any, str], Any], most: int | None = None) -> Callable[[Any, str], dict[str, Any]]:
+def _map_of(
+    value: Callable[[Any, str], Any], most: int | None = None
+) -> Callable[[Any, str], dict[str, Any]]:
     def check(v: Any, name: str) -> dict[str, Any]:
         if not isinstance(v, dict) or (most is not None and len(v) > most):
             raise ValueError(f"{name} must be a map of account -> value"
@@ -280,7 +318,11 @@ def _bucket(v: Any, name: str) -> int:
 def _reveal(v: Any, name: str) -> list[Any]:
     if not (isinstance(v, list) and len(v) == 3):
         raise ValueError(f"{name} must be [value_hash, bucket, proof_hash]")
-    return [_b32(v[0], f"{name} value_hash"), _bucket(v[1], f"{name} bucket"), _b32(v[2], f"{name} proof_hash")]
+    return [
+        _b32(v[0], f"{name} value_hash"),
+        _bucket(v[1], f"{name} bucket"),
+        _b32(v[2], f"{name} proof_hash"),
+    ]
 
 
 def _rejected(v: Any, name: str) -> list[Any]:
@@ -370,8 +412,13 @@ def _disputes(v: Any) -> list[list[Any]]:
     for i, row in enumerate(v):
         if not (isinstance(row, list) and len(row) == 3):
             raise ValueError(f"disputes[{i}] must be [round id, round, reopened]")
-        out.append([_b32(row[0], f"disputes[{i}] round id"), _int(row[1], f"disputes[{i}] round", lo=1, hi=64),
-                    _flag(row[2], f"disputes[{i}] reopened")])
+        out.append(
+            [
+                _b32(row[0], f"disputes[{i}] round id"),
+                _int(row[1], f"disputes[{i}] round", lo=1, hi=64),
+                _flag(row[2], f"disputes[{i}] reopened"),
+            ]
+        )
     return out
 
 
@@ -426,18 +473,24 @@ def _check_links(state: ProtocolState) -> None:
     run's challenges exist, a run slashed no more than its stake, the deadlines in order."""
     for a, held in state.staked.items():
         if held > state.reserved.get(a, 0):
-            raise ValueError(f"{a!r} has {held} staked on escalations but {state.reserved.get(a, 0)} reserved")
+            raise ValueError(
+                f"{a!r} has {held} staked on escalations but {state.reserved.get(a, 0)} reserved"
+            )
     for r in state.runs.values():
         if r.escrow_left > r.escrow:
             raise ValueError(f"run {r.run_id.hex()[:16]} holds more escrow than it escrowed")
         if r.slashed > r.stake:
             raise ValueError(f"run {r.run_id.hex()[:16]} is slashed more than its stake")
         if r.size > r.declared_steps + 1:
-            raise ValueError(f"run {r.run_id.hex()[:16]} has a root of size {r.size} for {r.declared_steps} steps")
+            raise ValueError(
+                f"run {r.run_id.hex()[:16]} has a root of size {r.size} for {r.declared_steps} steps"
+            )
         for cid in r.challenges:
             ch = state.challenges.get(cid)
             if ch is None or ch.run_id != r.run_id:
-                raise ValueError(f"run {r.run_id.hex()[:16]} lists challenge {cid.hex()[:16]}, which is not its")
+                raise ValueError(
+                    f"run {r.run_id.hex()[:16]} lists challenge {cid.hex()[:16]}, which is not its"
+                )
     for ch in state.challenges.values():
         run = state.runs.get(ch.run_id)
         if run is None or ch.challenge_id not in run.challenges:
@@ -467,7 +520,9 @@ def _unbonding(v: Any) -> dict[str, list[list[int]]]:
     out = {}
     for k, rows in v.items():
         if not isinstance(k, str) or not isinstance(rows, list) or len(rows) > MAX_UNBONDING_PER_VERIFIER:
-            raise ValueError(f"unbonding must map account ids to lists of at most {MAX_UNBONDING_PER_VERIFIER}")
+            raise ValueError(
+                f"unbonding must map account ids to lists of at most {MAX_UNBONDING_PER_VERIFIER}"
+            )
         for row in rows:
             if not (isinstance(row, list) and len(row) == 2
                     and all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= U64 for x in row)):
@@ -507,13 +562,17 @@ def _row(obj: Any) -> dict[str, Any]:
 
 def dispute_held(state: ProtocolState, account: str) -> int:
     """What the open dispute round's seats of `account` still hold (at most one dispute is open)."""
-    return sum(ch.held.get(account, 0) for ch in state.challenges.values() if ch.dispute and ch.verdict is None)
+    return sum(
+        ch.held.get(account, 0) for ch in state.challenges.values() if ch.dispute and ch.verdict is None
+    )
 
 
 def free_bond(state: ProtocolState, account: str) -> int:
     """An account's active bond less what its seats (of every round) and escalations hold: what
     it may unbond."""
-    return max(0, state.vbonds.get(account, 0) - state.reserved.get(account, 0) - dispute_held(state, account))
+    return max(
+        0, state.vbonds.get(account, 0) - state.reserved.get(account, 0) - dispute_held(state, account)
+    )
 
 
 def open_seats(state: ProtocolState, *, dispute: bool | None = None) -> Counter:
@@ -543,7 +602,9 @@ def dispute_bonds(state: ProtocolState, exclude: str | None = None) -> list[tupl
             continue
         own = b
         if worst:  # the dispute's seats may be charged at most what stakes and other seats leave
-            own = min(own, p.verifier_stake * (max(0, b - state.staked.get(a, 0) - worst * seats[a]) // worst))
+            own = min(
+                own, p.verifier_stake * (max(0, b - state.staked.get(a, 0) - worst * seats[a]) // worst)
+            )
         out.append((a, own))
     return out
 

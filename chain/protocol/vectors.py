@@ -129,8 +129,10 @@ class SyntheticRun:
     leaves: list[bytes] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.leaves = [step_leaf(t, digest("pot/test/state/v1", self.seed, t), 0 if t == 0 else 0x40000000 + t)
-                       for t in range(self.steps + 1)]
+        self.leaves = [
+            step_leaf(t, digest("pot/test/state/v1", self.seed, t), 0 if t == 0 else 0x40000000 + t)
+            for t in range(self.steps + 1)
+        ]
 
     @property
     def spec(self) -> Spec:
@@ -303,16 +305,27 @@ class Scenario:
         self.advance_to(at)
         return self.issued()
 
-    def witness(self, ch: ChallengeIssued, name: str, value_hash: bytes, bucket: int = 0,
-                proof_hash: bytes | None = None, salt: bytes | None = None) -> tuple[CommitWitness, RevealWitnessValue]:
+    def witness(
+        self,
+        ch: ChallengeIssued,
+        name: str,
+        value_hash: bytes,
+        bucket: int = 0,
+        proof_hash: bytes | None = None,
+        salt: bytes | None = None,
+    ) -> tuple[CommitWitness, RevealWitnessValue]:
         """The (commit, reveal) pair of account `name` for a challenge."""
         origin = self.account(name)
         salt = salt if salt is not None else digest("pot/test/salt/v1", ch.challenge_id, name)
         p = honest_proof(ch.challenge_id) if proof_hash is None else proof_hash
         com = witness_commitment(ch.challenge_id, value_hash, bucket, salt, origin, proof_hash=p)
-        return CommitWitness(ch.challenge_id, com), RevealWitnessValue(ch.challenge_id, value_hash, p, bucket, salt)
+        return CommitWitness(ch.challenge_id, com), RevealWitnessValue(
+            ch.challenge_id, value_hash, p, bucket, salt
+        )
 
-    def witnesses(self, ch: ChallengeIssued, values: Mapping[str, bytes], buckets: Mapping[str, int] | None = None) -> None:
+    def witnesses(
+        self, ch: ChallengeIssued, values: Mapping[str, bytes], buckets: Mapping[str, int] | None = None
+    ) -> None:
         """Each named account commits to its value, then reveals it once the commit window closes."""
         pairs = {n: self.witness(ch, n, v, (buckets or {}).get(n, 0)) for n, v in values.items()}
         for n, (com, _) in pairs.items():
@@ -746,7 +759,9 @@ def encode_json(obj: Any) -> bytes:
 
 def coverage(vectors: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
     """refusal code -> the cases that reach it, for every code of REFUSAL_TYPES."""
-    return {code: sorted(n for n, v in vectors.items() if code in v["refusals"]) for code in sorted(REFUSAL_TYPES)}
+    return {
+        code: sorted(n for n, v in vectors.items() if code in v["refusals"]) for code in sorted(REFUSAL_TYPES)
+    }
 
 
 def missing_refusals(vectors: Mapping[str, Mapping[str, Any]]) -> list[str]:

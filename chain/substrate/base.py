@@ -111,7 +111,11 @@ class SubstrateTransport(Transport):
             floor = 0
             for attempt in range(1, 6):
                 head = self.finalized_head()
-                sent = self._sent_next if self._sent_next is not None and head <= self._sent_head + self.era_period else 0
+                sent = (
+                    self._sent_next
+                    if self._sent_next is not None and head <= self._sent_head + self.era_period
+                    else 0
+                )
                 nonce = max(self._chain_next_nonce(), sent, floor)
 
                 def build(si: SubstrateInterface, nonce=nonce, head=head):

@@ -52,7 +52,9 @@ class SubstrateClient:
         if not rpc_timeout > 0 or max_attempts < 1:
             raise TransportError("rpc_timeout must be positive and max_attempts at least 1")
         if not (backoff_base > 0 and backoff_max > 0):
-            raise TransportError(f"backoff_base and backoff_max must be positive, got {backoff_base}, {backoff_max}")
+            raise TransportError(
+                f"backoff_base and backoff_max must be positive, got {backoff_base}, {backoff_max}"
+            )
         self.url = url
         self.rpc_timeout = float(rpc_timeout)
         self.max_attempts = int(max_attempts)

@@ -188,15 +188,23 @@ class PalletTransport(SubstrateTransport):
                 at, position = position, position + 1
                 if proto == BondVerifier.NAME:
                     log.warning("%s: ignored a pallet bond_verifier from %s (unfunded_bond)", where, origin)
-                    ignored.append(Ignored.of(at, origin, pcall.get("raw"), "unfunded_bond", PALLET_BOND_IGNORED))
+                    ignored.append(
+                        Ignored.of(at, origin, pcall.get("raw"), "unfunded_bond", PALLET_BOND_IGNORED)
+                    )
                     continue
                 try:
                     calls.append((origin, self._decode_pallet_call(proto, pcall)))
                 except TransportError:
                     raise  # the connection, not the call: the block is read again, never half-read
                 except Exception as exc:
-                    reason = "bad_fields" if isinstance(exc, (CallError, ValueError, TypeError)) else "decoder_fault"
-                    log.warning("%s: skipped malformed %s call (%s): %s", where, proto, reason, type(exc).__name__)
+                    reason = (
+                        "bad_fields"
+                        if isinstance(exc, (CallError, ValueError, TypeError))
+                        else "decoder_fault"
+                    )
+                    log.warning(
+                        "%s: skipped malformed %s call (%s): %s", where, proto, reason, type(exc).__name__
+                    )
                     ignored.append(Ignored.of(at, origin, pcall.get("raw"), reason))
         return Block(number=number, hash=hex_bytes(block_hash), calls=tuple(calls), timestamp=timestamp,
                      ignored=tuple(ignored))

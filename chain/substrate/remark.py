@@ -216,7 +216,9 @@ class RemarkTransport(SubstrateTransport):
         def compose(si: SubstrateInterface):
             calls = [si.compose_call("System", "remark_with_event", {"remark": p}) for p in payloads]
             if planck:
-                calls.insert(0, si.compose_call("Balances", _transfer_call(si), {"dest": dest, "value": planck}))
+                calls.insert(
+                    0, si.compose_call("Balances", _transfer_call(si), {"dest": dest, "value": planck})
+                )
             if len(calls) == 1:
                 return calls[0]
             return si.compose_call("Utility", "batch_all", {"calls": calls})
@@ -240,8 +242,15 @@ class RemarkTransport(SubstrateTransport):
             except Exception as exc:  # one odd extrinsic must not hide the others or stop the block
                 log.warning("%s: skipped: reading it failed (%s)", where, type(exc).__name__)
         calls, ignored = assemble(remarks, None, self.client.ss58_format, number)
-        return RemarkBlock(number=number, hash=hex_bytes(block_hash), calls=tuple(calls), timestamp=timestamp,
-                           ignored=tuple(ignored), remarks=tuple(remarks), ss58_format=self.client.ss58_format)
+        return RemarkBlock(
+            number=number,
+            hash=hex_bytes(block_hash),
+            calls=tuple(calls),
+            timestamp=timestamp,
+            ignored=tuple(ignored),
+            remarks=tuple(remarks),
+            ss58_format=self.client.ss58_format,
+        )
 
     def settle(self, block: Block, state: ProtocolState) -> Block:
         """`block` with its funded calls decided under `state.params` (the parameters in force at

@@ -138,7 +138,10 @@ def _plan(game: Game, ev: ChallengeIssued, rng: random.Random, plan: dict[int, l
             if play == "withhold_commit":
                 continue
             value = {
-                "lazy": (digest("pot/test/lazy/v1", cid, a, rng.getrandbits(64)), digest("pot/test/lazy/v1", a)),
+                "lazy": (
+                    digest("pot/test/lazy/v1", cid, a, rng.getrandbits(64)),
+                    digest("pot/test/lazy/v1", a),
+                ),
                 "shared": (digest("pot/test/made-up/v1", ev.first or cid), proof(cid)),
                 "miner": (run.value_hash(ev.step), proof(cid)),
                 "withhold_reveal": (digest("pot/test/made-up/v1", ev.first or cid), proof(cid)),
@@ -232,7 +235,9 @@ def _honest_escalations(game: Game, n: int) -> list:
         if any(a.startswith("h") for a in ch.escalations) or cid in game.watched:
             continue
         result = round_result(state, cid)
-        final = result.verdict in ("honest", "fraud") or (result.verdict == "refused" and ch.refused_rounds > 0)
+        final = result.verdict in ("honest", "fraud") or (
+            result.verdict == "refused" and ch.refused_rounds > 0
+        )
         says_fraud = result.verdict != "honest"
         if not final or says_fraud == game.scenario.forged:
             continue
@@ -242,7 +247,9 @@ def _honest_escalations(game: Game, n: int) -> list:
                 game.watched.add(cid)
                 break
         else:
-            game.escalation_refusals += [(cid, a, "InsufficientFreeBond") for a in state.vbonds if a.startswith("h")]
+            game.escalation_refusals += [
+                (cid, a, "InsufficientFreeBond") for a in state.vbonds if a.startswith("h")
+            ]
             game.watched.add(cid)
     return calls
 
@@ -297,10 +304,14 @@ def check_books(game: Game) -> None:
     for ev in chain.of(VerifierPenalized):
         seats = game.rounds[ev.challenge_id].seats[ev.verifier]
         assert ev.amount == rule[ev.why] * seats, (
-            f"{ev.verifier} paid {ev.amount} for {ev.why} on {seats} seat(s); the rule asks {rule[ev.why] * seats}")
+            f"{ev.verifier} paid {ev.amount} for {ev.why} on {seats} seat(s); the rule asks "
+            f"{rule[ev.why] * seats}"
+        )
     for a, b in s.vbonds.items():
         assert b >= 0, f"{a}'s active bond is {b}"
-        assert 0 <= s.staked.get(a, 0) <= s.reserved.get(a, 0), f"{a} stakes {s.staked.get(a, 0)}, reserves {s.reserved}"
+        assert 0 <= s.staked.get(a, 0) <= s.reserved.get(a, 0), (
+            f"{a} stakes {s.staked.get(a, 0)}, reserves {s.reserved}"
+        )
     assert all(r > 0 for r in s.reserved.values()), s.reserved
     held: Counter = Counter()
     for ch in s.challenges.values():
@@ -309,7 +320,9 @@ def check_books(game: Game) -> None:
                 held[a] += amount
         for a, (_, stake) in ch.escalations.items():
             held[a] += stake
-    assert +held == Counter(s.reserved), f"reserved {s.reserved} != what rounds and escalations hold {dict(+held)}"
+    assert +held == Counter(s.reserved), (
+        f"reserved {s.reserved} != what rounds and escalations hold {dict(+held)}"
+    )
     # Conservation: deposits = active + unbonding + released + the miner's held or released + burned.
     deposits = sum(e.amount for e in chain.of(VerifierBonded))
     deposits += sum(e.stake + e.escrow for e in chain.of(RunRegistered))

@@ -52,7 +52,9 @@ class ChopsticksError(RuntimeError):
 def export_genesis(dest: Path) -> Path:
     """Write the Rococo Asset Hub chain spec (export `chainSpec`, a JSON string) to `dest`."""
     if not SPEC_FILE.is_file():
-        raise ChopsticksError(f"{SPEC_FILE} is missing: run `npm install` (scripts/setup --test does) at {REPO}")
+        raise ChopsticksError(
+            f"{SPEC_FILE} is missing: run `npm install` (scripts/setup --test does) at {REPO}"
+        )
     script = f"process.stdout.write(require({json.dumps(str(SPEC_FILE))}).chainSpec)"
     try:
         out = subprocess.run(["node", "-e", script], capture_output=True, timeout=60, check=True)
@@ -150,7 +152,8 @@ class Chopsticks:
                 time.sleep(0.25)
         self.stop()
         raise ChopsticksError(
-            f"chopsticks did not answer within {START_TIMEOUT:.0f} s ({last}); log {self.log_path}:\n{self.log_tail()}"
+            f"chopsticks did not answer within {START_TIMEOUT:.0f} s ({last}); log "
+            f"{self.log_path}:\n{self.log_tail()}"
         )
 
     def restart(self) -> None:

@@ -30,8 +30,14 @@ def bond(amount: int = 100) -> BondVerifier:
     return BondVerifier(amount=amount)
 
 
-def witness(challenge_id: bytes, verifier: str, value_hash: bytes, bucket: int = 0,
-            salt: bytes | None = None, proof_hash: bytes | None = None) -> tuple[CommitWitness, RevealWitnessValue]:
+def witness(
+    challenge_id: bytes,
+    verifier: str,
+    value_hash: bytes,
+    bucket: int = 0,
+    salt: bytes | None = None,
+    proof_hash: bytes | None = None,
+) -> tuple[CommitWitness, RevealWitnessValue]:
     """The (commit, reveal) pair of one verifier for one challenge. `proof_hash` defaults to the
     honest replayer's `proof(challenge_id)`."""
     salt = salt if salt is not None else digest("pot/test/salt/v1", challenge_id, verifier)

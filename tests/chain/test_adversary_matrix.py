@@ -118,18 +118,29 @@ def test_a_seated_verifier_cannot_unbond_its_collateral_and_pays_for_its_seat():
     net.block((leaver, UnbondVerifier(amount=300)), (leaver, UnbondVerifier(amount=free + 100)),
               (leaver, UnbondVerifier(amount=free)))
     assert [e.refusal for e in net.events if e.code == "CallRefused"] == ["BondReserved", "BondReserved"]
-    M.play_challenge(net, first, lambda r: lambda n, ch, who: "absent" if who == leaver else n.honest_pair(ch))
+    M.play_challenge(
+        net, first, lambda r: lambda n, ch, who: "absent" if who == leaver else n.honest_pair(ch)
+    )
     assert net.penalties() == {leaver: 50 * seats}
     assert net.state.vbonds[leaver] == 300 - free - 50 * seats and net.state.unbonding[leaver][0][1] == free
     assert leaver not in net.state.reserved and not M.books(net)
 
 
 def test_cli_prints_the_matrix_as_json():
-    out = subprocess.run([sys.executable, "-m", "pot", "redteam", "--protocol", "--json"], capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "pot", "redteam", "--protocol", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout.strip().splitlines()[-1])
-    assert doc["ok"] and {r["row"] for r in doc["rows"]} >= {"lazy verifier", "Sybil garbage", "slow spec", "stake split for dispute seats"}
+    assert doc["ok"] and {r["row"] for r in doc["rows"]} >= {
+        "lazy verifier",
+        "Sybil garbage",
+        "slow spec",
+        "stake split for dispute seats",
+    }
     bad = subprocess.run([sys.executable, "-m", "pot", "redteam", "--protocol", "--only", "nope"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "unknown row" in bad.stderr
@@ -145,7 +156,9 @@ def test_unbonding_after_the_seat_is_settled_releases_what_the_penalty_left():
     assert [e.refusal for e in net.events if e.code == "CallRefused"] == ["BondReserved"]
     net.until(first.commit_deadline - 2)
     assert net.state.reserved[leaver] == 100 and leaver not in net.state.unbonding
-    M.play_round(net, first, lambda n, ch, who: "absent" if who == leaver else n.honest_pair(ch), open_it=False)
+    M.play_round(
+        net, first, lambda n, ch, who: "absent" if who == leaver else n.honest_pair(ch), open_it=False
+    )
     assert net.state.vbonds[leaver] == 50 and leaver not in net.state.reserved
     net.block((leaver, UnbondVerifier(amount=50)))
     net.block()
@@ -175,14 +188,19 @@ def test_bonds_are_capped_so_a_committee_draw_always_ends():
     net.block(("whale", BondVerifier(amount=MAX_BOND)), ("whale", BondVerifier(amount=1)),
               ("other", BondVerifier(amount=2**64 - 1)))
     refused = [e for e in net.events if e.code == "CallRefused"]
-    assert [(e.origin, e.refusal) for e in refused] == [("whale", "FieldTooLarge"), ("other", "FieldTooLarge")]
+    assert [(e.origin, e.refusal) for e in refused] == [
+        ("whale", "FieldTooLarge"),
+        ("other", "FieldTooLarge"),
+    ]
     assert net.state.vbonds == {"whale": MAX_BOND}
 
 
 def test_a_re_challenged_step_never_stops_the_draws_of_a_short_run():
     """Every step of a 10-step run challenged, rounds re-challenged while draws are still being
     issued: block processing goes on (a step counted once per round used to exhaust the draw)."""
-    net = M.Net(M._params(challenges_per_run=10, opening_deadline=1, commit_window=1, reveal_window=1), steps=10)
+    net = M.Net(
+        M._params(challenges_per_run=10, opening_deadline=1, commit_window=1, reveal_window=1), steps=10
+    )
     first = M.setup(net, {f"v{i}": 2000 for i in range(5)})  # 100 seat units: rounds sit side by side
     for ch in list(net.issued()):
         if ch.round == 1 and net.number < ch.opening_deadline:
@@ -206,7 +224,10 @@ def test_a_commitment_flood_neither_crowds_out_a_seat_nor_lands_before_the_openi
 def test_a_forger_serving_half_the_dispute_seats_is_fraud():
     row = M.row_half_served_dispute()
     assert row.ok, row.as_json()
-    assert "round 3: fraud (0 seats of the dispute round back H(leaf t) with one replayed pair, 4 oppose it" in row.detail
+    assert (
+        "round 3: fraud (0 seats of the dispute round back H(leaf t) with one replayed pair, 4 oppose it"
+        in row.detail
+    )
     assert not row.penalized  # the refused seats did their duty, the served ones told the truth
 
 
@@ -250,7 +271,9 @@ def test_the_books_are_not_vacuous():
     assert any("reservations" in b for b in M.books(net))
     del net.state.reserved["v1"]
     penalty = next(e for e in net.events if e.code == "VerifierPenalized")
-    net.events.append(M.P.VerifierPenalized(penalty.block, penalty.challenge_id, penalty.verifier, 1, "no_commit"))
+    net.events.append(
+        M.P.VerifierPenalized(penalty.block, penalty.challenge_id, penalty.verifier, 1, "no_commit")
+    )
     assert any("the rule says" in b for b in M.books(net))
     net.events.pop()
     net.state.vbonds["v2"] = -1
@@ -273,7 +296,17 @@ def test_finding_lazy_guesses_of_the_public_value_do_not_pool_into_a_dispute_maj
     leaf, truth, proof = b"\x01" * 32, b"\x02" * 32, b"\x03" * 32
     lazy = [Reveal(f"l{i}", leaf, 0, bytes([0x10 + i]) * 32) for i in range(3)]
     honest = [Reveal(f"h{i}", truth, 0, proof) for i in range(2)]
-    result = decide(lazy + honest, mode="value", opening_submitted=True, expected_value=leaf, quorum_min_reveals=2,
-                    quorum_share=Fraction(1, 2), committee_size=5, dispute=True, refused_value=b"\xff" * 32,
-                    seats={r.verifier: 1 for r in lazy + honest}, honest_share=Fraction(1, 2))
+    result = decide(
+        lazy + honest,
+        mode="value",
+        opening_submitted=True,
+        expected_value=leaf,
+        quorum_min_reveals=2,
+        quorum_share=Fraction(1, 2),
+        committee_size=5,
+        dispute=True,
+        refused_value=b"\xff" * 32,
+        seats={r.verifier: 1 for r in lazy + honest},
+        honest_share=Fraction(1, 2),
+    )
     assert result.verdict == FRAUD, result.reason

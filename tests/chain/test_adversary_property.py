@@ -90,19 +90,32 @@ def _game(sc: Scenario, rng: random.Random, *, noted: bool = True):
 
 def _honest_miner_faults(game) -> list[tuple[str, str]]:
     """(why, what) for each slash of the honest miner and each challenge left unresolved."""
-    out = [(why_wrong(game, e.challenge_id), f"slashed {e.amount} on round {game.rounds[e.challenge_id].issued.round} "
-                                             f"of challenge {game.rounds[e.challenge_id].issued.index}: {e.reason}")
-           for e in game.chain.of(MinerSlashed)]
+    out = [
+        (
+            why_wrong(game, e.challenge_id),
+            f"slashed {e.amount} on round {game.rounds[e.challenge_id].issued.round} "
+            f"of challenge {game.rounds[e.challenge_id].issued.index}: {e.reason}",
+        )
+        for e in game.chain.of(MinerSlashed)
+    ]
     for e in game.chain.of(RunSettled):
         if e.unresolved:
-            out.append(("judged wrong", f"{e.unresolved} challenge(s) left unresolved: stake locked, escrow burned"))
+            out.append(
+                ("judged wrong", f"{e.unresolved} challenge(s) left unresolved: stake locked, escrow burned")
+            )
     return out
 
 
 def _forgery_faults(game) -> list[tuple[str, str]]:
-    return [(why_wrong(game, e.challenge_id), f"round {e.round} of challenge {game.rounds[e.challenge_id].issued.index} "
-                                              f"judged honest: {e.reason}")
-            for e in game.chain.of(ChallengeResolved) if e.verdict == "honest"]
+    return [
+        (
+            why_wrong(game, e.challenge_id),
+            f"round {e.round} of challenge {game.rounds[e.challenge_id].issued.index} "
+            f"judged honest: {e.reason}",
+        )
+        for e in game.chain.of(ChallengeResolved)
+        if e.verdict == "honest"
+    ]
 
 
 # What the protocol states it cannot do (docs/protocol.md §8): no honest account with the room to
@@ -275,7 +288,10 @@ def test_every_seat_of_a_1200_seat_dispute_round_commits_and_reveals_in_any_orde
     chain.block(("miner", run.opening(ch.challenge_id, ch.step)))
     rng = random.Random(7)
     pairs = {a: witness(ch.challenge_id, a, run.value_hash(ch.step)) for a in accounts}
-    for first, last, k in ((chain.number + 1, ch.commit_deadline, 0), (ch.commit_deadline + 1, ch.reveal_deadline, 1)):
+    for first, last, k in (
+        (chain.number + 1, ch.commit_deadline, 0),
+        (ch.commit_deadline + 1, ch.reveal_deadline, 1),
+    ):
         order = rng.sample(accounts, n)
         blocks = {b: [] for b in range(first, last + 1)}
         for a in order:
@@ -303,61 +319,96 @@ def test_a_minority_that_claims_refusal_twice_does_not_slash_an_honest_miner():
     the refused value though it was served. Two refused rounds are fraud unless the honest seat
     escalates the second (the game found this slashing the honest miner while a refused round could
     not be escalated)."""
-    sc = Scenario(_net(challenges_per_run=3, committee_size=4, max_rounds=3, quorum_min_reveals=2, escalation_stake=100),
-                  honest=(500,), coalition=(325,), play="refuse", escalates=True)
+    sc = Scenario(
+        _net(
+            challenges_per_run=3, committee_size=4, max_rounds=3, quorum_min_reveals=2, escalation_stake=100
+        ),
+        honest=(500,),
+        coalition=(325,),
+        play="refuse",
+        escalates=True,
+    )
     game = _game(sc, random.Random(72), noted=False)
     assert game.chain.of(MinerSlashed) == [], _honest_miner_faults(game)
 
 
 def test_a_dispute_round_seats_the_whole_stake_so_a_minority_cannot_win_it():
-    """Found by this game against an early v3 core (dispute seats drawn from free units only); a dispute round now seats every unit of bond, seats of other rounds included.
-    Honest (100, 500, 800) vs a coalition of 801, committee_size 3, 3 concurrent challenges,
-    escalation_stake 500. Challenge 0's round 1 seats c0 twice and h2 once: fraud; h2 escalates. The
-    dispute round seats only FREE units: h0's unit and h1's and h2's are held by the other
-    challenges' rounds, h2's escalated seat is kept reserved and its escalation stake takes 5 more,
-    so the dispute seats c0 5 times and h1 3 times, and judges the honest miner a fraud (h2 loses its
+    """Found by this game against an early v3 core (dispute seats drawn from free units only); a dispute round
+    now seats every unit of bond, seats of other rounds included. Honest (100, 500, 800) vs a coalition of
+    801, committee_size 3, 3 concurrent challenges, escalation_stake 500. Challenge 0's round 1 seats c0 twice
+    and h2 once: fraud; h2 escalates. The dispute round seats only FREE units: h0's unit and h1's and h2's are
+    held by the other challenges' rounds, h2's escalated seat is kept reserved and its escalation stake takes
+    5 more, so the dispute seats c0 5 times and h1 3 times, and judges the honest miner a fraud (h2 loses its
     escalation stake too)."""
-    sc = Scenario(_net(challenges_per_run=3, committee_size=3, max_rounds=3, quorum_min_reveals=1, escalation_stake=500),
-                  honest=(100, 500, 800), coalition=(801,), play="shared", escalates=True)
+    sc = Scenario(
+        _net(
+            challenges_per_run=3, committee_size=3, max_rounds=3, quorum_min_reveals=1, escalation_stake=500
+        ),
+        honest=(100, 500, 800),
+        coalition=(801,),
+        play="shared",
+        escalates=True,
+    )
     game = _game(sc, random.Random(1063), noted=False)
     assert game.chain.of(MinerSlashed) == [], _honest_miner_faults(game)
 
 
 def test_dispute_rounds_run_one_at_a_time_so_none_opens_without_seats():
-    """Found by this game against an early v3 core; dispute rounds now queue (state.disputes) and each seats the whole stake.
-    Honest (600, 100, 100, 700) vs a coalition (857, 305), committee_size 5, max_rounds 2, 3
+    """Found by this game against an early v3 core; dispute rounds now queue (state.disputes) and each seats
+    the whole stake. Honest (600, 100, 100, 700) vs a coalition (857, 305), committee_size 5, max_rounds 2, 3
     concurrent challenges, escalation_stake 100; the coalition escalates rounds the honest seats won.
     Challenge 0's dispute round takes every free unit (and the coalition wins it 5 seats to 4), so
     challenge 1's dispute round, opened the next block, seats nobody: unresolved, the honest miner's
     stake locked and its escrow burned."""
-    sc = Scenario(_net(challenges_per_run=3, committee_size=5, max_rounds=2, quorum_min_reveals=1, escalation_stake=100),
-                  honest=(600, 100, 100, 700), coalition=(857, 305), play="shared", escalates=True)
+    sc = Scenario(
+        _net(
+            challenges_per_run=3, committee_size=5, max_rounds=2, quorum_min_reveals=1, escalation_stake=100
+        ),
+        honest=(600, 100, 100, 700),
+        coalition=(857, 305),
+        play="shared",
+        escalates=True,
+    )
     game = _game(sc, random.Random(1078), noted=False)
     assert [e.committee for e in game.chain.of(ChallengeIssued) if e.round == 2 and not e.committee] == []
     assert _honest_miner_faults(game) == []
 
 
 def test_a_dispute_round_is_not_left_below_its_quorum_by_concurrent_rounds():
-    """Found by this game against an early v3 core; a seat of another round and a dispute seat now share a unit of bond.
-    One honest verifier of 200 (2 units), no coalition, committee_size 1, quorum_min_reveals 2,
+    """Found by this game against an early v3 core; a seat of another round and a dispute seat now share a
+    unit of bond. One honest verifier of 200 (2 units), no coalition, committee_size 1, quorum_min_reveals 2,
     max_rounds 2, 2 challenges: each first round seats one unit (below the quorum: re-challenged),
     and each dispute round finds the other unit held by the other challenge: 1 seat, below the
     quorum, unresolved twice: the honest miner's stake is locked and its escrow burned."""
-    sc = Scenario(_net(challenges_per_run=2, committee_size=1, max_rounds=2, quorum_min_reveals=2, escalation_stake=100),
-                  honest=(200,), coalition=())
+    sc = Scenario(
+        _net(
+            challenges_per_run=2, committee_size=1, max_rounds=2, quorum_min_reveals=2, escalation_stake=100
+        ),
+        honest=(200,),
+        coalition=(),
+    )
     game = _game(sc, random.Random(0), noted=False)
     assert _honest_miner_faults(game) == []
 
 
 def test_a_forger_that_starves_some_dispute_seats_is_judged_fraud():
-    """Found by this game against an early v3 core (refusals set aside under a share); a dispute round now judges honest only a miner whose value holds a majority of the revealed seats, refusals counting against it.
-    Honest (200, 100) vs a coalition (100, 100) revealing the forger's leaf; max_rounds 1 makes
-    round 1 the dispute round (5 seats: h0 2, h1, c0, c1). The forger serves c1 and h1 only: h0's 2
-    refused seats are 2 of 5 revealed, under dispute_refusal_share 1/2, so refusals are set aside,
-    and the coalition's 2 seats beat h1's 1: the forged step is judged honest. (Any coalition above
-    a quarter of the seats wins this way: starve s honest seats with h - c < s < (h + c) / 2.)"""
-    sc = Scenario(_net(challenges_per_run=1, committee_size=1, max_rounds=1, quorum_min_reveals=1, escalation_stake=100),
-                  honest=(200, 100), coalition=(100, 100), forged=True, play="miner", serve=("half",))
+    """Found by this game against an early v3 core (refusals set aside under a share); a dispute round now
+    judges honest only a miner whose value holds a majority of the revealed seats, refusals counting against
+    it. Honest (200, 100) vs a coalition (100, 100) revealing the forger's leaf; max_rounds 1 makes round 1
+    the dispute round (5 seats: h0 2, h1, c0, c1). The forger serves c1 and h1 only: h0's 2 refused seats are
+    2 of 5 revealed, under dispute_refusal_share 1/2, so refusals are set aside, and the coalition's 2 seats
+    beat h1's 1: the forged step is judged honest. (Any coalition above a quarter of the seats wins this way:
+    starve s honest seats with h - c < s < (h + c) / 2.)"""
+    sc = Scenario(
+        _net(
+            challenges_per_run=1, committee_size=1, max_rounds=1, quorum_min_reveals=1, escalation_stake=100
+        ),
+        honest=(200, 100),
+        coalition=(100, 100),
+        forged=True,
+        play="miner",
+        serve=("half",),
+    )
     game = _game(sc, random.Random(1), noted=False)
     assert sorted(next(iter(game.rounds.values())).served) == ["c1", "h1"]
     assert _forgery_faults(game) == []

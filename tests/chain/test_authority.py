@@ -24,7 +24,9 @@ def _record(params: ProtocolParams, effective: int) -> ConfigureNetwork:
 def test_a_dev_chain_records_its_creator_as_the_authority(tmp_path):
     db = tmp_path / "c.db"
     DevTransport(db, "founder").close()
-    assert DevTransport(db, "someone-else").network_authority() == "founder"  # opening it later changes nothing
+    assert (
+        DevTransport(db, "someone-else").network_authority() == "founder"
+    )  # opening it later changes nothing
     with pytest.raises(TransportError, match="dev account names"):
         DevTransport(tmp_path / "d.db", "bad name!")
 
@@ -49,7 +51,9 @@ def test_a_strangers_first_record_does_not_take_a_dev_network(tmp_path):
     assert view.state.authority == "founder" and view.state.params == BASE
 
     rec = read_network(DevTransport(db, "node"), 5)
-    assert rec.authority == "founder" and rec.current == BASE and [r.origin for r in rec.refused] == ["mallory"]
+    assert (
+        rec.authority == "founder" and rec.current == BASE and [r.origin for r in rec.refused] == ["mallory"]
+    )
     state = seeded_state(rec, start_params(rec, None, pin_name="[protocol]"))
     assert state.authority == "founder"
 
@@ -58,8 +62,9 @@ def test_a_pinned_authority_must_agree_with_the_dev_chains(tmp_path):
     db = tmp_path / "c.db"
     t = DevTransport(db, "founder")
     assert network_authority(t, None) == network_authority(t, "founder") == "founder"
-    with pytest.raises(NetworkParamsError, match="the pinned authority mallory is not the network's: the chain "
-                                                 "names founder"):
+    with pytest.raises(
+        NetworkParamsError, match="the pinned authority mallory is not the network's: the chain names founder"
+    ):
         read_network(t, 0, authority="mallory")
 
 
@@ -97,10 +102,15 @@ def test_a_substrate_node_refuses_to_start_without_an_authority(tmp_path):
     from node.daemon import StartupError, VerifierNode
 
     ws = load_config(None, env={"POT_CHAIN_URL": "ws://127.0.0.1:9", "POT_NODE_DATA_DIR": str(tmp_path)})
-    with pytest.raises(ConfigError, match=r"(?s)chain.authority \(POT_CHAIN_AUTHORITY\) is not set: on a Substrate "
-                                          r"chain .*\[chain\]\n  authority = \"5Grw"):
+    with pytest.raises(
+        ConfigError,
+        match=r"(?s)chain.authority \(POT_CHAIN_AUTHORITY\) is not set: on a Substrate "
+        r"chain .*\[chain\]\n  authority = \"5Grw",
+    ):
         check_authority(ws)
-    check_authority(load_config(None, env={"POT_CHAIN_URL": "ws://127.0.0.1:9", "POT_CHAIN_AUTHORITY": "5Grw"}))
+    check_authority(
+        load_config(None, env={"POT_CHAIN_URL": "ws://127.0.0.1:9", "POT_CHAIN_AUTHORITY": "5Grw"})
+    )
     check_authority(load_config(None, env={"POT_CHAIN_URL": "dev:///c.db"}))  # the chain names its own
     # the daemon refuses before it connects (nothing listens on port 9)
     node = VerifierNode(ws, load_secrets(None, env={"POT_KEY_URI": "//Alice"}), engine=None)  # type: ignore[arg-type]

@@ -76,7 +76,9 @@ def test_a_resolution_that_fails_halfway_is_undone_and_the_others_resolve(tmp_pa
     assert [e.to_json() for e in one.events] == [e.to_json() for e in two.events]
 
     # Undone exactly: the state is the one of a follower whose resolution of A did nothing at all.
-    monkeypatch.setattr(rules, "_resolve", lambda s, ch, n, h: [] if ch.run_id == a.run_id else real(s, ch, n, h))
+    monkeypatch.setattr(
+        rules, "_resolve", lambda s, ch, n, h: [] if ch.run_id == a.run_id else real(s, ch, n, h)
+    )
     assert _follow(tmp_path / "c.db").state.to_cbor() == one.state.to_cbor()
 
     # Once the fault is gone, the challenge resolves at the next block like the other one did.
@@ -84,8 +86,9 @@ def test_a_resolution_that_fails_halfway_is_undone_and_the_others_resolve(tmp_pa
     miner.seal()
     one.sync()
     assert one.state.reserved == {} and one.state.runs[a.run_id].settled
-    assert _challenge_of(one, a).verdict == "fraud" and not [e for e in one.events if e.block > failed[-1].block
-                                                             and isinstance(e, BlockWorkFailed)]
+    assert _challenge_of(one, a).verdict == "fraud" and not [
+        e for e in one.events if e.block > failed[-1].block and isinstance(e, BlockWorkFailed)
+    ]
 
 
 def test_an_issuance_that_fails_leaves_the_other_runs_challenged(tmp_path, monkeypatch):

@@ -44,7 +44,9 @@ def examples():
     ]
 
 
-@pytest.mark.parametrize("call", examples(), ids=lambda c: c.NAME + ("+mirrors" if getattr(c, "mirrors", ()) else ""))
+@pytest.mark.parametrize(
+    "call", examples(), ids=lambda c: c.NAME + ("+mirrors" if getattr(c, "mirrors", ()) else "")
+)
 def test_round_trip(call):
     data = encode_call(call)
     assert data.startswith(PREFIX)
@@ -107,32 +109,58 @@ GOOD = examples()[4].to_wire()
             "consistency_proof must be a list",
         ),
         (
-            _payload("submit_checkpoint_root", {"run_id": H, "root": H, "size": 1, "consistency_proof": [H] * 65}),
+            _payload(
+                "submit_checkpoint_root", {"run_id": H, "root": H, "size": 1, "consistency_proof": [H] * 65}
+            ),
             "at most 64",
         ),
         (
-            _payload("reveal_witness_value", {"challenge_id": H, "value_hash": H, "proof_hash": H,
-                                              "norm_bucket": 0, "salt": b"x"}),
+            _payload(
+                "reveal_witness_value",
+                {"challenge_id": H, "value_hash": H, "proof_hash": H, "norm_bucket": 0, "salt": b"x"},
+            ),
             "salt must be 16..64 bytes",
         ),
         (
-            _payload("reveal_witness_value", {"challenge_id": H, "value_hash": H, "norm_bucket": 0,
-                                              "salt": bytes(16)}),
+            _payload(
+                "reveal_witness_value",
+                {"challenge_id": H, "value_hash": H, "norm_bucket": 0, "salt": bytes(16)},
+            ),
             "missing field(s) proof_hash",
         ),
         (
-            _payload("submit_opening", {"challenge_id": H, "opening_digest": H, "uri": "u", "leaf": b"l",
-                                        "leaf_proof": []}),
+            _payload(
+                "submit_opening",
+                {"challenge_id": H, "opening_digest": H, "uri": "u", "leaf": b"l", "leaf_proof": []},
+            ),
             "missing field(s) mirrors",
         ),
         (
-            _payload("submit_opening", {"challenge_id": H, "opening_digest": H, "uri": "u", "leaf": b"l",
-                                        "leaf_proof": [], "mirrors": ["m"] * (MAX_MIRRORS + 1)}),
+            _payload(
+                "submit_opening",
+                {
+                    "challenge_id": H,
+                    "opening_digest": H,
+                    "uri": "u",
+                    "leaf": b"l",
+                    "leaf_proof": [],
+                    "mirrors": ["m"] * (MAX_MIRRORS + 1),
+                },
+            ),
             f"at most {MAX_MIRRORS}",
         ),
         (
-            _payload("submit_opening", {"challenge_id": H, "opening_digest": H, "uri": "u", "leaf": b"l",
-                                        "leaf_proof": [], "mirrors": "m"}),
+            _payload(
+                "submit_opening",
+                {
+                    "challenge_id": H,
+                    "opening_digest": H,
+                    "uri": "u",
+                    "leaf": b"l",
+                    "leaf_proof": [],
+                    "mirrors": "m",
+                },
+            ),
             "mirrors must be a list of text",
         ),
         (_payload("bond_verifier", {"amount": 0}), "amount must be at least 1"),

@@ -161,7 +161,11 @@ def test_events_and_inspect_show_bonds_committees_and_rounds(tmp_path):
     r = pot("dev", "--db", str(db), "--inspect", "--json")
     assert r.exit_code == 0, r.output
     proto = json.loads(r.output)["protocol"]
-    assert proto["runs"] == 1 and proto["challenges"] == {"open": 1, "resolved": 1, "verdicts": {"inconclusive": 1}}
+    assert proto["runs"] == 1 and proto["challenges"] == {
+        "open": 1,
+        "resolved": 1,
+        "verdicts": {"inconclusive": 1},
+    }
     (open_,) = proto["open_challenges"]
     assert open_["challenge_id"] == again["challenge_id"] and open_["round"] == 2
     assert open_["first"] == first["challenge_id"] and open_["step"] == 3 and not open_["opened"]

@@ -45,7 +45,12 @@ def test_ws_delegates_to_the_substrate_transport(monkeypatch):
     module.connect_substrate = connect_substrate
     monkeypatch.setitem(sys.modules, "chain.substrate", module)
     assert connect("ws://127.0.0.1:9944", key="//Alice", kind="pallet", pallet="Pot") == "transport"
-    assert seen == {"url": "ws://127.0.0.1:9944", "key_uri": "//Alice", "kind": "pallet", "opts": {"pallet": "Pot"}}
+    assert seen == {
+        "url": "ws://127.0.0.1:9944",
+        "key_uri": "//Alice",
+        "kind": "pallet",
+        "opts": {"pallet": "Pot"},
+    }
     connect("wss://node.example:443", account="//Bob")
     assert seen["key_uri"] == "//Bob" and seen["kind"] == "remark"
     with pytest.raises(ChainURLError, match="'remark' or 'pallet'"):

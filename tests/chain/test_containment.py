@@ -39,7 +39,9 @@ def _value_sharing_remark(levels: int = 60) -> bytes:
     x: list = []
     for _ in range(levels):
         x = [x, x]  # a DAG of 2^levels paths: tags 28/29 keep it tiny on the wire
-    return PREFIX + cbor2.dumps(["commit_witness", {"challenge_id": bytes(32), "commitment": x}], value_sharing=True)
+    return PREFIX + cbor2.dumps(
+        ["commit_witness", {"challenge_id": bytes(32), "commitment": x}], value_sharing=True
+    )
 
 
 def _nested_remark(depth: int = 20000) -> bytes:
@@ -104,7 +106,9 @@ def test_a_hostile_block_is_read_to_its_head_and_recorded_once_per_payload(tmp_p
         (1, 0, "bad_cbor"), *[(1, i + 3, r) for i, (_, r) in enumerate(list(HOSTILE.values())[1:])]]
     for e in ignored:
         assert e.origin == "miner" and e.message == C.IGNORE_REASONS[e.reason]
-        assert len(e.to_json()) < 400 + C.MAX_DETAIL  # a code, a fixed message, a bounded detail; never the payload
+        assert (
+            len(e.to_json()) < 400 + C.MAX_DETAIL
+        )  # a code, a fixed message, a bounded detail; never the payload
     assert ignored[0].size == len(HOSTILE["bignum"][0])
 
     # Deterministic: another follower of the same chain records exactly the same events.
@@ -218,7 +222,9 @@ def test_open_runs_per_miner_are_capped_and_witnesses_are_the_seated_accounts(mo
     for who in (unseated, *issued.committee):  # the unseated one first: it still takes no seat
         com, _ = witness(cid, who, runs[0].value_hash(issued.step))
         (ev,) = _apply(state, com, who, 3)
-        assert isinstance(ev, P.WitnessCommitted) if who in issued.committee else ev.refusal == "NotInCommittee"
+        assert (
+            isinstance(ev, P.WitnessCommitted) if who in issued.committee else ev.refusal == "NotInCommittee"
+        )
     assert set(state.challenges[cid].commitments) == set(issued.committee)
 
 

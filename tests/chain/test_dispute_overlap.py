@@ -36,7 +36,11 @@ def _play(chain: PureChain, run: SyntheticRun, last: int) -> None:
                 com, rev = witness(cid, v, value)
                 if n <= ch.commit_deadline and v not in ch.commitments:
                     calls.append((v, com))
-                elif ch.commit_deadline < n <= ch.reveal_deadline and v in ch.commitments and v not in ch.reveals:
+                elif (
+                    ch.commit_deadline < n <= ch.reveal_deadline
+                    and v in ch.commitments
+                    and v not in ch.reveals
+                ):
                     calls.append((v, rev))
                 elif (ch.reveal_deadline < n <= ch.escalate_deadline and not ch.dispute and v in ch.reveals
                       and P.round_result(chain.state, cid).winning_value != ch.reveals[v][0]):

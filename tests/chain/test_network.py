@@ -70,7 +70,10 @@ def test_records_from_another_account_or_for_a_past_block_are_refused():
     state = P.new_state(BASE)
     _step(state, 1, ("alice", _configure(OTHER, 5)))
     refused = _step(state, 2, ("mallory", _configure(BASE, 9)), ("alice", _configure(BASE, 2)))
-    assert [(e.origin, e.refusal) for e in refused] == [("mallory", "NotAuthority"), ("alice", "RetroactiveChange")]
+    assert [(e.origin, e.refusal) for e in refused] == [
+        ("mallory", "NotAuthority"),
+        ("alice", "RetroactiveChange"),
+    ]
     assert "not 'mallory'" in refused[0].reason and "effective_block is 2" in refused[1].reason
     assert state.schedule == [[5, 1, OTHER.to_dict()]]
     # A follower that pins the authority refuses a first record from anyone else.
@@ -95,8 +98,13 @@ def test_a_change_applies_from_its_block_and_never_to_what_came_before():
     """A challenge issued before the change keeps its deadlines; a run completed after it gets
     the new challenge delay."""
     state = P.new_state(BASE)
-    early, late = SyntheticRun(steps=4, seed="early", miner="m1"), SyntheticRun(steps=4, seed="late", miner="m2")
-    seats = [(f"v{i}", BondVerifier(BASE.verifier_stake)) for i in range(BASE.committee_size)]  # a committee's seats
+    early, late = (
+        SyntheticRun(steps=4, seed="early", miner="m1"),
+        SyntheticRun(steps=4, seed="late", miner="m2"),
+    )
+    seats = [
+        (f"v{i}", BondVerifier(BASE.verifier_stake)) for i in range(BASE.committee_size)
+    ]  # a committee's seats
     _step(state, 1, ("alice", _configure(BASE, 2)), ("m1", early.register()), ("m2", late.register()), *seats)
     _step(state, 2, ("m1", early.submit_full_root()))  # challenges at 2 + 1
     issued = [e for e in _step(state, 3, ("alice", _configure(OTHER, 5))) if isinstance(e, P.ChallengeIssued)]
@@ -120,7 +128,10 @@ def test_a_non_canonical_spec_is_refused_naming_the_field():
     # A float in a wider form than its shortest is named the same way.
     wide = run.spec.to_cbor().replace(bytes.fromhex("f93c00"), bytes.fromhex("fb3ff0000000000000"), 1)
     (ev,) = _step(state, 2, ("m", run.register(spec=wide)))
-    assert ev.refusal == "InvalidCall" and "optimizer.grad_clip: a float must be in its shortest exact width" in ev.reason
+    assert (
+        ev.refusal == "InvalidCall"
+        and "optimizer.grad_clip: a float must be in its shortest exact width" in ev.reason
+    )
 
 
 # --- reading the record, and the check at start ------------------------------------------------------
@@ -138,7 +149,9 @@ def test_read_network_and_the_pin_check(tmp_path):
     with pytest.raises(NetworkParamsError) as exc:
         check_pinned(rec, OTHER, pin_name="this node's [protocol] section")
     msg = str(exc.value)
-    assert msg.startswith("this node's [protocol] section disagrees with the protocol parameters the chain records")
+    assert msg.startswith(
+        "this node's [protocol] section disagrees with the protocol parameters the chain records"
+    )
     assert "commit_window: 5 != 2 (pinned != chain)" in msg and "challenge_delay: 3 != 1" in msg
     assert "opening_deadline" not in msg  # only what differs
     # Mallory's record is refused: the network stays alice's.
@@ -194,7 +207,9 @@ def test_dev_chain_processes_configure_check_and_show_every_refusal(tmp_path):
     url = f"dev://{db}"
     (tmp_path / "base.toml").write_text(to_toml({"protocol": BASE.to_dict()}))
     (tmp_path / "other.toml").write_text(to_toml({"protocol": OTHER.to_dict()}))
-    DevTransport(db, "authority").close()  # `pot chain dev --db --authority authority`: its creator configures it
+    DevTransport(
+        db, "authority"
+    ).close()  # `pot chain dev --db --authority authority`: its creator configures it
     r = _pot("chain", "configure", "--chain", url, "--account", "authority", "--params",
              str(tmp_path / "base.toml"), "--effective", "2", "--json")
     assert r.returncode == 0, r.stderr
@@ -209,7 +224,9 @@ def test_dev_chain_processes_configure_check_and_show_every_refusal(tmp_path):
     miner.submit([run.register(spec=cbor.encode(spec))])  # block 3
 
     r = _pot("chain", "events", "--chain", url, "--params", str(tmp_path / "other.toml"))
-    assert r.returncode == 2 and "--params disagrees with the protocol parameters the chain records" in r.stderr
+    assert (
+        r.returncode == 2 and "--params disagrees with the protocol parameters the chain records" in r.stderr
+    )
     assert "commit_window: 5 != 2 (pinned != chain)" in r.stderr and r.stdout == ""
 
     r = _pot("chain", "events", "--chain", url, "--json")
@@ -222,7 +239,10 @@ def test_dev_chain_processes_configure_check_and_show_every_refusal(tmp_path):
     assert "SCALE length" in ignored[0]["detail"] and "spec must be bytes" in ignored[2]["detail"]
     (refused,) = [e for e in events if e["event"] == "CallRefused"]
     assert refused["block"] == 3 and refused["origin"] == "client" and refused["refusal"] == "InvalidCall"
-    assert "optimizer.grad_clip: a float must be encoded as a float (f93c00), got the integer 1" in refused["reason"]
+    assert (
+        "optimizer.grad_clip: a float must be encoded as a float (f93c00), got the integer 1"
+        in refused["reason"]
+    )
     # The same history, derived in this process from the chain alone.
     view = ChainView(DevTransport(db, "observer"), BASE)
     view.sync()
@@ -246,7 +266,9 @@ def test_a_node_whose_parameters_disagree_with_the_chain_refuses_to_start(tmp_pa
 
     r = _pot("node", "run", "--init", "--config", str(config("v2", OTHER)), timeout=90)
     assert r.returncode == 2, r.stderr[-2000:]
-    assert "this node's [protocol] section disagrees with the protocol parameters the chain records" in r.stderr
+    assert (
+        "this node's [protocol] section disagrees with the protocol parameters the chain records" in r.stderr
+    )
     assert "configure_network record of block 1 by authority" in r.stderr
     assert "challenge_delay: 3 != 1 (pinned != chain)" in r.stderr
 
@@ -309,7 +331,11 @@ def test_the_node_api_lists_the_refusals_of_its_runs_and_of_any_account(tmp_path
     client = DevTransport(db, "client")
     client.submit_payloads([_hostile_payloads(SyntheticRun(seed="client"))["bad_prefix"]])
     path = tmp_path / "v1.toml"
-    path.write_text(to_toml({"node": {"data_dir": str(tmp_path / "v1")}, "chain": {"url": f"dev://{db}", "account": "v1"}}))
+    path.write_text(
+        to_toml(
+            {"node": {"data_dir": str(tmp_path / "v1")}, "chain": {"url": f"dev://{db}", "account": "v1"}}
+        )
+    )
     cfg = load_config(path, env={})
     engine = open_database(cfg.database_url, init=True)
     node = VerifierNode(cfg, load_secrets(None, env={}), engine)
@@ -326,7 +352,11 @@ def test_the_node_api_lists_the_refusals_of_its_runs_and_of_any_account(tmp_path
     assert mine["accounts"] == ["m", "v1"]
     assert [(e["event"], e["refusal"]) for e in mine["items"]] == [("CallRefused", "RootNotAppendOnly")]
     (ignored,) = theirs["items"]
-    assert (ignored["event"], ignored["reason"], ignored["origin"]) == ("RemarkIgnored", "bad_prefix", "client")
+    assert (ignored["event"], ignored["reason"], ignored["origin"]) == (
+        "RemarkIgnored",
+        "bad_prefix",
+        "client",
+    )
     assert "SCALE length" in ignored["detail"]
 
 
@@ -371,7 +401,10 @@ def test_chopsticks_configure_check_and_show_every_refusal(tmp_path, chopsticks)
 
         r = _pot("chain", "events", "--chain", chopsticks.url, "--params", str(tmp_path / "other.toml"),
                  timeout=120)
-        assert r.returncode == 2 and "--params disagrees with the protocol parameters the chain records" in r.stderr
+        assert (
+            r.returncode == 2
+            and "--params disagrees with the protocol parameters the chain records" in r.stderr
+        )
         assert f"by {auth.account}" in r.stderr and "commit_window: 5 != 2 (pinned != chain)" in r.stderr
 
         r = _pot("chain", "events", "--chain", chopsticks.url, "--json", timeout=120)
@@ -400,7 +433,9 @@ def test_chopsticks_configure_check_and_show_every_refusal(tmp_path, chopsticks)
         engine = open_database(cfg.database_url, init=True)
         node = VerifierNode(cfg, load_secrets(cfg.node.secrets_file, env={}), engine)
         try:
-            with pytest.raises(StartupError, match=r"\[protocol\] section disagrees .* challenge_delay: 3 != 1"):
+            with pytest.raises(
+                StartupError, match=r"\[protocol\] section disagrees .* challenge_delay: 3 != 1"
+            ):
                 node.start()
         finally:
             if node.transport is not None:

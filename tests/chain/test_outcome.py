@@ -32,8 +32,12 @@ def chain(tmp_path):
 
 def test_each_call_of_a_transaction_gets_its_own_outcome(chain):
     view = follower_view(chain)
-    out = submit_and_read(chain, [BondVerifier(130), UnbondVerifier(30), UnbondVerifier(500), UnbondVerifier(50)],
-                          view, timeout=10)
+    out = submit_and_read(
+        chain,
+        [BondVerifier(130), UnbondVerifier(30), UnbondVerifier(500), UnbondVerifier(50)],
+        view,
+        timeout=10,
+    )
     assert out.block == 1 and not out.ok
     bond, unbond, over, dust = out.calls
     assert bond.ok and bond.events[0].code == "VerifierBonded" and bond.events[0].bond == 130
@@ -43,9 +47,12 @@ def test_each_call_of_a_transaction_gets_its_own_outcome(chain):
     assert [r.refusal for r in out.refusals] == ["AmountOverBond", "BondBelowMinimum"]
     assert out.words().splitlines() == [
         "bond_verifier accepted in block 1: v1 bonded 130; its active bond is now 130",
-        "unbond_verifier accepted in block 1: 30 unbonding, released at block 11; the active bond of v1 is now 100",
-        "unbond_verifier refused in block 1: AmountOverBond: 'v1' has an active bond of 100; it cannot unbond 500",
-        "unbond_verifier refused in block 1: BondBelowMinimum: unbonding 50 would leave 50, below verifier_stake "
+        "unbond_verifier accepted in block 1: 30 unbonding, released at block 11; the active bond of v1 is "
+        "now 100",
+        "unbond_verifier refused in block 1: AmountOverBond: 'v1' has an active bond of 100; it cannot "
+        "unbond 500",
+        "unbond_verifier refused in block 1: BondBelowMinimum: unbonding 50 would leave 50, below "
+        "verifier_stake "
         "(100): unbond all of it, or at most 0",
     ]
     assert view.cursor == 1 and {e.code for e in out.synced} >= {"VerifierBonded", "CallRefused"}
@@ -113,7 +120,10 @@ def test_configure_reports_a_refused_record_and_exits_1(tmp_path, chain):
     r = CliRunner().invoke(app, ["configure", "--chain", f"dev://{fresh}", "--account", "authority",
                                  "--params", str(tmp_path / "p.toml"), "--effective", "5"])
     assert r.exit_code == 0, r.output
-    assert "configure_network by authority in block 1: parameters" in r.stdout and "effect at block 5" in r.stdout
+    assert (
+        "configure_network by authority in block 1: parameters" in r.stdout
+        and "effect at block 5" in r.stdout
+    )
 
 
 @pytest.mark.parametrize("command", [["events"], ["configure", "--params", "p.toml"]])

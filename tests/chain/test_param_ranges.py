@@ -36,7 +36,10 @@ from chain.protocol.state import ChallengeState, ProtocolState, RunState
 from commitments import cbor
 from tests.chain.runs import SyntheticRun
 
-PENALTIES = ("no_show_penalty", "outlier_penalty")  # each at most verifier_stake / 2 (two share a unit of bond)
+PENALTIES = (
+    "no_show_penalty",
+    "outlier_penalty",
+)  # each at most verifier_stake / 2 (two share a unit of bond)
 LARGEST = ProtocolParams(**{name: hi for name, (_, hi) in PARAM_RANGES.items() if name not in PENALTIES},
                          **dict.fromkeys(PENALTIES, PARAM_RANGES["verifier_stake"][1] // 2),
                          quorum_share=Fraction(MAX_QUORUM_TERM - 1, MAX_QUORUM_TERM),
@@ -76,7 +79,9 @@ def test_each_parameter_is_refused_one_past_its_bounds_naming_it_its_value_and_r
     assert getattr(_params(name, most), name) == most
     assert getattr(_params(name, lo), name) == lo
     for bad in (hi + 1, lo - 1):
-        with pytest.raises(ParamRangeError, match=rf"protocol parameter {name} must be .* in {lo}\.\.") as err:
+        with pytest.raises(
+            ParamRangeError, match=rf"protocol parameter {name} must be .* in {lo}\.\."
+        ) as err:
             _params(name, bad)
         assert repr(bad) in str(err.value) and (err.value.name, err.value.value) == (name, bad)
 
@@ -87,9 +92,12 @@ def test_a_penalty_is_refused_past_half_of_verifier_stake(name):
     seat at once, so the two penalties they may pay must fit in it."""
     kw = dict.fromkeys(PENALTIES, 0)
     assert getattr(ProtocolParams(verifier_stake=71, **{**kw, name: 35}), name) == 35
-    with pytest.raises(ParamRangeError, match=rf"{name} must be a non-negative integer in 0\.\.verifier_stake / 2 "
-                                              rf"\(35\): a unit of bond backs a round's seat and a dispute seat at "
-                                              rf"once, got 36") as err:
+    with pytest.raises(
+        ParamRangeError,
+        match=rf"{name} must be a non-negative integer in 0\.\.verifier_stake / 2 "
+        rf"\(35\): a unit of bond backs a round's seat and a dispute seat at "
+        rf"once, got 36",
+    ) as err:
         ProtocolParams(verifier_stake=71, **{**kw, name: 36})
     assert (err.value.name, err.value.hi) == (name, 35)
     # a record goes through the same check
@@ -123,10 +131,15 @@ def test_the_range_messages_and_the_fraction_and_step_bounds():
         ProtocolParams(opening_deadline=1 << 63)
     with pytest.raises(ParamRangeError, match=r"miner_stake must be a non-negative integer in 0\.\.2\^48"):
         ProtocolParams(miner_stake=MAX_BOND + 1)
-    with pytest.raises(ParamRangeError, match=r"quorum_share must be a fraction in \(0, 1\] with a denominator "
-                                              r"of at most 2\^32-1, got '1/4294967296'"):
+    with pytest.raises(
+        ParamRangeError,
+        match=r"quorum_share must be a fraction in \(0, 1\] with a denominator "
+        r"of at most 2\^32-1, got '1/4294967296'",
+    ):
         ProtocolParams(quorum_share=Fraction(1, 1 << 32))
-    with pytest.raises(ParamRangeError, match=r"forced_challenge_steps must be steps in 1\.\.100000000, got "):
+    with pytest.raises(
+        ParamRangeError, match=r"forced_challenge_steps must be steps in 1\.\.100000000, got "
+    ):
         ProtocolParams(forced_challenge_steps=(MAX_DECLARED_STEPS + 1,))
     with pytest.raises(ValueError, match="commit_window must be a positive integer, got 'x'"):
         ProtocolParams(commit_window="x")
@@ -195,17 +208,34 @@ def test_the_worst_case_bonds_releases_and_penalties_through_the_rules():
     assert P.apply_recorded(state, BondVerifier(amount=1), "v0", MAX_BLOCK)[0].refusal == "FieldTooLarge"
     (unbonding,) = P.apply_recorded(state, UnbondVerifier(amount=MAX_BOND), "v7", MAX_BLOCK)
     assert unbonding.release_block == MAX_BLOCK + MAX_WINDOW < INT63
-    run = RunState(run_id=b"\x04" * 32, miner="m", registration=bytes(32), spec_digest=bytes(32), mode="value",
-                   declared_steps=1, endpoint="http://m", stake=MAX_BOND, replay_blocks=LARGEST.max_replay_blocks,
-                   opening_blocks=LARGEST.max_replay_blocks, root=bytes(32), size=2)
+    run = RunState(
+        run_id=b"\x04" * 32,
+        miner="m",
+        registration=bytes(32),
+        spec_digest=bytes(32),
+        mode="value",
+        declared_steps=1,
+        endpoint="http://m",
+        stake=MAX_BOND,
+        replay_blocks=LARGEST.max_replay_blocks,
+        opening_blocks=LARGEST.max_replay_blocks,
+        root=bytes(32),
+        size=2,
+    )
     state.runs[run.run_id] = run
     cid = b"\x03" * 32
-    rules._open_round(state, run, cid, 0, 1, MAX_BLOCK, bytes(32), round_=MAX_ROUND, first=None, refused_rounds=1)
+    rules._open_round(
+        state, run, cid, 0, 1, MAX_BLOCK, bytes(32), round_=MAX_ROUND, first=None, refused_rounds=1
+    )
     ch = state.challenges[cid]
     assert ch.dispute and ch.committee == [f"v{i}" for i in range(7)]  # one unit each; v7 has no bond left
-    assert ch.held == {f"v{i}": MAX_BOND for i in range(7)} and state.reserved == {}  # held outside `reserved`
+    assert (
+        ch.held == {f"v{i}": MAX_BOND for i in range(7)} and state.reserved == {}
+    )  # held outside `reserved`
     # Asked for the largest penalty on each of MAX_DISPUTE_SEATS seats (2^59): it pays what its seat holds.
-    (taken,) = rules._penalize(state, ch, "v0", LARGEST.no_show_penalty * MAX_DISPUTE_SEATS, "no_commit", MAX_BLOCK)
+    (taken,) = rules._penalize(
+        state, ch, "v0", LARGEST.no_show_penalty * MAX_DISPUTE_SEATS, "no_commit", MAX_BLOCK
+    )
     assert taken.amount == MAX_BOND and state.vbonds["v0"] == 0 and ch.held["v0"] == 0
     assert rules._penalize(state, ch, "v0", MAX_BOND, "outlier", MAX_BLOCK) == []  # nothing left to take
     state.slashed["v1"] = INT63 - 1
@@ -233,11 +263,16 @@ def test_the_largest_escrow_is_refused_at_registration_never_stored():
     run = SyntheticRun()
     state = ProtocolState(params=LARGEST)
     cost = replay_cost(run.spec, LARGEST)
-    assert opening_blocks(run.spec, LARGEST, 1) <= LARGEST.max_replay_blocks  # it would register but for the escrow
+    assert (
+        opening_blocks(run.spec, LARGEST, 1) <= LARGEST.max_replay_blocks
+    )  # it would register but for the escrow
     _, escrow = run_escrow(cost.blocks, LARGEST)
     assert escrow > MAX_BOND
     (ev,) = P.apply_recorded(state, run.register(), "miner", 1)
-    assert ev.refusal == "EscrowTooLarge" and f"would be {escrow} units; one amount is at most {MAX_BOND}" in ev.reason
+    assert (
+        ev.refusal == "EscrowTooLarge"
+        and f"would be {escrow} units; one amount is at most {MAX_BOND}" in ev.reason
+    )
     assert state.runs == {} and state.bonds == {}
 
 
@@ -260,15 +295,22 @@ def test_configure_network_refuses_out_of_range_records_with_param_out_of_range(
                            ({"challenge_delay": (1 << 64) - 1}, "challenge_delay"),
                            ({"miner_stake": 1 << 49}, "miner_stake"),
                            ({"quorum_share": [1, 1 << 33]}, "quorum_share")):
-        (ev,) = P.apply_recorded(state, ConfigureNetwork(params=_record(**changes), effective_block=5), "alice", 1)
+        (ev,) = P.apply_recorded(
+            state, ConfigureNetwork(params=_record(**changes), effective_block=5), "alice", 1
+        )
         assert isinstance(ev, P.CallRefused) and ev.refusal == "ParamOutOfRange", ev
         assert named in ev.reason
-    (ev,) = P.apply_recorded(state, ConfigureNetwork(params=ProtocolParams().to_cbor(), effective_block=MAX_BLOCK + 1),
-                             "alice", 1)
+    (ev,) = P.apply_recorded(
+        state, ConfigureNetwork(params=ProtocolParams().to_cbor(), effective_block=MAX_BLOCK + 1), "alice", 1
+    )
     assert ev.refusal == "ParamOutOfRange" and "effective_block" in ev.reason
-    (ev,) = P.apply_recorded(state, ConfigureNetwork(params=_record(commit_window="4"), effective_block=5), "alice", 1)
+    (ev,) = P.apply_recorded(
+        state, ConfigureNetwork(params=_record(commit_window="4"), effective_block=5), "alice", 1
+    )
     assert ev.refusal == "InvalidCall"  # not a number at all: unusable, not out of range
     assert state.schedule == []
-    (ev,) = P.apply_recorded(state, ConfigureNetwork(params=LARGEST.to_cbor(), effective_block=MAX_BLOCK), "alice", 1)
+    (ev,) = P.apply_recorded(
+        state, ConfigureNetwork(params=LARGEST.to_cbor(), effective_block=MAX_BLOCK), "alice", 1
+    )
     assert isinstance(ev, P.NetworkConfigured) and state.schedule[0][0] == MAX_BLOCK
     assert ProtocolState.from_cbor(state.to_cbor()).schedule == state.schedule

@@ -97,7 +97,9 @@ def _tiny_spec():
 
     from commitments.spec import Spec
 
-    d = Spec.from_toml(Path(__file__).resolve().parents[2] / "examples" / "specs" / "gpt-tiny.toml").canonical()
+    d = Spec.from_toml(
+        Path(__file__).resolve().parents[2] / "examples" / "specs" / "gpt-tiny.toml"
+    ).canonical()
     d["steps"] = 8
     return Spec.from_dict(d)
 
@@ -123,9 +125,12 @@ def test_the_opening_window_follows_the_checkpoint_interval():
     big = opening_blocks(spec, params, too_long)
     assert big > params.max_replay_blocks
     other = SyntheticRun(seed="run-b")
-    with pytest.raises(P.CheckpointIntervalTooLong, match=f"kept every {too_long} steps needs an opening window of "
-                                                          f"{big} blocks .* allows {params.max_replay_blocks}: keep a "
-                                                          f"state at least every {too_long * 2400 // big} steps"):
+    with pytest.raises(
+        P.CheckpointIntervalTooLong,
+        match=f"kept every {too_long} steps needs an opening window of "
+        f"{big} blocks .* allows {params.max_replay_blocks}: keep a "
+        f"state at least every {too_long * 2400 // big} steps",
+    ):
         chain.block(("miner", other.register(spec=spec.to_cbor(), checkpoint_interval=too_long)))
     assert other.run_id not in chain.state.runs
 
@@ -174,9 +179,16 @@ def test_roots_append_only():
     "make, refusal, reason",
     [
         (lambda r: SubmitCheckpointRoot(digest("pot/x", 1), r.root(3), 3, []), P.UnknownRun, "no run"),
-        (lambda r: dataclasses.replace(r.submit_root(5, 3), consistency_proof=[]), P.BadConsistencyProof, "prefix"),
-        (lambda r: SubmitCheckpointRoot(r.run_id, r.root(5), 5, merkle.consistency_proof(r.leaves[:5], 2)),
-         P.BadConsistencyProof, "prefix"),
+        (
+            lambda r: dataclasses.replace(r.submit_root(5, 3), consistency_proof=[]),
+            P.BadConsistencyProof,
+            "prefix",
+        ),
+        (
+            lambda r: SubmitCheckpointRoot(r.run_id, r.root(5), 5, merkle.consistency_proof(r.leaves[:5], 2)),
+            P.BadConsistencyProof,
+            "prefix",
+        ),
         (lambda r: r.submit_root(2), P.RootNotAppendOnly, "smaller"),
         (lambda r: SubmitCheckpointRoot(r.run_id, r.root(4), 3, []), P.RootNotAppendOnly, "rewrites"),
         (lambda r: SubmitCheckpointRoot(r.run_id, r.root(9), 10, []), P.BadRootSize, "outside 1..9"),
@@ -236,7 +248,10 @@ def test_challenges_issued_one_per_block_from_later_blocks():
     e = issued[0]
     replay = chain.state.runs[run.run_id].replay_blocks
     assert e.opening_deadline == e.block + 4
-    assert e.commit_deadline == e.opening_deadline + max(4, replay) and e.reveal_deadline == e.commit_deadline + 4
+    assert (
+        e.commit_deadline == e.opening_deadline + max(4, replay)
+        and e.reveal_deadline == e.commit_deadline + 4
+    )
     assert e.endpoint == run.endpoint and e.mode == "value" and e.size == 9
     later = chain.advance_to(chain.number + 3)
     assert not [e for e in later if isinstance(e, P.ChallengeIssued)]  # three challenges, no more
@@ -448,13 +463,19 @@ def test_honest_verdict_with_outlier():
     # The winning cluster's seats are paid their fee from the run's escrow, the penalty is burned.
     fee = chain.state.runs[run.run_id].seat_fee
     assert fee == PARAMS.fee_per_replay_block * chain.state.runs[run.run_id].replay_blocks > 0
-    assert [(e.verifier, e.amount, e.why) for e in (paid1, paid2)] == [("v1", fee, "seat_fee"), ("v2", fee, "seat_fee")]
+    assert [(e.verifier, e.amount, e.why) for e in (paid1, paid2)] == [
+        ("v1", fee, "seat_fee"),
+        ("v2", fee, "seat_fee"),
+    ]
     assert chain.state.vbonds == {"v1": 100 + fee, "v2": 100 + fee, "v3": 100 - PARAMS.outlier_penalty}
     assert chain.state.burned == PARAMS.outlier_penalty and chain.state.reserved == {}
     assert chain.of(P.MinerSlashed) == []
     # The run's one challenge is resolved: its stake and the rest of its escrow are released.
     assert isinstance(settled, P.RunSettled) and settled.stake_released == PARAMS.miner_stake
-    assert settled.escrow_released == chain.state.runs[run.run_id].escrow - 2 * fee and settled.escrow_burned == 0
+    assert (
+        settled.escrow_released == chain.state.runs[run.run_id].escrow - 2 * fee
+        and settled.escrow_burned == 0
+    )
     # A round below the dispute round resolves after its escalation window.
     assert ch.escalate_deadline == ch.reveal_deadline + PARAMS.escalation_window
     assert resolved.block == ch.escalate_deadline + 1
@@ -470,10 +491,16 @@ def test_fraud_verdict_slashes_miner():
     # and what the equal share leaves over, is burned.
     share = 400 * PARAMS.slash_reward_share.numerator // PARAMS.slash_reward_share.denominator
     burned = [(e.amount, e.why) for e in events if isinstance(e, P.Burned)]
-    assert burned == [(400 - share, "the slash not paid to seats"), (share % 3, "slash_share: remainder of an equal share")]
+    assert burned == [
+        (400 - share, "the slash not paid to seats"),
+        (share % 3, "slash_share: remainder of an equal share"),
+    ]
     fee = chain.state.runs[run.run_id].seat_fee
     paid = [(e.verifier, e.amount, e.why) for e in events if isinstance(e, P.VerifierPaid)]
-    assert paid == [*((v, fee, "seat_fee") for v in VERIFIERS), *((v, share // 3, "slash_share") for v in VERIFIERS)]
+    assert paid == [
+        *((v, fee, "seat_fee") for v in VERIFIERS),
+        *((v, share // 3, "slash_share") for v in VERIFIERS),
+    ]
     assert chain.state.vbonds == dict.fromkeys(VERIFIERS, 100 + fee + share // 3)
     assert chain.state.paid == dict.fromkeys(VERIFIERS, fee + share // 3)
     assert chain.state.burned == 400 - share + share % 3
@@ -522,7 +549,9 @@ def test_bucket_mode_declaration():
     with pytest.raises(P.AlreadyDeclared):
         chain.block(("miner", DeclareWitnessNormBucket(ch.challenge_id, 6)))
     # Different hardware, different value hashes, same bucket: honest.
-    events = _play(chain, run, ch, [digest("pot/a", i) for i in range(3)], bucket_of=lambda i: 5 if i < 2 else 9)
+    events = _play(
+        chain, run, ch, [digest("pot/a", i) for i in range(3)], bucket_of=lambda i: 5 if i < 2 else 9
+    )
     assert events[0].verdict == "honest" and events[0].winning_value == 5 and events[0].outliers == ("v3",)
 
 
@@ -554,7 +583,9 @@ def test_apply_recorded_never_raises():
     run = SyntheticRun()
     events = chain.block(("miner", run.submit_full_root()), strict=False)
     (ev,) = events
-    assert isinstance(ev, P.CallRefused) and ev.refusal == "UnknownRun" and ev.call == "submit_checkpoint_root"
+    assert (
+        isinstance(ev, P.CallRefused) and ev.refusal == "UnknownRun" and ev.call == "submit_checkpoint_root"
+    )
     assert ev.origin == "miner" and "no run" in ev.reason
 
 

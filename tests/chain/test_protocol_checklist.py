@@ -31,7 +31,11 @@ def _anchors() -> set[str]:
 def _checklist() -> list[tuple[str, str, str]]:
     section = DOC[DOC.index("## 15. What an implementation must reproduce"):]
     rows = re.findall(r"^\| (.+?) \| \[§[0-9.]+\]\((#[^)]+)\) \| `([^`]+)` \|$", section, re.M)
-    body = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith(("| item", "| ---"))]
+    body = [
+        line
+        for line in section.splitlines()
+        if line.startswith("| ") and not line.startswith(("| item", "| ---"))
+    ]
     assert len(rows) == len(body), "a checklist row is not `| item | [§N](#anchor) | `tests/...py` |`"
     return rows
 
@@ -76,7 +80,9 @@ def test_several_bonds_of_one_extrinsic_need_their_sum_all_or_none():
     signer, other = bytes(range(32)), bytes(32)
     paid = [(signer, BOND_ACCOUNT, 5 * PLANCK_PER_UNIT)]
     assert funding_shortfall(signer, paid, [2, 3], planck_per_unit=PLANCK_PER_UNIT) is None
-    assert funding_shortfall(signer, paid, [2, 4], planck_per_unit=PLANCK_PER_UNIT).startswith("amount short:")
+    assert funding_shortfall(signer, paid, [2, 4], planck_per_unit=PLANCK_PER_UNIT).startswith(
+        "amount short:"
+    )
     assert funding_shortfall(signer, [(signer, other, 10**12)], [1],
                              planck_per_unit=PLANCK_PER_UNIT).startswith("wrong destination:")
     assert funding_shortfall(signer, [(other, BOND_ACCOUNT, 10**12)], [1],

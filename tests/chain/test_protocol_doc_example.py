@@ -137,7 +137,9 @@ def example() -> dict[str, str]:
     out["committee digest 0"] = digest(COMMITTEE_DOMAIN, seed, 0, 0).hex()
     out["committee draws"] = "x = " + ", ".join(draws)
     out["committee"] = "committee = [" + ", ".join(committee) + "]"
-    out["dispute seats"] = "dispute seats = [" + ", ".join(dispute_seats(BLOCK, cid, units, DISPUTE_CAP)) + "]"
+    out["dispute seats"] = (
+        "dispute seats = [" + ", ".join(dispute_seats(BLOCK, cid, units, DISPUTE_CAP)) + "]"
+    )
 
     post = toy_state(step)
     key = proof_key(cid)

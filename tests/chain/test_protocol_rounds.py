@@ -37,7 +37,9 @@ NOISE = digest("pot/test/noise", 1)
 class Net:
     """One run on a pure chain, with verifiers bonded in the registration block."""
 
-    def __init__(self, bonds: dict[str, int], params: P.ProtocolParams = PARAMS, run: SyntheticRun | None = None):
+    def __init__(
+        self, bonds: dict[str, int], params: P.ProtocolParams = PARAMS, run: SyntheticRun | None = None
+    ):
         self.chain = PureChain(params)
         self.run = run or SyntheticRun()
         self.chain.block(("miner", self.run.register()), *[(v, bond(b)) for v, b in bonds.items()])
@@ -91,8 +93,10 @@ EIGHT = {"v1": 3000, **{f"v{i}": 1000 for i in range(2, 9)}}
 def test_bond_top_up_and_unbond_then_release_after_the_delay():
     chain = PureChain(PARAMS)
     # A first bond brings the active bond to at least verifier_stake, one seat's collateral.
-    with pytest.raises(P.BondBelowMinimum, match="'v1' would hold an active bond of 60; a verifier bonds at least "
-                                                 "verifier_stake \\(100\\)"):
+    with pytest.raises(
+        P.BondBelowMinimum,
+        match="'v1' would hold an active bond of 60; a verifier bonds at least verifier_stake \\(100\\)",
+    ):
         chain.block(("v1", bond(60)))
     assert chain.state.verifiers == [] and chain.state.vbonds == {} and chain.state.bonds == {}
     (ev,) = chain.block(("v1", bond(150)))
@@ -102,8 +106,10 @@ def test_bond_top_up_and_unbond_then_release_after_the_delay():
     assert (ev.amount, ev.bond) == (10, 160)
     assert chain.state.bonds["v1"] == 160 and chain.state.verifiers == ["v1"]
     # A partial unbond leaves at least verifier_stake active, or nothing.
-    with pytest.raises(P.BondBelowMinimum, match="would leave 60, below verifier_stake \\(100\\): unbond all of it, "
-                                                 "or at most 60"):
+    with pytest.raises(
+        P.BondBelowMinimum,
+        match="would leave 60, below verifier_stake \\(100\\): unbond all of it, or at most 60",
+    ):
         chain.block(("v1", UnbondVerifier(100)))
     (ev,) = chain.block(("v1", UnbondVerifier(60)))
     assert isinstance(ev, P.VerifierUnbonding)
@@ -121,7 +127,11 @@ def test_bond_top_up_and_unbond_then_release_after_the_delay():
         chain.block(("v9", UnbondVerifier(1)))
     assert chain.advance_to(first_release - 1) == []
     (rel,) = chain.block()
-    assert isinstance(rel, P.BondReleased) and (rel.block, rel.verifier, rel.amount) == (first_release, "v1", 60)
+    assert isinstance(rel, P.BondReleased) and (rel.block, rel.verifier, rel.amount) == (
+        first_release,
+        "v1",
+        60,
+    )
     assert chain.state.verifiers == ["v1"]  # an amount still unbonding keeps it in the registry
     (rel,) = chain.advance_to(7 + PARAMS.unbonding_delay)
     assert (rel.verifier, rel.amount) == ("v1", 100)
@@ -192,7 +202,9 @@ def test_the_committee_is_drawn_from_the_issue_block_by_seat_units():
     assert all(P.free_bond(net.state, v) == EIGHT[v] - 100 * seats.get(v, 0) for v in EIGHT)
     net.open(ch)
     outsider = next(v for v in EIGHT if v not in ch.committee)
-    with pytest.raises(P.NotInCommittee, match=f"'{outsider}' does not sit on the committee .* \\(round 1, 3 seats\\)"):
+    with pytest.raises(
+        P.NotInCommittee, match=f"'{outsider}' does not sit on the committee .* \\(round 1, 3 seats\\)"
+    ):
         net.chain.block((outsider, witness(ch.challenge_id, outsider, net.run.value_hash(ch.step))[0]))
 
 
@@ -226,7 +238,9 @@ def test_no_commit_no_reveal_and_outlier_are_penalised():
     assert pens == {("v5", "no_reveal", 30), ("v4", "outlier", 40)}
     assert all(e.challenge_id == ch.challenge_id for e in of(events, P.VerifierPenalized))
     fee = net.state.runs[ch.run_id].seat_fee
-    assert {(e.verifier, e.amount) for e in of(events, P.VerifierPaid)} == {(v, fee) for v in ("v1", "v2", "v3")}
+    assert {(e.verifier, e.amount) for e in of(events, P.VerifierPaid)} == {
+        (v, fee) for v in ("v1", "v2", "v3")
+    }
     assert net.state.vbonds == {"v1": 100 + fee, "v2": 100 + fee, "v3": 100 + fee, "v4": 60, "v5": 70}
     assert net.state.slashed == {"v4": 40, "v5": 30}
     assert net.state.burned == 70 and net.state.reserved == {}  # penalties are burned; every seat freed
@@ -244,7 +258,9 @@ def test_a_seat_pays_its_penalty_from_its_reserved_collateral():
     assert ch.committee == ("v1", "v2", "v3") and net.state.reserved == {"v1": 100, "v2": 100, "v3": 100}
     assert P.free_bond(net.state, "v3") == 20
     before = copy.deepcopy(net.state)
-    with pytest.raises(P.BondReserved, match="'v3' has 20 of its bond of 120 free; the rest backs seats of open rounds"):
+    with pytest.raises(
+        P.BondReserved, match="'v3' has 20 of its bond of 120 free; the rest backs seats of open rounds"
+    ):
         net.chain.block(("v3", UnbondVerifier(40)))
     assert net.state.vbonds == before.vbonds and net.state.unbonding == before.unbonding
     (ev,) = net.chain.block(("v3", UnbondVerifier(20)))  # the free part; 100 stays active
@@ -321,11 +337,18 @@ def test_rechallenges_during_the_draws_do_not_count_as_taken_steps():
     chain.block(("miner", run.register()), *[(f"v{i}", bond(100 * 100)) for i in range(1, 4)])
     chain.block(("miner", run.submit_full_root()))
     for _ in range(20):  # the miner opens every round in time; no one witnesses: every round re-challenges
-        chain.block(*[("miner", run.opening(cid, ch.step)) for cid, ch in chain.state.challenges.items()
-                      if ch.verdict is None and ch.opening is None and chain.number + 1 <= ch.opening_deadline])
+        chain.block(
+            *[
+                ("miner", run.opening(cid, ch.step))
+                for cid, ch in chain.state.challenges.items()
+                if ch.verdict is None and ch.opening is None and chain.number + 1 <= ch.opening_deadline
+            ]
+        )
     firsts = [c for c in chain.state.challenges.values() if c.round == 1]
     assert sorted(c.step for c in firsts) == list(range(1, 9)) and chain.state.runs[run.run_id].drawn == 8
-    assert any(c.round > 1 and c.issued < max(f.issued for f in firsts) for c in chain.state.challenges.values())
+    assert any(
+        c.round > 1 and c.issued < max(f.issued for f in firsts) for c in chain.state.challenges.values()
+    )
 
 
 # --- rounds -------------------------------------------------------------------------------------
@@ -344,7 +367,13 @@ def test_an_inconclusive_round_rechallenges_with_a_larger_committee_and_longer_w
     assert res.rechallenge == rechallenge_id(ch.challenge_id, 2, digest("pot/test/block/v1", n))
     (nxt,) = of(events, P.ChallengeIssued)
     assert nxt.challenge_id == res.rechallenge and (nxt.round, nxt.first) == (2, ch.challenge_id)
-    assert (nxt.run_id, nxt.step, nxt.index, nxt.root, nxt.size) == (ch.run_id, ch.step, ch.index, ch.root, ch.size)
+    assert (nxt.run_id, nxt.step, nxt.index, nxt.root, nxt.size) == (
+        ch.run_id,
+        ch.step,
+        ch.index,
+        ch.root,
+        ch.size,
+    )
     assert len(nxt.committee) == 6  # committee_size doubled
     assert res.block == ch.escalate_deadline + 1 and nxt.block == n
     assert nxt.opening_deadline == n + 2 * PARAMS.opening_deadline
@@ -401,7 +430,9 @@ def test_the_dispute_round_seats_every_unit_and_a_plurality_is_not_enough():
     r3 = _dispute(net)
     assert set(r3.committee) == set(EIGHT)  # every verifier (the no-shows kept enough bond)
     units = seat_units(sorted(net.state.vbonds.items()), PARAMS.verifier_stake)
-    assert list(r3.committee) == dispute_seats(digest("pot/test/block/v1", r3.block), r3.challenge_id, units, 4096)
+    assert list(r3.committee) == dispute_seats(
+        digest("pot/test/block/v1", r3.block), r3.challenge_id, units, 4096
+    )
     assert list(r3.committee) == [v for v, k in units for _ in range(k)]  # fewer units than MAX_DISPUTE_SEATS
     assert r3.escalate_deadline == r3.reveal_deadline
     assert net.state.reserved == {}  # a dispute round's seats hold outside `reserved`
@@ -412,7 +443,9 @@ def test_the_dispute_round_seats_every_unit_and_a_plurality_is_not_enough():
     assert seats["v1"] > seats["v2"] >= 1  # seats follow the bond
     good = net.good(r3)
     honest = ("v2", "v3", "v4", "v5")
-    events = net.play(r3, {**{v: good for v in honest}, "v1": (NOISE, None), "v6": (digest("pot/x", 2), None)})
+    events = net.play(
+        r3, {**{v: good for v in honest}, "v1": (NOISE, None), "v6": (digest("pot/x", 2), None)}
+    )
     (res,) = of(events, P.ChallengeResolved)
     top, revealed = sum(seats[v] for v in honest), sum(seats[v] for v in (*honest, "v1", "v6"))
     assert top > seats["v1"] and top > seats["v6"] and Fraction(top, revealed) <= PARAMS.dispute_honest_share
@@ -554,7 +587,9 @@ def test_bucket_mode_refused_bucket_and_a_new_declaration_per_round():
     net.open(ch)
     net.chain.block(("miner", DeclareWitnessNormBucket(ch.challenge_id, 7)))
     v, p = refused_pair(ch.challenge_id)
-    events = net.play(ch, {c: (v, p) for c in ch.committee}, bucket=dict.fromkeys(ch.committee, REFUSED_BUCKET))
+    events = net.play(
+        ch, {c: (v, p) for c in ch.committee}, bucket=dict.fromkeys(ch.committee, REFUSED_BUCKET)
+    )
     (res,) = of(events, P.ChallengeResolved)
     assert res.verdict == "inconclusive" and res.winning_value == REFUSED_BUCKET and res.rechallenge
     (r2,) = of(events, P.ChallengeIssued)
@@ -597,15 +632,25 @@ def test_escalation_window_refusals_and_who_may_escalate():
     esc = EscalateChallenge(ch.challenge_id)
     # Any bonded account may dispute the verdict, seated or not: it reserves the stake; a repeat is a no-op.
     refused, ev = net.chain.block(("v9", esc), (outsider, esc), (outsider, esc), strict=False)
-    assert refused.refusal == "InsufficientFreeBond" and "escalation_stake (500); 'v9' has room for 100" in refused.reason
-    assert isinstance(ev, P.ChallengeEscalated) and (ev.verifier, ev.stake, ev.disputes) == (outsider, 500, "honest")
+    assert (
+        refused.refusal == "InsufficientFreeBond"
+        and "escalation_stake (500); 'v9' has room for 100" in refused.reason
+    )
+    assert isinstance(ev, P.ChallengeEscalated) and (ev.verifier, ev.stake, ev.disputes) == (
+        outsider,
+        500,
+        "honest",
+    )
     assert ev.block == ch.reveal_deadline + 1
     assert net.state.staked == {outsider: 500} and net.state.reserved[outsider] >= 500
     net.chain.advance_to(ch.escalate_deadline)
     events = net.chain.block()  # the round resolves after its window, into the dispute round
     (res,) = of(events, P.ChallengeResolved)
     (dispute,) = of(events, P.ChallengeIssued)
-    assert res.verdict == "inconclusive" and "escalated to the dispute round by 1 account(s) staking 500" in res.reason
+    assert (
+        res.verdict == "inconclusive"
+        and "escalated to the dispute round by 1 account(s) staking 500" in res.reason
+    )
     assert res.rechallenge == dispute.challenge_id and dispute.round == PARAMS.max_rounds
     assert net.state.challenges[ch.challenge_id].pending
     assert net.state.challenges[dispute.challenge_id].escalated == ch.challenge_id
@@ -627,7 +672,9 @@ def test_a_round_without_a_verdict_cannot_be_escalated_nor_after_its_window():
     net2.open(ch2)
     _revealed(net2, ch2, {v: net2.good(ch2) for v in set(ch2.committee)})
     net2.chain.advance_to(ch2.escalate_deadline)
-    with pytest.raises(P.NotEscalable, match=f"the escalation window closed at block {ch2.escalate_deadline}"):
+    with pytest.raises(
+        P.NotEscalable, match=f"the escalation window closed at block {ch2.escalate_deadline}"
+    ):
         _escalate(net2, "v8", ch2)
 
 
@@ -651,14 +698,23 @@ def test_a_vindicated_escalation_gets_its_stake_back_and_the_wrong_seats_pay():
     assert res.verdict == "honest" and res.challenge_id == dispute.challenge_id
     assert of(events, P.MinerSlashed) == []
     (settled,) = of(events, P.EscalationSettled)
-    assert (settled.challenge_id, settled.verifier, settled.returned, settled.forfeited) == (ch.challenge_id, "v8", 500, 0)
+    assert (settled.challenge_id, settled.verifier, settled.returned, settled.forfeited) == (
+        ch.challenge_id,
+        "v8",
+        500,
+        0,
+    )
     pens = {(e.challenge_id, e.verifier, e.amount) for e in of(events, P.VerifierPenalized)}
     assert pens == {(ch.challenge_id, v, PARAMS.outlier_penalty * k) for v, k in seats1.items()}
     assert net.state.staked == {} and net.state.reserved == {}
-    assert not net.state.challenges[ch.challenge_id].pending and net.state.challenges[ch.challenge_id].held == dict.fromkeys(seats1, 0)
+    assert not net.state.challenges[ch.challenge_id].pending and net.state.challenges[
+        ch.challenge_id
+    ].held == dict.fromkeys(seats1, 0)
     # The wrong seats' penalties pay the dispute's winning seats (every seat here).
     pool = [e for e in of(events, P.VerifierPaid) if e.why == "dispute_pool"]
-    assert sum(e.amount for e in pool) + sum(e.amount for e in of(events, P.Burned)) == sum(a for _, _, a in pens)
+    assert sum(e.amount for e in pool) + sum(e.amount for e in of(events, P.Burned)) == sum(
+        a for _, _, a in pens
+    )
     assert net.state.vbonds["v8"] >= bond_before["v8"]  # its stake back, and its fee and pool share
     (run_settled,) = of(events, P.RunSettled)
     assert run_settled.stake_released == PARAMS.miner_stake and run_settled.unresolved == 0
@@ -735,7 +791,9 @@ def test_an_oversize_spec_is_refused_at_registration():
     assert cost.blocks > P.ProtocolParams().max_replay_blocks
     run = SyntheticRun()
     chain = PureChain(P.ProtocolParams())
-    with pytest.raises(P.ReplayTooSlow, match=f"{cost.blocks} blocks with the margin; the protocol allows 2400"):
+    with pytest.raises(
+        P.ReplayTooSlow, match=f"{cost.blocks} blocks with the margin; the protocol allows 2400"
+    ):
         chain.block(("miner", run.register(spec=big.to_cbor(), declared_steps=8)))
     assert chain.state.runs == {} and chain.state.bonds == {}
 
@@ -767,7 +825,13 @@ def test_snapshots_round_trip_every_field_and_continue_identically():
     assert state.vbonds and state.unbonding and r2.first and r2.committee and r2.refused_rounds == 1
     run = state.runs[r2.run_id]
     assert run.drawn == 1 and run.replay_blocks >= 1 and 0 < run.escrow_left < run.escrow
-    assert state.reserved and r2.held and state.paid and state.burned > 0 and r2.escalate_deadline > r2.reveal_deadline
+    assert (
+        state.reserved
+        and r2.held
+        and state.paid
+        and state.burned > 0
+        and r2.escalate_deadline > r2.reveal_deadline
+    )
     snap = state.to_cbor()
     assert cbor.decode(snap)["version"] == "pot/protocol-state/v3"
     restored = P.ProtocolState.from_cbor(snap)

@@ -257,8 +257,13 @@ class ProtocolMachine(RuleBasedStateMachine):
             self.advance(1)
 
     @precondition(lambda self: any(ch.verdict is None for ch in self.main.challenges.values()))
-    @rule(silent=st.sets(st.sampled_from(VERIFIERS), max_size=1), noisy=st.sets(st.sampled_from(VERIFIERS), max_size=1),
-          refuse=st.booleans(), blocks=st.integers(1, 3), dissent=st.booleans())
+    @rule(
+        silent=st.sets(st.sampled_from(VERIFIERS), max_size=1),
+        noisy=st.sets(st.sampled_from(VERIFIERS), max_size=1),
+        refuse=st.booleans(),
+        blocks=st.integers(1, 3),
+        dissent=st.booleans(),
+    )
     def everyone_next(self, silent, noisy, refuse, blocks, dissent):
         """Every open challenge moves on by one honest step per block (the miner opens, the
         committee commits, then reveals what it committed), except that `silent` verifiers stay
@@ -313,7 +318,9 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     @invariant()
     def one_commit_per_verifier(self):
-        counts = Counter((e.challenge_id, e.verifier) for e in self.events if isinstance(e, P.WitnessCommitted))
+        counts = Counter(
+            (e.challenge_id, e.verifier) for e in self.events if isinstance(e, P.WitnessCommitted)
+        )
         assert all(c == 1 for c in counts.values())
 
     @invariant()
@@ -325,8 +332,17 @@ class ProtocolMachine(RuleBasedStateMachine):
     @invariant()
     def verdict_independent_of_reveal_order(self):
         def resolved(events):
-            kinds = (P.ChallengeResolved | P.MinerSlashed | P.VerifierOutlier | P.VerifierPenalized | P.ChallengeIssued
-                     | P.VerifierPaid | P.Burned | P.EscalationSettled | P.RunSettled)
+            kinds = (
+                P.ChallengeResolved
+                | P.MinerSlashed
+                | P.VerifierOutlier
+                | P.VerifierPenalized
+                | P.ChallengeIssued
+                | P.VerifierPaid
+                | P.Burned
+                | P.EscalationSettled
+                | P.RunSettled
+            )
             return [e for e in events if isinstance(e, kinds)]
 
         def canonical(state):
@@ -361,7 +377,9 @@ class ProtocolMachine(RuleBasedStateMachine):
         p = PARAMS
         for ch in self.main.challenges.values():
             assert 1 <= ch.round <= p.max_rounds + 1  # a refused dispute round reopens once more
-            seats = None if ch.round >= p.max_rounds else min(p.committee_size << (ch.round - 1), MAX_COMMITTEE)
+            seats = (
+                None if ch.round >= p.max_rounds else min(p.committee_size << (ch.round - 1), MAX_COMMITTEE)
+            )
             # drawn without replacement: the round's seats, or every free unit when there are fewer
             assert ch.dispute == (seats is None)
             assert seats is None or len(ch.committee) <= seats
@@ -370,7 +388,11 @@ class ProtocolMachine(RuleBasedStateMachine):
                 assert 1 <= len(ch.committee) <= p.committee_size  # a first round waits for a free unit
                 continue
             first = self.main.challenges[ch.first]
-            assert first.round == 1 and (first.run_id, first.step, first.index) == (ch.run_id, ch.step, ch.index)
+            assert first.round == 1 and (first.run_id, first.step, first.index) == (
+                ch.run_id,
+                ch.step,
+                ch.index,
+            )
             prev = [c for c in self.main.challenges.values() if c.rechallenge == ch.challenge_id]
             assert len(prev) == 1 and prev[0].verdict == "inconclusive"
             if ch.escalated is not None:  # an escalation goes straight to the dispute round
@@ -437,7 +459,9 @@ class ProtocolMachine(RuleBasedStateMachine):
                     assert len(children) == 1 and children[0].verdict is None and children[0].dispute
         assert s.reserved == {a: x for a, x in held.items() if x}
         assert s.staked == {a: x for a, x in staked.items() if x}
-        assert all(x <= s.vbonds.get(a, 0) for a, x in s.staked.items())  # every stake can be forfeited in full
+        assert all(
+            x <= s.vbonds.get(a, 0) for a, x in s.staked.items()
+        )  # every stake can be forfeited in full
         assert sum(1 for c in s.challenges.values() if c.dispute and c.verdict is None) <= 1
         for cid, _, _ in s.disputes:
             assert s.challenges[cid].queued and s.challenges[cid].rechallenge is None

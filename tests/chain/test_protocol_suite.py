@@ -77,7 +77,11 @@ class Flow:
     def resolve(self, ch) -> list[P.Event]:
         """The events of the block the round resolves at: after its escalation window."""
         self.advance_to(ch.escalate_deadline + 1)
-        return [e for e in self.view.events if e.block == ch.escalate_deadline + 1 or isinstance(e, P.MinerSlashed)]
+        return [
+            e
+            for e in self.view.events
+            if e.block == ch.escalate_deadline + 1 or isinstance(e, P.MinerSlashed)
+        ]
 
 
 def test_registration_is_idempotent_and_conflicts_refused(network):

@@ -109,28 +109,35 @@ def test_a_snapshot_resealed_under_another_key_is_refused(tmp_path, saved):
     _refused_then_rederived(tmp_path, saved, forged, "does not match this node's snapshot key")
 
 
-@pytest.mark.parametrize(("path", "value", "match"), [
-    (("runs", 0, "size"), "5", r"runs\[0\].size must be an integer"),
-    (("runs", 0, "root"), b"\x00" * 31, r"runs\[0\].root must be 32 bytes, got 31"),
-    (("challenges", 0, "committee"), "v1", r"challenges\[0\].committee must be a list"),
-    (("challenges", 0, "verdict"), "maybe", r"verdict must be one of honest, fraud, inconclusive"),
-    (("challenges", 0, "reveal_deadline"), -1, r"reveal_deadline must be an integer in 0\.\."),
-    (("challenges", 0, "run_id"), b"\x01" * 32, "lists challenge .*, which is not its"),
-    (("head",), -5, r"head must be an integer in -1\.\."),
-    (("unbonding", "v1"), [[1, 2, 3]], "an unbonding entry is"),
-    (("vbonds", "nobody"), 5, "never bonded as verifiers"),
-    (("runs", 0, "extra"), 1, r"runs\[0\]: unknown field"),
-    # protocol v3's fields
-    (("staked", "v1"), 10**9, "'v1' has 1000000000 staked on escalations but 0 reserved"),
-    (("disputes",), [[b"\x01" * 32, 3]], r"disputes\[0\] must be \[round id, round, reopened\]"),
-    (("runs", 0, "escrow_left"), 10**9, "holds more escrow than it escrowed"),
-    (("runs", 0, "settled"), 1, r"runs\[0\].settled must be true or false"),
-    (("challenges", 0, "held"), [1], r"challenges\[0\].held must be a map"),
-    (("challenges", 0, "escalations"), {"v1": ["maybe", 1]}, r"escalations\['v1'\] verdict must be one of honest, fraud"),
-    (("challenges", 0, "queued"), 0, r"challenges\[0\].queued must be true or false"),
-    (("challenges", 0, "dispute"), 1, r"challenges\[0\].dispute must be true or false"),
-    (("burned",), -1, r"burned must be an integer in 0\.\."),
-])
+@pytest.mark.parametrize(
+    ("path", "value", "match"),
+    [
+        (("runs", 0, "size"), "5", r"runs\[0\].size must be an integer"),
+        (("runs", 0, "root"), b"\x00" * 31, r"runs\[0\].root must be 32 bytes, got 31"),
+        (("challenges", 0, "committee"), "v1", r"challenges\[0\].committee must be a list"),
+        (("challenges", 0, "verdict"), "maybe", r"verdict must be one of honest, fraud, inconclusive"),
+        (("challenges", 0, "reveal_deadline"), -1, r"reveal_deadline must be an integer in 0\.\."),
+        (("challenges", 0, "run_id"), b"\x01" * 32, "lists challenge .*, which is not its"),
+        (("head",), -5, r"head must be an integer in -1\.\."),
+        (("unbonding", "v1"), [[1, 2, 3]], "an unbonding entry is"),
+        (("vbonds", "nobody"), 5, "never bonded as verifiers"),
+        (("runs", 0, "extra"), 1, r"runs\[0\]: unknown field"),
+        # protocol v3's fields
+        (("staked", "v1"), 10**9, "'v1' has 1000000000 staked on escalations but 0 reserved"),
+        (("disputes",), [[b"\x01" * 32, 3]], r"disputes\[0\] must be \[round id, round, reopened\]"),
+        (("runs", 0, "escrow_left"), 10**9, "holds more escrow than it escrowed"),
+        (("runs", 0, "settled"), 1, r"runs\[0\].settled must be true or false"),
+        (("challenges", 0, "held"), [1], r"challenges\[0\].held must be a map"),
+        (
+            ("challenges", 0, "escalations"),
+            {"v1": ["maybe", 1]},
+            r"escalations\['v1'\] verdict must be one of honest, fraud",
+        ),
+        (("challenges", 0, "queued"), 0, r"challenges\[0\].queued must be true or false"),
+        (("challenges", 0, "dispute"), 1, r"challenges\[0\].dispute must be true or false"),
+        (("burned",), -1, r"burned must be an integer in 0\.\."),
+    ],
+)
 def test_a_well_keyed_but_malformed_state_is_refused_naming_the_field(tmp_path, saved, path, value, match):
     """What an older bug could have written: the digest checks, the state does not."""
     _, snap, _, data = saved

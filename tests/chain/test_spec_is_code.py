@@ -80,7 +80,9 @@ def test_a_missing_required_object_is_reported(tmp_path):
     without = text[:marker] + text[b.span[1] + 1:]
     problems = check(_copy(tmp_path, without), ROOT)
     assert len(problems) == 1 and problems[0].startswith(
-        f"{tmp_path / 'protocol.md'}: no block shows chain/protocol/rules.py::_seats, which the specification requires")
+        f"{tmp_path / 'protocol.md'}: no block shows chain/protocol/rules.py::_seats, which the "
+        "specification requires"
+    )
     # A REQUIRED entry naming nothing is reported too, naming it.
     problems = check(DOC, ROOT, [*REQUIRED, "chain/protocol/rules.py::_no_such_rule"])
     assert len(problems) == 1 and "_no_such_rule" in problems[0], problems
@@ -153,13 +155,18 @@ def test_extraction_keeps_decorators_docstrings_and_dedents_methods(tmp_path):
     src.parent.mkdir()
     src.write_text(
         'import functools\n\nLIMIT = 3  # a cap\n\n\n'
-        '@functools.lru_cache(maxsize=None)\ndef f(x):\n    """Doc.\n\n    ```\n    fenced\n    ```\n    """\n'
-        '    return x\n\n\nclass K:\n    """A class."""\n\n    @staticmethod\n    def m(y):\n        s = """\nflush\n"""\n'
+        '@functools.lru_cache(maxsize=None)\ndef f(x):\n    """Doc.\n\n    ```\n    fenced\n    ```\n    '
+        '"""\n'
+        '    return x\n\n\nclass K:\n    """A class."""\n\n    @staticmethod\n    def m(y):\n        s = '
+        '"""\nflush\n"""\n'
         '\n        return y + s\n',
-        encoding="utf-8")
+        encoding="utf-8",
+    )
     doc = tmp_path / "doc.md"
     names = ("f", "K.m", "LIMIT", "K")
-    original = "# Doc\n\n" + "".join(f"text {n}\n<!-- spec: pkg/mod.py::{n} -->\n```python\n```\nafter\n" for n in names)
+    original = "# Doc\n\n" + "".join(
+        f"text {n}\n<!-- spec: pkg/mod.py::{n} -->\n```python\n```\nafter\n" for n in names
+    )
     doc.write_text(original, encoding="utf-8")
     assert len(check(doc, tmp_path, [])) == 4
     assert write(doc, tmp_path) == ["pkg/mod.py::f", "pkg/mod.py::K.m", "pkg/mod.py::LIMIT", "pkg/mod.py::K"]

@@ -88,7 +88,9 @@ def test_payment_totals_are_checked():
 def test_planck_per_unit_is_no_transport_option():
     # Port 1 has no node: the option is refused before any connection is tried, on both kinds.
     for kind in ("remark", "pallet"):
-        with pytest.raises(TransportError, match="planck_per_unit is no transport option: it is the network's"):
+        with pytest.raises(
+            TransportError, match="planck_per_unit is no transport option: it is the network's"
+        ):
             connect_substrate("ws://127.0.0.1:1", "//Alice", kind=kind, planck_per_unit=P)
 
 
@@ -105,7 +107,9 @@ def test_a_registration_carries_the_miner_stake_and_the_escrow_under_the_params_
     assert funded_units(reg, dearer) == _run_units(reg, dearer) == 3000 + run_escrow(
         replay_cost(SyntheticRun().spec, dearer).blocks, dearer)[1]
     label = funded_label(reg, DEFAULTS)
-    assert label == f"start_training_commitment(run {reg.run_id.hex()[:8]}, stake 1000 + escrow {units - 1000})"
+    assert (
+        label == f"start_training_commitment(run {reg.run_id.hex()[:8]}, stake 1000 + escrow {units - 1000})"
+    )
     # A registration the protocol refuses before any money moves carries nothing; nor do other calls.
     assert funded_units(SyntheticRun().register(spec=b"\x01"), DEFAULTS) is None
     assert funded_units(SyntheticRun().register(spec=b"\x00" * 20_000), DEFAULTS) is None
@@ -129,7 +133,9 @@ def test_funding_rule_counts_the_signers_transfers_into_the_bond_account():
     )
     # One planck short is short.
     one = funding_shortfall(ALICE, [(ALICE, BOND_ACCOUNT, 5 * P - 1)], [5], planck_per_unit=P)
-    assert one.startswith("amount short: bond_verifier(amount=5) needs 50000000000 planck (10000000000 per unit)")
+    assert one.startswith(
+        "amount short: bond_verifier(amount=5) needs 50000000000 planck (10000000000 per unit)"
+    )
     assert one.endswith("the signer paid 49999999999 planck into the bond account")
     # The unit follows the network's setting.
     assert funding_shortfall(ALICE, [(ALICE, BOND_ACCOUNT, 10)], [5], planck_per_unit=2) is None
@@ -157,7 +163,11 @@ def test_the_longest_detail_fits_an_ignored_record():
     # A registration of a million-unit stake and a ten-million-unit escrow at 10**12 planck a unit.
     run = "start_training_commitment(run 01234567, stake 1000000 + escrow 10000000)"
     for transfers in ([], [(ALICE, BOB, 1)], [(ALICE, BOND_ACCOUNT, 1)]):
-        for amounts, labels, unit in (([2**64 - 1], None, 2**64), (big, None, 2**64), ([11_000_000], [run], 10**12)):
+        for amounts, labels, unit in (
+            ([2**64 - 1], None, 2**64),
+            (big, None, 2**64),
+            ([11_000_000], [run], 10**12),
+        ):
             detail = funding_shortfall(ALICE, transfers, amounts, planck_per_unit=unit, ss58_format=2,
                                        labels=labels)
             assert len(detail) <= MAX_DETAIL, detail
@@ -212,7 +222,9 @@ def _read(calls, transfers, *, signer=ALICE, position=0, params=DEFAULTS):
     """(calls, ignored, next position) of one executed extrinsic of `calls` whose events show these
     transfers, decided under `params` (None: before the parameters are known)."""
     payloads = [c["remark"] for c in calls if "remark" in c]
-    ex = Executed(success=True, remarks=[(signer, blake2_256(p)) for p in payloads], transfers=list(transfers))
+    ex = Executed(
+        success=True, remarks=[(signer, blake2_256(p)) for p in payloads], transfers=list(transfers)
+    )
     ext = {"address": ss58_encode(signer, 2), "call": _batch(_transfer_call(), *calls)}
     pos = [position]
     remarks = read_extrinsic(ext, ex, "block 1 extrinsic 2", pos, ss58_format=2, extrinsic=2)
@@ -278,8 +290,10 @@ def test_the_payment_is_checked_under_the_params_given():
     calls, ignored, _ = _read(remarks, paid, params=ProtocolParams(planck_per_unit=10 * P))
     assert calls == [(alice, _commit(1))]
     assert ignored[0].reason == "unfunded_bond"
-    assert ignored[0].detail == (f"amount short: bond_verifier(amount=4) needs {40 * P} planck ({10 * P} per unit); "
-                                 f"the signer paid {4 * P} planck into the bond account")
+    assert ignored[0].detail == (
+        f"amount short: bond_verifier(amount=4) needs {40 * P} planck ({10 * P} per unit); "
+        f"the signer paid {4 * P} planck into the bond account"
+    )
 
 
 def test_a_registration_must_carry_its_stake_and_escrow():
@@ -295,7 +309,9 @@ def test_a_registration_must_carry_its_stake_and_escrow():
     assert ig.detail == (f"amount short: {funded_label(reg, DEFAULTS)} needs {need} planck ({P} per unit); "
                          f"the signer paid {need - 1} planck into the bond account")
     _, ignored, _ = _read(remark, [])
-    assert ignored[0].detail.startswith(f"no transfer: start_training_commitment(run {reg.run_id.hex()[:8]}, stake")
+    assert ignored[0].detail.startswith(
+        f"no transfer: start_training_commitment(run {reg.run_id.hex()[:8]}, stake"
+    )
     # A registration whose spec the protocol refuses needs nothing here: the protocol refuses it.
     bad = SyntheticRun(miner=alice).register(spec=b"\x01")
     assert _read([_remark(encode_call(bad))], [])[:2] == ([(alice, bad)], [])
@@ -308,7 +324,10 @@ def test_a_bond_and_a_registration_of_one_extrinsic_are_paid_together_or_not_at_
     need = (100 + _run_units(reg)) * P
     assert [c for _, c in _read(remarks, [(ALICE, BOND_ACCOUNT, need)])[0]] == [bond, reg]
     calls, ignored, _ = _read(remarks, [(ALICE, BOND_ACCOUNT, need - P)])
-    assert calls == [] and [(ig.position, ig.reason) for ig in ignored] == [(0, "unfunded_bond"), (1, "unfunded_run")]
+    assert calls == [] and [(ig.position, ig.reason) for ig in ignored] == [
+        (0, "unfunded_bond"),
+        (1, "unfunded_run"),
+    ]
     assert ignored[0].detail == ignored[1].detail
     assert ignored[0].detail.startswith(f"amount short: 2 funded calls (bonds, run registrations) summing to "
                                         f"{need // P} units need {need} planck")
@@ -351,7 +370,9 @@ def _remark_call(si, payload: bytes):
 
 
 def _pay(si, planck: int):
-    return si.compose_call("Balances", "transfer_keep_alive", {"dest": "0x" + BOND_ACCOUNT.hex(), "value": planck})
+    return si.compose_call(
+        "Balances", "transfer_keep_alive", {"dest": "0x" + BOND_ACCOUNT.hex(), "value": planck}
+    )
 
 
 def _settled(t, number: int, params: ProtocolParams = DEFAULTS):
@@ -439,7 +460,11 @@ def test_a_registration_carries_the_miner_stake_and_escrow_and_counts(pair, chop
     assert _free(a, a.bond_account, receipt.block_number) - start == need  # exactly stake + escrow
     events = view.sync()
     [registered] = [e for e in events if isinstance(e, RunRegistered)]
-    assert (registered.run_id, registered.miner, registered.stake) == (reg.run_id, a.account, DEFAULTS.miner_stake)
+    assert (registered.run_id, registered.miner, registered.stake) == (
+        reg.run_id,
+        a.account,
+        DEFAULTS.miner_stake,
+    )
     assert DEFAULTS.miner_stake + registered.escrow == _run_units(reg)
     assert not [e for e in events if isinstance(e, RemarkIgnored)]
 
@@ -463,7 +488,9 @@ def test_an_unfunded_or_underfunded_registration_is_ignored_with_the_reason(pair
     assert ignored[n_short].detail == (
         f"amount short: {funded_label(short, DEFAULTS)} needs {need} planck ({P} per unit); "
         f"the signer paid {need - 1} planck into the bond account")
-    assert ignored[n_short].origin == a.account and ignored[n_short].message.startswith("a start_training_commitment")
+    assert ignored[n_short].origin == a.account and ignored[n_short].message.startswith(
+        "a start_training_commitment"
+    )
 
 
 @pytest.mark.chopsticks
@@ -474,7 +501,9 @@ def test_a_registration_the_account_cannot_pay_is_refused_before_sending(chopsti
         chopsticks.fund([t.account], amount=10**12)  # fees, but nowhere near stake and escrow
         reg = SyntheticRun(miner=t.account, seed="poor").register()
         head = t.finalized_head()
-        with pytest.raises(TransportError, match=r"cannot pay for start_training_commitment\(run .* planck short"):
+        with pytest.raises(
+            TransportError, match=r"cannot pay for start_training_commitment\(run .* planck short"
+        ):
             t.submit([reg])
         assert t.finalized_head() == head and t._chain_next_nonce() == 0  # nothing was sent
     finally:
@@ -489,23 +518,31 @@ def test_planck_per_unit_follows_the_network_record_from_its_effective_block(pai
     record = a.submit([ConfigureNetwork(params=dear.to_cbor(), effective_block=a.finalized_head() + 4)])
     effective = record.block_number + 3
     # Before the record takes effect a bond carries 10**10 planck a unit, and that counts.
-    early = _send_batch(b, lambda si: [_pay(si, 100 * P), _remark_call(si, encode_call(BondVerifier(amount=100)))])
+    early = _send_batch(
+        b, lambda si: [_pay(si, 100 * P), _remark_call(si, encode_call(BondVerifier(amount=100)))]
+    )
     assert early < effective
     chopsticks.new_blocks(effective - b.finalized_head())
     # From its block on, the same payment is short, under the record's unit.
-    late = _send_batch(b, lambda si: [_pay(si, 100 * P), _remark_call(si, encode_call(BondVerifier(amount=100)))])
+    late = _send_batch(
+        b, lambda si: [_pay(si, 100 * P), _remark_call(si, encode_call(BondVerifier(amount=100)))]
+    )
     events = view.sync()
     assert [e.block for e in events if isinstance(e, ParamsEffective)] == [effective]
     assert [(e.block, e.amount) for e in events if isinstance(e, VerifierBonded)] == [(early, 100)]
     [ig] = [e for e in events if isinstance(e, RemarkIgnored)]
     assert (ig.block, ig.reason) == (late, "unfunded_bond")
-    assert ig.detail == (f"amount short: bond_verifier(amount=100) needs {1000 * P} planck ({10 * P} per unit); "
-                         f"the signer paid {100 * P} planck into the bond account")
+    assert ig.detail == (
+        f"amount short: bond_verifier(amount=100) needs {1000 * P} planck ({10 * P} per unit); "
+        f"the signer paid {100 * P} planck into the bond account"
+    )
     # The transport pays what the record says: it read the parameters from the view it serves.
     start = _free(b, b.bond_account, late)
     paid = b.submit([BondVerifier(amount=100)])
     assert _free(b, b.bond_account, paid.block_number) - start == 1000 * P
-    assert [(e.block, e.amount) for e in view.sync() if isinstance(e, VerifierBonded)] == [(paid.block_number, 100)]
+    assert [(e.block, e.amount) for e in view.sync() if isinstance(e, VerifierBonded)] == [
+        (paid.block_number, 100)
+    ]
     # A transport no view has served reads them from the chain's records.
     fresh = connect_substrate(chopsticks.url, unique_key("bond-late"))
     try:

@@ -57,8 +57,9 @@ def _raw_submit(node: Chopsticks, si: SubstrateInterface, key_uri: str, build) -
 
 def test_round_trip_with_signer(pair):
     a, b = pair
-    call = RevealWitnessValue(challenge_id=CID, value_hash=b"\x07" * 32, proof_hash=b"\x08" * 32, norm_bucket=-3,
-                              salt=b"s" * 16)
+    call = RevealWitnessValue(
+        challenge_id=CID, value_hash=b"\x07" * 32, proof_hash=b"\x08" * 32, norm_bucket=-3, salt=b"s" * 16
+    )
     t0 = time.monotonic()
     receipt = a.submit([call])
     latency = time.monotonic() - t0
@@ -93,7 +94,11 @@ def test_foreign_and_malformed_remarks_are_skipped_with_reason(pair, caplog):
     assert "skipped foreign remark (11 bytes" in text
     assert "malformed pot1 remark" in text and "not canonical CBOR" in text
     # "0x706f7431" is the hex of pot1 spelled as text: a near miss, recorded like a malformed call.
-    assert [(ig.position, ig.reason) for ig in block.ignored] == [(1, "bad_cbor"), (3, "bad_prefix"), (4, "bad_cbor")]
+    assert [(ig.position, ig.reason) for ig in block.ignored] == [
+        (1, "bad_cbor"),
+        (3, "bad_prefix"),
+        (4, "bad_cbor"),
+    ]
     assert "0x-hex of a pot1 call spelled as text" in block.ignored[1].detail
 
 

@@ -57,7 +57,10 @@ def test_files_equal_a_fresh_generation():
 
 def test_generation_is_byte_identical_and_the_folder_follows_the_protocol_version():
     assert V.generate_all() == V.generate_all()
-    assert DIR == Path(V.__file__).resolve().parents[2] / "vectors" / "protocol" / V.SNAPSHOT_VERSION.split("/")[-1]
+    assert (
+        DIR
+        == Path(V.__file__).resolve().parents[2] / "vectors" / "protocol" / V.SNAPSHOT_VERSION.split("/")[-1]
+    )
 
 
 def test_check_reports_a_changed_a_missing_and_a_stray_file(tmp_path):
@@ -105,7 +108,10 @@ def test_a_replayer_of_the_json_reproduces_every_block(name):
 
 def test_manifest_names_every_file_with_its_digest():
     manifest = _manifest()
-    assert manifest["protocol"] == V.SNAPSHOT_VERSION and manifest["state_digest_domain"] == V.STATE_DIGEST_DOMAIN
+    assert (
+        manifest["protocol"] == V.SNAPSHOT_VERSION
+        and manifest["state_digest_domain"] == V.STATE_DIGEST_DOMAIN
+    )
     files = {p.name for p in DIR.glob("*.json")} - {"manifest.json"}
     assert {c["file"] for c in manifest["cases"].values()} == files
     for name, entry in manifest["cases"].items():
@@ -132,7 +138,9 @@ def test_every_refusal_code_is_reached_by_a_case_or_is_unreachable():
     assert set(reached) <= set(REFUSAL_TYPES)
     unreached = set(REFUSAL_TYPES) - set(reached)
     assert unreached == set(V.UNREACHABLE), f"no case reaches {sorted(unreached - set(V.UNREACHABLE))}"
-    assert {k: sorted(v) for k, v in reached.items()} == {k: v for k, v in _manifest()["refusals"].items() if v}
+    assert {k: sorted(v) for k, v in reached.items()} == {
+        k: v for k, v in _manifest()["refusals"].items() if v
+    }
 
 
 def test_generation_fails_when_a_refusal_code_has_no_case(monkeypatch):
@@ -192,7 +200,9 @@ class TransportBackend:
         else:
             self.net.advance(1)
         events = self.view.sync()
-        assert self.head == before + 1, f"the transport made blocks {before + 1}..{self.head} for one submission"
+        assert self.head == before + 1, (
+            f"the transport made blocks {before + 1}..{self.head} for one submission"
+        )
         self.submitted[self.head] = [(o, encode_call(c)) for o, c in calls]
         self.by_block[self.head] = events
         return events
@@ -208,7 +218,10 @@ def _shape(events: list[dict[str, Any]]) -> list[tuple[str, str]]:
 
 # The `network` fixture's transports, each chopsticks run marked slow as well (2-7 s a case there).
 NETWORKS = pytest.mark.parametrize(
-    "network", ["dev", pytest.param("chopsticks", marks=(pytest.mark.chopsticks, pytest.mark.slow))], indirect=True)
+    "network",
+    ["dev", pytest.param("chopsticks", marks=(pytest.mark.chopsticks, pytest.mark.slow))],
+    indirect=True,
+)
 TRANSPORT_CASES = sorted(n for n, c in V.CASES.items() if c.transport)
 # Cases whose challenges draw from block hashes, replayed live on each transport.
 LIVE_CASES = ["fraud_slashes_the_miner", "missing_opening"]
@@ -264,7 +277,9 @@ def test_transport_follower_equals_the_rules_on_its_blocks(network, name):
     for n in range(live.first, live.head + 1):
         block = transport.block(n)
         events = on_block(state, block)
-        block = transport.settle(block, state)  # paid calls count under the parameters in force, as a view does
+        block = transport.settle(
+            block, state
+        )  # paid calls count under the parameters in force, as a view does
         # The transport reproduces the calls, their origins and their order.
         assert [(o, encode_call(c)) for o, c in block.calls] == live.submitted[n], f"block {n}"
         assert block.ignored == ()

@@ -109,11 +109,22 @@ def test_a_call_that_breaks_the_protocol_is_recorded_not_fatal(tmp_path):
     assert view.cursor == 1
 
 
-@pytest.mark.parametrize(("old_version", "gone"), [
-    ("v1", ("vbonds", "unbonding", "reserved", "staked", "disputes", "burned", "paid")),  # before verifier bonds
-    ("v2", ("reserved", "staked", "disputes", "burned", "paid")),  # before seat collateral, fees and burns
-])
-def test_a_snapshot_of_an_older_protocol_is_refused_naming_the_file_and_the_versions(tmp_path, old_version, gone):
+@pytest.mark.parametrize(
+    ("old_version", "gone"),
+    [
+        (
+            "v1",
+            ("vbonds", "unbonding", "reserved", "staked", "disputes", "burned", "paid"),
+        ),  # before verifier bonds
+        (
+            "v2",
+            ("reserved", "staked", "disputes", "burned", "paid"),
+        ),  # before seat collateral, fees and burns
+    ],
+)
+def test_a_snapshot_of_an_older_protocol_is_refused_naming_the_file_and_the_versions(
+    tmp_path, old_version, gone
+):
     from commitments import cbor
 
     _, miner = chain_with_run(tmp_path / "c.db")
