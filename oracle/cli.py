@@ -53,8 +53,17 @@ def _domain_errors() -> tuple[type[BaseException], ...]:
     from oracle.state import StateError
     from oracle.step import StepError
 
-    return (CommitmentError, ImportRefused, ModelError, OptimError, ProfileError, RngError, StateError, StepError,
-            OSError)
+    return (
+        CommitmentError,
+        ImportRefused,
+        ModelError,
+        OptimError,
+        ProfileError,
+        RngError,
+        StateError,
+        StepError,
+        OSError,
+    )
 
 
 def _line(t: int, loss, state_digest: bytes, **extra) -> dict:
@@ -104,7 +113,9 @@ def walk(
             if as_json:
                 typer.echo(json.dumps(line))
             else:
-                bar.write(f"step {t:>6}  loss {float(loss):.6f} ({line['loss_bits']})  state {line['state_digest']}")
+                bar.write(
+                    f"step {t:>6}  loss {float(loss):.6f} ({line['loss_bits']})  state {line['state_digest']}"
+                )
     except _domain_errors() as exc:
         _fail(str(exc))
 

@@ -111,7 +111,9 @@ def _gpt2(d: Path, cfg: dict[str, Any]) -> Mapped:
     act = cfg.get("activation_function", "gelu_new")
     forms = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu": "erf"}
     _refuse_unless(act in forms, where, f"activation_function {act!r} is not a GELU form this model has")
-    _refuse_unless(cfg.get("n_inner") in (None, 4 * C), where, f"n_inner {cfg.get('n_inner')!r} != 4 * n_embd")
+    _refuse_unless(
+        cfg.get("n_inner") in (None, 4 * C), where, f"n_inner {cfg.get('n_inner')!r} != 4 * n_embd"
+    )
     _refuse_unless(float(cfg.get("layer_norm_epsilon", 1e-5)) == models.LN_EPS, where,
                    f"layer_norm_epsilon {cfg.get('layer_norm_epsilon')!r} != {models.LN_EPS}")
     _refuse_unless(cfg.get("scale_attn_weights", True) is True, where, "scale_attn_weights must be true")
@@ -135,7 +137,9 @@ def _gpt2(d: Path, cfg: dict[str, Any]) -> Mapped:
 def _llama(d: Path, cfg: dict[str, Any]) -> Mapped:
     where = d / "config.json"
     C, H = _need(cfg, "hidden_size", where), _need(cfg, "num_attention_heads", where)
-    _refuse_unless(cfg.get("hidden_act", "silu") == "silu", where, f"hidden_act {cfg.get('hidden_act')!r} != 'silu'")
+    _refuse_unless(
+        cfg.get("hidden_act", "silu") == "silu", where, f"hidden_act {cfg.get('hidden_act')!r} != 'silu'"
+    )
     _refuse_unless(not cfg.get("attention_bias", False), where, "attention_bias is not supported (no biases)")
     _refuse_unless(not cfg.get("mlp_bias", False), where, "mlp_bias is not supported (no biases)")
     _refuse_unless(cfg.get("head_dim") in (None, C // H), where,
@@ -143,23 +147,34 @@ def _llama(d: Path, cfg: dict[str, Any]) -> Mapped:
     rope = cfg.get("rope_parameters") or {}
     _refuse_unless(isinstance(rope, dict), where, "rope_parameters must be an object")
     scaling = cfg.get("rope_scaling") or (rope if rope.get("rope_type", "default") != "default" else None)
-    _refuse_unless(not scaling, where, f"rope scaling {scaling!r} is not supported (plain rotary embeddings only)")
+    _refuse_unless(
+        not scaling, where, f"rope scaling {scaling!r} is not supported (plain rotary embeddings only)"
+    )
     theta = rope.get("rope_theta", cfg.get("rope_theta", 10000.0))
     _refuse_unless(isinstance(theta, int | float) and not isinstance(theta, bool), where,
                    f"rope_theta must be a number, got {theta!r}")
-    model = {"kind": "llama", "vocab_size": _need(cfg, "vocab_size", where),
-             "block_size": _need(cfg, "max_position_embeddings", where),
-             "n_layer": _need(cfg, "num_hidden_layers", where), "n_head": H,
-             "n_kv_head": cfg.get("num_key_value_heads") or H, "n_embd": C,
-             "intermediate_size": _need(cfg, "intermediate_size", where),
-             "tie_weights": bool(cfg.get("tie_word_embeddings", False)), "rope_theta": float(theta),
-             "rms_eps": float(cfg.get("rms_norm_eps", 1e-6)), "init_std": float(cfg.get("initializer_range", 0.02))}
+    model = {
+        "kind": "llama",
+        "vocab_size": _need(cfg, "vocab_size", where),
+        "block_size": _need(cfg, "max_position_embeddings", where),
+        "n_layer": _need(cfg, "num_hidden_layers", where),
+        "n_head": H,
+        "n_kv_head": cfg.get("num_key_value_heads") or H,
+        "n_embd": C,
+        "intermediate_size": _need(cfg, "intermediate_size", where),
+        "tie_weights": bool(cfg.get("tie_word_embeddings", False)),
+        "rope_theta": float(theta),
+        "rms_eps": float(cfg.get("rms_norm_eps", 1e-6)),
+        "init_std": float(cfg.get("initializer_range", 0.02)),
+    }
     raw = _load_tensors(d)
     src = {(k[len("model."):] if k.startswith("model.") else k): k for k in raw}
     return model, raw, src, ()
 
 
-def import_checkpoint(source: str, directory: str | os.PathLike[str]) -> tuple[ModelSpec, dict[str, torch.Tensor]]:
+def import_checkpoint(
+    source: str, directory: str | os.PathLike[str]
+) -> tuple[ModelSpec, dict[str, torch.Tensor]]:
     """(the [model] spec, float32 parameters in canonical order) of a Hugging Face checkpoint."""
     if source not in SOURCES:
         raise ImportRefused(f"unknown checkpoint source {source!r}; expected one of {', '.join(SOURCES)}")
@@ -256,12 +271,16 @@ def read_params(path: str | os.PathLike[str], spec: Spec) -> dict[str, torch.Ten
     want = [s.name for s in specs]
     missing, extra = [n for n in want if n not in loaded], sorted(set(loaded) - set(want))
     if missing or extra:
-        raise ImportRefused(f"{p}: does not fit the spec's model (missing {missing[:3]}, unexpected {extra[:3]})")
+        raise ImportRefused(
+            f"{p}: does not fit the spec's model (missing {missing[:3]}, unexpected {extra[:3]})"
+        )
     out = {}
     for s in specs:
         t = loaded[s.name]
         if t.dtype != torch.float32 or tuple(t.shape) != s.shape:
-            raise ImportRefused(f"{p}: {s.name} is {t.dtype} {tuple(t.shape)}, the spec needs float32 {s.shape}")
+            raise ImportRefused(
+                f"{p}: {s.name} is {t.dtype} {tuple(t.shape)}, the spec needs float32 {s.shape}"
+            )
         out[s.name] = t
     if spec.init is not None:
         got = params_digest(out).hex()

@@ -178,7 +178,9 @@ class MLPLM:
             specs.append(ParamSpec(f"fc.{i}.weight", (n_out, n_in), "normal", c.init_std, role="matrix"))
             if c.bias:
                 specs.append(ParamSpec(f"fc.{i}.bias", (n_out,), "zeros", role="bias"))
-        specs.append(ParamSpec("head.weight", (c.vocab_size, widths[-1]), "normal", c.init_std, role="matrix"))
+        specs.append(
+            ParamSpec("head.weight", (c.vocab_size, widths[-1]), "normal", c.init_std, role="matrix")
+        )
         if c.bias:
             specs.append(ParamSpec("head.bias", (c.vocab_size,), "zeros", role="bias"))
         return specs
@@ -198,8 +200,8 @@ class MLPLM:
 
 
 class Llama:
-    """A Llama-family decoder. Pre-norm blocks: x + o(attn(rope(q), rope(k), v)) and x + down(silu(gate) * up) (SwiGLU),
-    with RMSNorm, rotary position embeddings, grouped-query attention (n_kv_head kv heads), no
+    """A Llama-family decoder. Pre-norm blocks: x + o(attn(rope(q), rope(k), v)) and x + down(silu(gate) * up)
+    (SwiGLU), with RMSNorm, rotary position embeddings, grouped-query attention (n_kv_head kv heads), no
     biases and a tied or untied head. Parameter names are transformers' `LlamaForCausalLM` names
     without its "model." prefix, so a Hugging Face checkpoint maps onto them one to one; under
     exact-v1 the rotary tables come from the exact algorithm of docs/exact-v1.md §3."""
@@ -263,7 +265,9 @@ class Llama:
                 y = ops.causal_attention(q, k, v, variant=mm, dropout_p=drop.p, dropout_mask=att_mask)
             else:
                 y = ops.causal_attention(q, k, v, variant=mm, dropout_p=0.0, dropout_mask=None)
-            y = ops.linear(y.transpose(1, 2).reshape(B, T, C), P[p + "self_attn.o_proj.weight"], None, variant=mm)
+            y = ops.linear(
+                y.transpose(1, 2).reshape(B, T, C), P[p + "self_attn.o_proj.weight"], None, variant=mm
+            )
             if drop:
                 y = drop.apply(ops, y, p + "attn_resid")
             x = ops.add(x, y)
@@ -295,7 +299,9 @@ def dropout_sites(cfg: ModelSpec) -> list[str]:
     if cfg.kind == "mlp":
         return [f"dropout/fc.{i}" for i in range(len(cfg.hidden))]
     if cfg.kind == "llama":
-        return [f"dropout/layers.{i}.{s}" for i in range(cfg.n_layer) for s in ("attn", "attn_resid", "mlp_resid")]
+        return [
+            f"dropout/layers.{i}.{s}" for i in range(cfg.n_layer) for s in ("attn", "attn_resid", "mlp_resid")
+        ]
     sites = ["dropout/emb"]
     for i in range(cfg.n_layer):
         sites += [f"dropout/h.{i}.{s}" for s in ("attn", "attn_resid", "mlp_resid")]

@@ -79,7 +79,9 @@ def update_sq_norm(old: dict[str, torch.Tensor], new: dict[str, torch.Tensor]) -
 def bucket_of(s: float, resolution: int = RESOLUTION) -> int:
     """The bucket of a squared norm S (see module doc); exact for any float32 S."""
     if not isinstance(resolution, int) or resolution < 1 or resolution & (resolution - 1):
-        raise NormBucketError(f"resolution must be a power of two (keeps the bucket exact), got {resolution!r}")
+        raise NormBucketError(
+            f"resolution must be a power of two (keeps the bucket exact), got {resolution!r}"
+        )
     s = float(s)
     if not math.isfinite(s) or s < 0:
         return NONFINITE_BUCKET

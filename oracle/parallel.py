@@ -80,7 +80,9 @@ class Ranks:
 def shards(batch_size: int, world: int) -> list[tuple[int, int]]:
     """Each rank's rows [lo, hi) of the batch: contiguous, as even as possible (8 over 3 ranks: 3, 3, 2)."""
     if world > batch_size:
-        raise ProfileError(f"{world} ranks cannot share a batch of {batch_size} sequences: each rank needs one")
+        raise ProfileError(
+            f"{world} ranks cannot share a batch of {batch_size} sequences: each rank needs one"
+        )
     return split_rows(batch_size, world)
 
 

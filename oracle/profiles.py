@@ -92,7 +92,9 @@ def _native_grads(ops, model, params, inputs, targets, drop_for, micro_batches):
 def split_rows(batch: int, micro_batches: int) -> list[tuple[int, int]]:
     """Contiguous whole-sequence slices [lo, hi) of a batch, as even as possible."""
     if not isinstance(micro_batches, int) or not 1 <= micro_batches <= batch:
-        raise ProfileError(f"micro_batches must be between 1 and the batch size {batch}, got {micro_batches!r}")
+        raise ProfileError(
+            f"micro_batches must be between 1 and the batch size {batch}, got {micro_batches!r}"
+        )
     base, extra = divmod(batch, micro_batches)
     out, lo = [], 0
     for i in range(micro_batches):

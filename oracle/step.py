@@ -74,7 +74,9 @@ def as_batch(batch, spec: Spec, device=None) -> torch.Tensor:
         lo, hi = int(batch.min()), int(batch.max())
         if lo < 0 or hi >= spec.model.vocab_size:
             bad = lo if lo < 0 else hi
-            raise StepError(f"batch holds token id {bad}, outside the vocabulary [0, {spec.model.vocab_size})")
+            raise StepError(
+                f"batch holds token id {bad}, outside the vocabulary [0, {spec.model.vocab_size})"
+            )
     return batch.to(device) if device is not None else batch
 
 

@@ -19,8 +19,8 @@ How to use it (the model and step code):
   - ``embedding(idx, weight)``; ``cross_entropy(logits[..., V], targets[...], *, total_count=None)``
     (mean over tokens, or the sum over ``total_count`` when given); ``dropout(x, p, keep_mask)``
     (the caller draws ``keep_mask`` from Philox); ``causal_attention(q, k, v, *, variant,
-    dropout_p=0.0, dropout_mask=None)`` on [B, H, T, D] (k, v may have fewer heads); ``add(a, b)`` (same shapes only);
-    ``sum_of_squares(tensors)`` -> float32 scalar, exact over the list (canonical order).
+    dropout_p=0.0, dropout_mask=None)`` on [B, H, T, D] (k, v may have fewer heads); ``add(a, b)`` (same
+    shapes only); ``sum_of_squares(tensors)`` -> float32 scalar, exact over the list (canonical order).
   - Errors: bad input raises ``oracle.exact.ExactError`` (a ValueError) naming the problem.
 
 * Sequences: ops that contract the token axis into a parameter gradient (linear weight/bias,

@@ -428,7 +428,11 @@ class ExactGradAccumulator:
         if self._consumed:
             raise ExactError("grads(consume=True) released the folds already")
         sites = {k: (f.hi, f.lo, f.count, f.inexact) for k, f in sorted(self._sites.items())}
-        loss = None if self._loss is None else (self._loss.hi, self._loss.lo, self._loss.count, self._loss.inexact)
+        loss = (
+            None
+            if self._loss is None
+            else (self._loss.hi, self._loss.lo, self._loss.count, self._loss.inexact)
+        )
         return FoldState(sites, loss, self._loss_total)
 
     def continue_from(self, state: FoldState) -> None:
@@ -436,7 +440,11 @@ class ExactGradAccumulator:
         the order they came: the operations one process folding the whole batch performs."""
         if not self._deferred:
             raise ExactError("continue_from() needs an accumulator made with deferred=True")
-        if self._loss_total is not None and state.loss_total is not None and self._loss_total != state.loss_total:
+        if (
+            self._loss_total is not None
+            and state.loss_total is not None
+            and self._loss_total != state.loss_total
+        ):
             raise ExactError(f"cross_entropy total_count differs between ranks ({state.loss_total} "
                              f"then {self._loss_total})")
         for (i, site), (hi, lo, count, bad) in state.sites.items():

@@ -23,7 +23,9 @@ def round_bf16(x: torch.Tensor) -> torch.Tensor:
     bfloat16's range round to +-inf, subnormals round like any value, +-0 and +-inf are kept and
     every NaN becomes the canonical NaN 0x7FC00000."""
     if not isinstance(x, torch.Tensor) or x.dtype != F32:
-        raise ExactError(f"round_bf16: expected a float32 tensor, got {getattr(x, 'dtype', type(x).__name__)}")
+        raise ExactError(
+            f"round_bf16: expected a float32 tensor, got {getattr(x, 'dtype', type(x).__name__)}"
+        )
     u = x.contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
     r = (u + _HALF + ((u >> 16) & 1)) & _KEEP
     r = torch.where(r >= 2**31, r - 2**32, r).to(torch.int32).view(F32)

@@ -550,8 +550,11 @@ def _sliced_tiles(da: torch.Tensor, db: torch.Tensor, k: int, p: torch.Tensor, e
             tile = p[:5 * (r1 - r0) * (c1 - c0)].view(5, r1 - r0, c1 - c0)
             for t in range(5):
                 i0, i1 = max(0, t - 2), min(t, 2)
-                torch._int_mm(da[r0:r1, i0 * k:(i1 + 1) * k], db[c0:c1, (2 - t + i0) * k:(3 - t + i1) * k].t(),
-                              out=tile[t])
+                torch._int_mm(
+                    da[r0:r1, i0 * k : (i1 + 1) * k],
+                    db[c0:c1, (2 - t + i0) * k : (3 - t + i1) * k].t(),
+                    out=tile[t],
+                )
             total += epilogue(tile, r0, c0)
     return total
 
@@ -590,7 +593,9 @@ def _fast_sliced(a: torch.Tensor, b: torch.Tensor, k: int, s: int, rounded: bool
         shape = batch + (m, n)
         if rounded:
             out = torch.empty(m, n, dtype=F32)
-            if not _sliced_tiles(da, db, k, p, lambda t, r0, c0: kernels.digits_round_tile(t, ea, eb, s, out, r0, c0)):
+            if not _sliced_tiles(
+                da, db, k, p, lambda t, r0, c0: kernels.digits_round_tile(t, ea, eb, s, out, r0, c0)
+            ):
                 return out.view(shape), None
         hi, lo = torch.empty(m, n, dtype=F64), None
 
@@ -712,7 +717,9 @@ def _matmul_parts(a: torch.Tensor, b: torch.Tensor, variant: str):
         raise ExactError(f"matmul variant must be 'single' or 'hilo', got {variant!r}")
     k = a.shape[-1]
     if b.shape[-2] != k:
-        raise ExactError(f"matmul: inner sizes differ: a[..., {a.shape[-2]}, {k}] @ b[..., {b.shape[-2]}, {b.shape[-1]}]")
+        raise ExactError(
+            f"matmul: inner sizes differ: a[..., {a.shape[-2]}, {k}] @ b[..., {b.shape[-2]}, {b.shape[-1]}]"
+        )
     if k == 0:
         shape = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
         return torch.zeros(shape, dtype=F64, device=a.device), None, False

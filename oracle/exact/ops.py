@@ -187,8 +187,10 @@ def matmul(a, b, *, variant="single", bf16=False):
     _f32("matmul a", a)
     _f32("matmul b", b)
     if a.dim() < 2 or b.dim() < 2 or a.shape[:-2] != b.shape[:-2] or a.shape[-1] != b.shape[-2]:
-        raise ExactError(f"matmul: shapes {list(a.shape)} @ {list(b.shape)} are not [..., m, k] @ [..., k, n] "
-                         f"with equal batch dims")
+        raise ExactError(
+            f"matmul: shapes {list(a.shape)} @ {list(b.shape)} are not [..., m, k] @ [..., k, n] "
+            f"with equal batch dims"
+        )
     return _MatMul.apply(a, b, _variant(variant), bool(bf16))
 
 
@@ -435,8 +437,13 @@ class _LayerNorm(torch.autograd.Function):
         C = x.shape[-1]
         gw = gb = None
         if _use_kernels(x, g):
-            gx, prod = kernels.layer_norm_bwd_rows(x.reshape(-1, C).contiguous(), g.reshape(-1, C).contiguous(),
-                                                   w, mu.reshape(-1, 1), rstd.reshape(-1, 1))
+            gx, prod = kernels.layer_norm_bwd_rows(
+                x.reshape(-1, C).contiguous(),
+                g.reshape(-1, C).contiguous(),
+                w,
+                mu.reshape(-1, 1),
+                rstd.reshape(-1, 1),
+            )
             gx = gx.reshape(x.shape)
             prod = prod.reshape(x.shape)
         else:
@@ -861,7 +868,9 @@ def embedding(idx, weight):
     >= 2-d idx): gradient rows quantised along the token axis to sum_bits(T), summed as integers."""
     _f32("embedding weight", weight)
     if not isinstance(idx, torch.Tensor) or idx.dtype != torch.int64:
-        raise ExactError(f"embedding idx must be an int64 tensor, got {getattr(idx, 'dtype', type(idx).__name__)}")
+        raise ExactError(
+            f"embedding idx must be an int64 tensor, got {getattr(idx, 'dtype', type(idx).__name__)}"
+        )
     if weight.dim() != 2:
         raise ExactError(f"embedding weight must be [num, dim], got {list(weight.shape)}")
     if idx.numel():
@@ -937,8 +946,8 @@ class _DivConst(torch.autograd.Function):
 
 def causal_attention(q, k, v, *, variant="single", dropout_p=0.0, dropout_mask=None, bf16=False):
     """Math-form causal attention over [B, H, T, D]: softmax(mask(q k^T / sqrt(D))) v, each step an
-    exact op; sqrt(D) is the correctly rounded float32 sqrt of D, applied as a float32 division. Dropout on the
-    attention weights uses the caller's keep mask [B, H, T, T]. k and v may have fewer heads than q
+    exact op; sqrt(D) is the correctly rounded float32 sqrt of D, applied as a float32 division. Dropout on
+    the attention weights uses the caller's keep mask [B, H, T, T]. k and v may have fewer heads than q
     (grouped-query attention, Hkv dividing H): they are widened by repeat_heads. `bf16`: both
     products take and give bfloat16 values (matmul's rule); the scaling and the softmax stay float32."""
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -1019,7 +1028,33 @@ def sum_of_squares(tensors) -> torch.Tensor:
 
 
 __all__ = [
-    "linear", "matmul", "sum", "mean", "softmax", "log_softmax", "layer_norm", "gelu", "exp", "log",
-    "tanh", "erf", "sin", "cos", "sigmoid", "silu", "mul", "rms_norm", "rope", "rope_tables", "repeat_heads", "embedding", "cross_entropy", "dropout", "causal_attention", "add",
-    "sum_of_squares", "NAME", "VARIANTS",
+    "linear",
+    "matmul",
+    "sum",
+    "mean",
+    "softmax",
+    "log_softmax",
+    "layer_norm",
+    "gelu",
+    "exp",
+    "log",
+    "tanh",
+    "erf",
+    "sin",
+    "cos",
+    "sigmoid",
+    "silu",
+    "mul",
+    "rms_norm",
+    "rope",
+    "rope_tables",
+    "repeat_heads",
+    "embedding",
+    "cross_entropy",
+    "dropout",
+    "causal_attention",
+    "add",
+    "sum_of_squares",
+    "NAME",
+    "VARIANTS",
 ]

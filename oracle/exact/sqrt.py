@@ -85,7 +85,9 @@ def sqrt64(x: torch.Tensor) -> torch.Tensor:
     y = _correct(xr, y)
     k = k - torch.where(sub, torch.full_like(k, 27), torch.zeros_like(k))
     r = (y.view(I64) + k * ONE_EXP).view(F64)  # y * 2^k: the result is a normal number
-    r = torch.where(ok, r, torch.where(x == 0, x, torch.where(x == math.inf, x, torch.full_like(x, math.nan))))
+    r = torch.where(
+        ok, r, torch.where(x == 0, x, torch.where(x == math.inf, x, torch.full_like(x, math.nan)))
+    )
     return r
 
 

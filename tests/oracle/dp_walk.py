@@ -1,6 +1,7 @@
 """One rank of a data-parallel walk (run by tests/oracle/test_parallel.py as a real process per rank).
 
-    RANK=r WORLD_SIZE=n MASTER_ADDR=127.0.0.1 MASTER_PORT=p python -m tests.oracle.dp_walk SPEC_JSON STEPS MB OUT
+    RANK=r WORLD_SIZE=n MASTER_ADDR=127.0.0.1 MASTER_PORT=p \\
+        python -m tests.oracle.dp_walk SPEC_JSON STEPS MB OUT
 
 Walks STEPS steps of the spec from its seed on test batches, each step split over the ranks
 (MB micro-batches per shard), and writes this rank's [state digest hex, loss bits] per step to

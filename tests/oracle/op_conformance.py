@@ -33,9 +33,29 @@ F32, F64, I64 = torch.float32, torch.float64, torch.int64
 
 def _edges(dt) -> np.ndarray:
     fi = np.finfo(dt)
-    v = [0.0, 1.0, 1.5, 2.0, 3.0, 0.5, 1e-3, 7.0, 1e10, float(fi.max), float(fi.tiny), float(fi.smallest_subnormal),
-         float(fi.smallest_subnormal) * 3, float(fi.tiny) - float(fi.smallest_subnormal), float(fi.eps),
-         math.inf, math.nan, 0.1, 1.0 / 3.0, 2.5, 0.75]
+    v = [
+        0.0,
+        1.0,
+        1.5,
+        2.0,
+        3.0,
+        0.5,
+        1e-3,
+        7.0,
+        1e10,
+        float(fi.max),
+        float(fi.tiny),
+        float(fi.smallest_subnormal),
+        float(fi.smallest_subnormal) * 3,
+        float(fi.tiny) - float(fi.smallest_subnormal),
+        float(fi.eps),
+        math.inf,
+        math.nan,
+        0.1,
+        1.0 / 3.0,
+        2.5,
+        0.75,
+    ]
     a = np.array(v, dtype=dt)
     with np.errstate(over="ignore"):
         a = np.concatenate([a, np.nextafter(a, dt(np.inf)), np.nextafter(a, dt(0))])
@@ -123,11 +143,17 @@ for _dt, _tdt, _sfx in ((np.float32, F32, "f32"), (np.float64, F64, "f64")):
                 with np.errstate(all="ignore"):
                     return (f(_f64(a), _f64(b)).astype(dt)) if wide else f(a, b)
             return [
-                (_np(x + y), ref(np.add)), (_np(x.add(y)), ref(np.add)), (_np(x.clone().add_(y)), ref(np.add)),
-                (_np(x - y), ref(np.subtract)), (_np(x.clone().sub_(y)), ref(np.subtract)),
-                (_np(x * y), ref(np.multiply)), (_np(torch.mul(x, y)), ref(np.multiply)),
-                (_np(x.clone().mul_(y)), ref(np.multiply)), (_np(x.mul(y)), ref(np.multiply)),
-                (_np(x / y), ref(np.divide)), (_np(torch.div(x, y)), ref(np.divide)),
+                (_np(x + y), ref(np.add)),
+                (_np(x.add(y)), ref(np.add)),
+                (_np(x.clone().add_(y)), ref(np.add)),
+                (_np(x - y), ref(np.subtract)),
+                (_np(x.clone().sub_(y)), ref(np.subtract)),
+                (_np(x * y), ref(np.multiply)),
+                (_np(torch.mul(x, y)), ref(np.multiply)),
+                (_np(x.clone().mul_(y)), ref(np.multiply)),
+                (_np(x.mul(y)), ref(np.multiply)),
+                (_np(x / y), ref(np.divide)),
+                (_np(torch.div(x, y)), ref(np.divide)),
                 (_np(torch.copysign(x, y)), np.copysign(a, b)),
             ]
         return ops
@@ -145,13 +171,18 @@ for _dt, _tdt, _sfx in ((np.float32, F32, "f32"), (np.float64, F64, "f64")):
             with np.errstate(all="ignore"):
                 lo, hi = (-746.0 if dt == np.float64 else -100.0), 40.0
                 return [
-                    (_np(-x), -a), (_np(torch.abs(x)), np.abs(a)),
-                    (_np(torch.round(x)), np.rint(a)), (_np(x.clone().round_()), np.rint(a)),
+                    (_np(-x), -a),
+                    (_np(torch.abs(x)), np.abs(a)),
+                    (_np(torch.round(x)), np.rint(a)),
+                    (_np(x.clone().round_()), np.rint(a)),
                     (_np(x.clone().floor_()), np.floor(a)),
                     (_np(torch.clamp(x, lo, hi)), np.minimum(np.maximum(a, lo), hi)),
-                    (_np(torch.clamp(x, max=hi)), np.minimum(a, hi)), (_np(torch.clamp(x, min=lo)), np.maximum(a, lo)),
-                    (_np(tm), m), (_np(te).astype(np.int64), e.astype(np.int64)),
-                    (_np(torch.isnan(x)), np.isnan(a)), (_np(torch.isfinite(x)), np.isfinite(a)),
+                    (_np(torch.clamp(x, max=hi)), np.minimum(a, hi)),
+                    (_np(torch.clamp(x, min=lo)), np.maximum(a, lo)),
+                    (_np(tm), m),
+                    (_np(te).astype(np.int64), e.astype(np.int64)),
+                    (_np(torch.isnan(x)), np.isnan(a)),
+                    (_np(torch.isfinite(x)), np.isfinite(a)),
                 ]
         return ops
     case(f"unary_{_sfx}", "unary -", "torch.abs", "torch.round", "round_", "floor_", "torch.clamp",
@@ -174,9 +205,15 @@ for _dt, _tdt, _sfx in ((np.float32, F32, "f32"), (np.float64, F64, "f64")):
             x = layout(a[:n], strided).reshape(-1, 256)
             fin = a[np.isfinite(a)]
             mn, mx = torch.aminmax(layout(fin, strided))
-            return [(_np(torch.amax(x, dim=-1)), np.max(rows, axis=-1)),
-                    (_np(torch.amax(torch.abs(x), dim=-1, keepdim=True)), np.max(np.abs(rows), axis=-1, keepdims=True)),
-                    (_np(mn), np.min(fin)), (_np(mx), np.max(fin))]
+            return [
+                (_np(torch.amax(x, dim=-1)), np.max(rows, axis=-1)),
+                (
+                    _np(torch.amax(torch.abs(x), dim=-1, keepdim=True)),
+                    np.max(np.abs(rows), axis=-1, keepdims=True),
+                ),
+                (_np(mn), np.min(fin)),
+                (_np(mx), np.max(fin)),
+            ]
         return ops
     case(f"reduce_{_sfx}", "torch.amax", "torch.aminmax")(_reduce())
 
@@ -212,8 +249,22 @@ def _convert(strided):
         ]
 
 
-@case("integer", "torch.remainder", "torch.bitwise_and", "torch.bitwise_left_shift", "torch.bitwise_right_shift",
-      "torch.div", "~, &, ^, bitwise or", "<< >>", "%", "+", "-", "*", "max", "min")
+@case(
+    "integer",
+    "torch.remainder",
+    "torch.bitwise_and",
+    "torch.bitwise_left_shift",
+    "torch.bitwise_right_shift",
+    "torch.div",
+    "~, &, ^, bitwise or",
+    "<< >>",
+    "%",
+    "+",
+    "-",
+    "*",
+    "max",
+    "min",
+)
 def _integer(strided):
     a, b = int_inputs(10)
     x, y = layout(a, strided), layout(b, strided)
@@ -262,7 +313,9 @@ def _exact_sums(strided):
     tb = torch.from_numpy(qb.astype(np.float64)).t().contiguous().t()  # column-major operand
     rows = g.integers(-(2**40), 2**40, (4096, 48))
     ids = g.integers(0, 100, 4096)
-    acc = torch.zeros(100, 48, dtype=F64).index_add_(0, torch.from_numpy(ids), torch.from_numpy(rows.astype(np.float64)))
+    acc = torch.zeros(100, 48, dtype=F64).index_add_(
+        0, torch.from_numpy(ids), torch.from_numpy(rows.astype(np.float64))
+    )
     want = np.zeros((100, 48), dtype=np.int64)
     np.add.at(want, ids, rows)
     return [(_np(torch.sum(x, dim=1)).astype(np.int64), q.sum(axis=1)),
@@ -279,7 +332,10 @@ def _sqrt(strided):
         r64, r32 = np.sqrt(a64), np.sqrt(_f64(a32)).astype(np.float32)
     out = [(_np(xsqrt.sqrt64(layout(a64, strided))), r64), (_np(xsqrt.sqrt32(layout(a32, strided))), r32)]
     if kernels.enabled():
-        out += [(_np(kernels.sqrt(layout(a64, strided))), r64), (_np(kernels.sqrt(layout(a32, strided))), r32)]
+        out += [
+            (_np(kernels.sqrt(layout(a64, strided))), r64),
+            (_np(kernels.sqrt(layout(a32, strided))), r32),
+        ]
     return out
 
 
@@ -314,15 +370,22 @@ def _signed_zeros(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 CONTROLS = {
-    "torch.sqrt_f32": lambda a32, a64, s: (_np(torch.sqrt(layout(a32, s))), np.sqrt(_f64(a32)).astype(np.float32)),
+    "torch.sqrt_f32": lambda a32, a64, s: (
+        _np(torch.sqrt(layout(a32, s))),
+        np.sqrt(_f64(a32)).astype(np.float32),
+    ),
     "torch.sqrt_f64": lambda a32, a64, s: (_np(torch.sqrt(layout(a64, s))), np.sqrt(a64)),
     # a square root rounded more than once (x * rsqrt(x) in float32) is wrong on every machine:
     # the harness must see it, whatever the libraries do with stock sqrt
     "rsqrt_mul_f32": lambda a32, a64, s: (
-        _np(layout(a32, s) * torch.rsqrt(layout(a32, s))), np.sqrt(_f64(a32)).astype(np.float32)),
+        _np(layout(a32, s) * torch.rsqrt(layout(a32, s))),
+        np.sqrt(_f64(a32)).astype(np.float32),
+    ),
     # IEEE minimum(+0, -0) is -0; torch's depends on the layout, so exact paths select with where
     "torch.minimum_zeros": lambda a32, a64, s: (
-        _np(torch.minimum(layout(_signed_zeros(N)[0], s), layout(_signed_zeros(N)[1], s))), _signed_zeros(N)[1]),
+        _np(torch.minimum(layout(_signed_zeros(N)[0], s), layout(_signed_zeros(N)[1], s))),
+        _signed_zeros(N)[1],
+    ),
 }
 
 

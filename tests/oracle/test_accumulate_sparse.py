@@ -98,7 +98,9 @@ V, C = 40, 6
 def _values(g, shape, specials=True):
     """float64 values over a wide exponent range (some folds become inexact), with -0, +0, ±inf,
     NaN and subnormals sprinkled in."""
-    v = torch.randn(shape, generator=g, dtype=F64) * torch.exp(torch.randn(shape, generator=g, dtype=F64) * 30)
+    v = torch.randn(shape, generator=g, dtype=F64) * torch.exp(
+        torch.randn(shape, generator=g, dtype=F64) * 30
+    )
     if specials:
         flat = v.view(-1)
         pick = torch.randint(0, flat.numel(), (max(1, flat.numel() // 6),), generator=g)
@@ -221,7 +223,10 @@ def test_inexact_folds_count_the_same():
     # totals spanning far more than the 106 bits of hi + lo: the fold drops low bits (f != 0)
     g = torch.Generator().manual_seed(3)
     rows = torch.arange(0, V, 3)
-    deps = [(torch.full((rows.numel(), C), (-1.0) ** k * 2.0**k, dtype=F64), rows) for k in (0, 80, -60, 150, -100)]
+    deps = [
+        (torch.full((rows.numel(), C), (-1.0) ** k * 2.0**k, dtype=F64), rows)
+        for k in (0, 80, -60, 150, -100)
+    ]
     deps.append((_values(g, (rows.numel(), C), False), rows))
     for site_deps in ([_site_deposits(g, "dense", 2), deps], [deps], [deps, deps]):
         got, n_bad, _, _ = _accumulate(site_deps, consume=True)
@@ -248,8 +253,10 @@ def test_negative_zeros_and_untouched_rows_round_to_plus_zero():
     rows = torch.tensor([1, 4, 7])
     negz = torch.full((3, C), -0.0, dtype=F64)
     for plan in (("rows",), ("dense", "rows"), ("rows", "rows")):
-        site_deps = [[(torch.full((V, C), -0.0, dtype=F64), None)] if k == "dense" else [(negz, rows), (negz, rows)]
-                     for k in plan]
+        site_deps = [
+            [(torch.full((V, C), -0.0, dtype=F64), None)] if k == "dense" else [(negz, rows), (negz, rows)]
+            for k in plan
+        ]
         got, _, _, _ = _accumulate(site_deps, consume=True)
         ref, _ = _reference(site_deps)
         assert torch.equal(bits(got), bits(ref))
@@ -285,7 +292,12 @@ def test_row_additions_outside_the_sparse_form_take_the_dense_path():
     f.add(_values(g, (2, C)), torch.tensor([4, 9]))
     assert f.sparse
     hi, lo = f.hi, f.lo  # the dense words on demand
-    assert not f.sparse and hi.shape == (V, C) and bool((hi[[0, 1, 2, 3, 5]] == 0).all()) and bool((lo == 0).all())
+    assert (
+        not f.sparse
+        and hi.shape == (V, C)
+        and bool((hi[[0, 1, 2, 3, 5]] == 0).all())
+        and bool((lo == 0).all())
+    )
 
 
 def test_consumed_accumulator_refuses_a_second_look():
@@ -356,7 +368,9 @@ def test_micro_batch_grads_leaves_the_params_unmodified():
     P = _params(13, tied=True)
     idx, tgt, mask = _data(14)
     before = {n: p.detach().clone() for n, p in P.items()}
-    micro_batch_grads(lambda lv, lo, hi: _forward(lv, idx[lo:hi], "single", mask[lo:hi]), P, tgt, [(0, 3), (3, B)])
+    micro_batch_grads(
+        lambda lv, lo, hi: _forward(lv, idx[lo:hi], "single", mask[lo:hi]), P, tgt, [(0, 3), (3, B)]
+    )
     for n, p in P.items():
         assert torch.equal(bits(p.detach()), bits(before[n])), n
         assert p.grad is None

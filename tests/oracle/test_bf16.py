@@ -164,4 +164,6 @@ def test_bf16_products_equal_their_eager_definition_on_edge_values():
         off = run()
     for i, (p, q) in enumerate(zip(on, off, strict=True)):
         assert torch.equal(p.view(torch.int32), q.view(torch.int32)), i
-    assert torch.all(on[0].view(torch.int32) & 0xFFFF == 0) and torch.all(on[4].view(torch.int32) & 0xFFFF == 0)
+    assert torch.all(on[0].view(torch.int32) & 0xFFFF == 0) and torch.all(
+        on[4].view(torch.int32) & 0xFFFF == 0
+    )

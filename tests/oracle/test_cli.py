@@ -72,7 +72,9 @@ def test_walk_then_replay_each_step(files):
 
 def test_walk_is_reproducible_and_human_output(files):
     _, spec, data = files
-    a = runner.invoke(app, ["oracle", "walk", "--spec", str(spec), "--data", str(data), "--steps", "1", "--json"])
+    a = runner.invoke(
+        app, ["oracle", "walk", "--spec", str(spec), "--data", str(data), "--steps", "1", "--json"]
+    )
     b = runner.invoke(app, ["oracle", "walk", "--spec", str(spec), "--data", str(data), "--steps", "1",
                             "--threads", "1"])
     assert a.exit_code == 0 and b.exit_code == 0
@@ -115,6 +117,19 @@ def test_step_errors(files):
     saves = d / "s2"
     runner.invoke(app, ["oracle", "walk", "--spec", str(spec), "--data", str(data), "--steps", "1",
                         "--json", "--save-dir", str(saves)])
-    r = runner.invoke(app, ["oracle", "step", "--state", str(saves / "state_1.safetensors"), "--spec", str(spec),
-                            "--data", str(data), "--step", "1"])
+    r = runner.invoke(
+        app,
+        [
+            "oracle",
+            "step",
+            "--state",
+            str(saves / "state_1.safetensors"),
+            "--spec",
+            str(spec),
+            "--data",
+            str(data),
+            "--step",
+            "1",
+        ],
+    )
     assert r.exit_code == 2 and "needs the state after step 0" in r.stderr

@@ -65,7 +65,9 @@ def _configs():
         {"OMP_NUM_THREADS": "2", "ATEN_CPU_CAPABILITY": "default"},
     ]
     if "avx2" in flags:
-        cfgs.append({"OMP_NUM_THREADS": "1", "ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"})
+        cfgs.append(
+            {"OMP_NUM_THREADS": "1", "ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+        )
     if "avx512f" in flags:
         cfgs.append({"OMP_NUM_THREADS": "2", "ATEN_CPU_CAPABILITY": "avx512"})
     return cfgs
@@ -238,7 +240,9 @@ def _gpt2_checkpoint(tmp_path: Path) -> tuple[str, Path]:
                                   bos_token_id=0, eos_token_id=0)
     transformers.GPT2LMHeadModel(cfg).save_pretrained(tmp_path / "hf")
     init = tmp_path / "init.safetensors"
-    r = CliRunner().invoke(model_app, ["import", str(tmp_path / "hf"), "--from", "hf-gpt2", "--out", str(init)])
+    r = CliRunner().invoke(
+        model_app, ["import", str(tmp_path / "hf"), "--from", "hf-gpt2", "--out", str(init)]
+    )
     assert r.exit_code == 0, r.output
     return r.stdout[r.stdout.index("[model]"):], init
 

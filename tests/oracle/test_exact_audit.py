@@ -56,7 +56,9 @@ def scan(path: Path, rel: str | None = None):
     torch_names, methods, problems = set(), set(), []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "torch":
-            problems.append(f"{rel}:{node.lineno}: 'from {node.module} import ...' hides torch ops from the audit")
+            problems.append(
+                f"{rel}:{node.lineno}: 'from {node.module} import ...' hides torch ops from the audit"
+            )
         if isinstance(node, ast.Import):
             for a in node.names:
                 if a.name.startswith("torch") and a.name != "torch" or (a.name == "torch" and a.asname):
@@ -98,7 +100,9 @@ def test_exact_paths_use_only_allowed_torch_ops():
         bad += problems
         bad += [f"{rel}:{ln}: {n}" for n, ln in sorted(names) if n not in A.TORCH_NAMES]
         bad += [f"{rel}:{ln}: tensor method .{m}()" for m, ln in sorted(methods) if m not in A.TENSOR_METHODS]
-    assert not bad, "torch ops outside the exact-v1 allow list (oracle/exact/allowed_ops.py):\n" + "\n".join(bad)
+    assert not bad, "torch ops outside the exact-v1 allow list (oracle/exact/allowed_ops.py):\n" + "\n".join(
+        bad
+    )
 
 
 def test_the_audit_refuses_stock_sqrt_and_hidden_ops(tmp_path):

@@ -151,11 +151,15 @@ def test_nonfinite_blocks_are_refused():
     x[4, 7] = float("nan")
     d = torch.empty(9, 600, dtype=torch.int8)
     assert kernels.quant_digits(x, 22, True, False, d) is None
-    assert kernels.quant_digits(x.t().contiguous(), 22, False, False, torch.empty(9, 600, dtype=torch.int8)) is None
+    assert (
+        kernels.quant_digits(x.t().contiguous(), 22, False, False, torch.empty(9, 600, dtype=torch.int8))
+        is None
+    )
 
 
-@pytest.mark.parametrize("m,k,n", [(1, 129, 1), (3, 200, 5), (256, 768, 768), (513, 300, 257), (64, 3072, 100),
-                                   (700, 1024, 600)])
+@pytest.mark.parametrize(
+    "m,k,n", [(1, 129, 1), (3, 200, 5), (256, 768, 768), (513, 300, 257), (64, 3072, 100), (700, 1024, 600)]
+)
 def test_random_shapes_every_layout(m, k, n, sliced):
     g = torch.Generator().manual_seed(m * 7 + n)
     a = torch.randn(m, k, generator=g) * torch.exp(torch.randn(m, 1, generator=g) * 4)

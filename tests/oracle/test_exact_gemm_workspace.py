@@ -280,7 +280,15 @@ def test_nonfinite_inputs_take_the_general_path():
 def test_growing_and_shrinking_shapes_reuse_the_workspaces():
     G.release_workspaces()
     g = torch.Generator().manual_seed(71)
-    sizes = [(4, 64, 4), (64, 768, 300), (8, 100, 5), (128, 1100, 700), (1, 3, 1), (64, 768, 300), (30, 700, 2)]
+    sizes = [
+        (4, 64, 4),
+        (64, 768, 300),
+        (8, 100, 5),
+        (128, 1100, 700),
+        (1, 3, 1),
+        (64, 768, 300),
+        (30, 700, 2),
+    ]
     cases = [(_data(g, m, k), _data(g, n, k)) for m, k, n in sizes]
     want = [_eager(G.exact_matmul, x, w.t()) for x, w in cases]
     want_gx = [_eager(G.exact_matmul, _data(torch.Generator().manual_seed(i), x.shape[0], w.shape[0]), w)

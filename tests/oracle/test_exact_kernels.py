@@ -99,7 +99,9 @@ def test_softmax_rows_equal_eager():
         _same(kernels.softmax_bwd_rows(p, g), ops.softmax_bwd_rows_eager(p, g))
         _same(kernels.log_softmax_bwd_rows(y, g), ops.log_softmax_bwd_rows_eager(y, g))
         # gradients holding edge values too
-        ge = edge_values()[: x.shape[-1]].expand(x.shape[0], -1) if x.shape[-1] <= edge_values().numel() else g
+        ge = (
+            edge_values()[: x.shape[-1]].expand(x.shape[0], -1) if x.shape[-1] <= edge_values().numel() else g
+        )
         _same(kernels.softmax_bwd_rows(p, ge.contiguous()), ops.softmax_bwd_rows_eager(p, ge.contiguous()))
 
 
@@ -212,8 +214,9 @@ def _compile_gemm_kernels():
     ss = np.zeros(16)
     kernels._quant_rows_part_k(x.numpy(), 22, q, e, ss, True, 0, 16)
     flat = x.numpy().reshape(-1)
-    kernels._quant_cols_part_k(flat, 22, q.reshape(-1), np.empty(40, np.int64), np.zeros(40), True, 16, 40, 1024,
-                               0, 1)
+    kernels._quant_cols_part_k(
+        flat, 22, q.reshape(-1), np.empty(40, np.int64), np.zeros(40), True, 16, 40, 1024, 0, 1
+    )
     out = np.empty((16, 40), np.float32)
     ea, eb = np.zeros(16, np.int64), np.zeros(40, np.int64)
     kernels._scale_round_part_k(q, ea, eb, 22, out, 0, 16)
@@ -346,8 +349,9 @@ def test_layer_norm_and_sequence_sum_kernels_equal_eager():
                 res.append([y.detach(), xr.grad] + [t.grad for t in (wr, br) if t is not None])
         for a, c in zip(*res, strict=True):
             _same(a, c)
-    v = torch.randn(4, 33, 7, generator=g, dtype=torch.float64) * torch.exp(torch.randn(4, 33, 7, generator=g,
-                                                                                       dtype=torch.float64) * 20)
+    v = torch.randn(4, 33, 7, generator=g, dtype=torch.float64) * torch.exp(
+        torch.randn(4, 33, 7, generator=g, dtype=torch.float64) * 20
+    )
     v[0, 3, 0], v[1, 2, 1], v[1, 3, 1], v[2, 0, 2] = float("inf"), float("inf"), float("-inf"), float("nan")
     from oracle.exact.quant import exact_sum64
     k, e = kernels.seq_sums(v), exact_sum64(v, dim=1)
@@ -451,7 +455,9 @@ def _fold_result_cases():
     signed zeros, non-finite words and NaN payloads."""
     g = torch.Generator().manual_seed(29)
     n = 6000
-    f32 = (torch.randn(n, generator=g) * torch.exp(torch.randn(n, generator=g) * 30)).float().to(torch.float64)
+    f32 = (
+        (torch.randn(n, generator=g) * torch.exp(torch.randn(n, generator=g) * 30)).float().to(torch.float64)
+    )
     ulp = torch.abs(f32) * 2.0**-24  # half a float32 unit: hi on or near a tie
     hi = torch.cat([f32 + ulp, f32 - ulp, f32, torch.randn(n, generator=g, dtype=torch.float64) * 1e-40])
     lo = torch.cat([torch.randn(n, generator=g, dtype=torch.float64) * 1e-30 * torch.abs(f32),
@@ -465,7 +471,9 @@ def _fold_result_cases():
         (1.0 + 2.0**-24, -1e-300), (1.0 + 2.0**-24, 0.0), (1.0 + 3 * 2.0**-24, 0.0)], dtype=torch.float64)
     hi = torch.cat([hi, special[:, 0]])
     lo = torch.cat([lo, special[:, 1]])
-    nan_payload = torch.tensor([0x7FF0000000000123, -0x000FFFFFFFFFFFF1], dtype=torch.int64).view(torch.float64)
+    nan_payload = torch.tensor([0x7FF0000000000123, -0x000FFFFFFFFFFFF1], dtype=torch.int64).view(
+        torch.float64
+    )
     return torch.cat([hi, nan_payload]), torch.cat([lo, torch.zeros(2, dtype=torch.float64)])
 
 

@@ -48,7 +48,9 @@ def test_sigmoid_and_silu_are_accurate():
 
 
 def test_sigmoid_and_silu_gradients():
-    x = torch.cat([torch.randn(4000, generator=_g(2)) * 6, torch.tensor([-1e30, 1e30, -100.0, 100.0])]).float()
+    x = torch.cat(
+        [torch.randn(4000, generator=_g(2)) * 6, torch.tensor([-1e30, 1e30, -100.0, 100.0])]
+    ).float()
     g = torch.randn(x.shape, generator=_g(3)).float()
     x64 = x.double().requires_grad_(True)
     torch.nn.functional.silu(x64).backward(g.double())

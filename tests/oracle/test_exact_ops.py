@@ -47,7 +47,11 @@ EPS32 = 2.0**-24
 @pytest.mark.parametrize("variant", ["single", "hilo"])
 def test_linear_and_matmul(variant):
     g = _g(1)
-    x, w, b = torch.randn(3, 5, 64, generator=g), torch.randn(32, 64, generator=g), torch.randn(32, generator=g)
+    x, w, b = (
+        torch.randn(3, 5, 64, generator=g),
+        torch.randn(32, 64, generator=g),
+        torch.randn(32, generator=g),
+    )
     tol = 64 * EPS32 if variant == "single" else 4 * EPS32
     _check(lambda x, w, b: ops.linear(x, w, b, variant=variant), F.linear, [x, w, b], tol, tol)
     a, c = torch.randn(2, 3, 7, 40, generator=g), torch.randn(2, 3, 40, 9, generator=g)
@@ -60,10 +64,20 @@ def test_sum_mean():
         for keep in (False, True):
             if dim is None and keep:
                 continue
-            _check(lambda t, d=dim, k=keep: ops.sum(t, d, k),
-                   lambda t, d=dim, k=keep: torch.sum(t) if d is None else torch.sum(t, d, k), [x], 2 * EPS32, 0.0)
-            _check(lambda t, d=dim, k=keep: ops.mean(t, d, k),
-                   lambda t, d=dim, k=keep: torch.mean(t) if d is None else torch.mean(t, d, k), [x], 2 * EPS32, EPS32)
+            _check(
+                lambda t, d=dim, k=keep: ops.sum(t, d, k),
+                lambda t, d=dim, k=keep: torch.sum(t) if d is None else torch.sum(t, d, k),
+                [x],
+                2 * EPS32,
+                0.0,
+            )
+            _check(
+                lambda t, d=dim, k=keep: ops.mean(t, d, k),
+                lambda t, d=dim, k=keep: torch.mean(t) if d is None else torch.mean(t, d, k),
+                [x],
+                2 * EPS32,
+                EPS32,
+            )
 
 
 def test_sum_is_exact_and_order_free():
@@ -80,14 +94,24 @@ def test_sum_is_exact_and_order_free():
 def test_softmax_log_softmax():
     x = (torch.randn(6, 33, generator=_g(5)) * 4).float()
     for dim in (-1, 0):
-        _check(lambda t, d=dim: ops.softmax(t, d), lambda t, d=dim: torch.softmax(t, d), [x], 2 * EPS32, 8 * EPS32)
+        _check(
+            lambda t, d=dim: ops.softmax(t, d),
+            lambda t, d=dim: torch.softmax(t, d),
+            [x],
+            2 * EPS32,
+            8 * EPS32,
+        )
         _check(lambda t, d=dim: ops.log_softmax(t, d), lambda t, d=dim: torch.log_softmax(t, d), [x],
                2 * EPS32, 8 * EPS32)
 
 
 def test_layer_norm():
     g = _g(6)
-    x, w, b = torch.randn(2, 5, 48, generator=g) * 3 + 1, torch.randn(48, generator=g), torch.randn(48, generator=g)
+    x, w, b = (
+        torch.randn(2, 5, 48, generator=g) * 3 + 1,
+        torch.randn(48, generator=g),
+        torch.randn(48, generator=g),
+    )
     _check(lambda x, w, b: ops.layer_norm(x, w, b), lambda x, w, b: F.layer_norm(x, (48,), w, b, 1e-5),
            [x, w, b], 4 * EPS32, 16 * EPS32)
     _check(lambda x: ops.layer_norm(x, None, None), lambda x: F.layer_norm(x, (48,), None, None, 1e-5),
@@ -120,8 +144,13 @@ def test_cross_entropy():
     t = torch.randint(0, 11, (3, 4), generator=g)
     _check(lambda x: ops.cross_entropy(x, t), lambda x: F.cross_entropy(x.reshape(-1, 11), t.reshape(-1)),
            [x], 4 * EPS32, 4 * EPS32)
-    _check(lambda x: ops.cross_entropy(x, t, total_count=100),
-           lambda x: F.cross_entropy(x.reshape(-1, 11), t.reshape(-1), reduction="sum") / 100, [x], 4 * EPS32, 4 * EPS32)
+    _check(
+        lambda x: ops.cross_entropy(x, t, total_count=100),
+        lambda x: F.cross_entropy(x.reshape(-1, 11), t.reshape(-1), reduction="sum") / 100,
+        [x],
+        4 * EPS32,
+        4 * EPS32,
+    )
 
 
 def test_dropout():
@@ -204,27 +233,33 @@ def test_same_bytes_for_one_and_two_threads():
         assert torch.equal(bits(a), bits(b))
 
 
-@pytest.mark.parametrize("call,match", [
-    (lambda: ops.linear(torch.ones(2, 3, dtype=torch.float64), torch.ones(4, 3)), "expected float32"),
-    (lambda: ops.linear(torch.ones(2, 3), torch.ones(4, 5)), "does not match"),
-    (lambda: ops.linear(torch.ones(2, 3), torch.ones(4, 3), variant="fast"), "variant"),
-    (lambda: ops.matmul(torch.ones(2, 3, 4), torch.ones(3, 4, 5)), "equal batch dims"),
-    (lambda: ops.sum(torch.ones(2, 3), dim=5), "out of range"),
-    (lambda: ops.embedding(torch.tensor([0, 7]), torch.ones(5, 2)), "index 7 outside"),
-    (lambda: ops.embedding(torch.tensor([0.0]), torch.ones(5, 2)), "int64"),
-    (lambda: ops.cross_entropy(torch.ones(2, 3), torch.tensor([0, 3])), "target 3 outside"),
-    (lambda: ops.cross_entropy(torch.ones(2, 3), torch.tensor([[0, 1]])), "targets shape"),
-    (lambda: ops.cross_entropy(torch.ones(2, 3), torch.tensor([0, 1]), total_count=0), "positive int"),
-    (lambda: ops.dropout(torch.ones(2), 1.0, torch.ones(2, dtype=torch.bool)), "p must be"),
-    (lambda: ops.dropout(torch.ones(2), 0.5, torch.ones(3, dtype=torch.bool)), "keep_mask shape"),
-    (lambda: ops.dropout(torch.ones(2), 0.5, torch.ones(2)), "bool"),
-    (lambda: ops.add(torch.ones(2, 3), torch.ones(3)), "shapes differ"),
-    (lambda: ops.gelu(torch.ones(2), "relu"), "form"),
-    (lambda: ops.layer_norm(torch.ones(2, 3), torch.ones(4), None), "weight shape"),
-    (lambda: ops.causal_attention(torch.ones(2, 3, 4), torch.ones(2, 3, 4), torch.ones(2, 3, 4)), r"\[B, H, T, D\]"),
-    (lambda: ops.causal_attention(*(torch.ones(1, 1, 2, 2),) * 3, dropout_p=0.1), "dropout_mask"),
-    (lambda: ops.sum_of_squares([]), "at least one"),
-])
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda: ops.linear(torch.ones(2, 3, dtype=torch.float64), torch.ones(4, 3)), "expected float32"),
+        (lambda: ops.linear(torch.ones(2, 3), torch.ones(4, 5)), "does not match"),
+        (lambda: ops.linear(torch.ones(2, 3), torch.ones(4, 3), variant="fast"), "variant"),
+        (lambda: ops.matmul(torch.ones(2, 3, 4), torch.ones(3, 4, 5)), "equal batch dims"),
+        (lambda: ops.sum(torch.ones(2, 3), dim=5), "out of range"),
+        (lambda: ops.embedding(torch.tensor([0, 7]), torch.ones(5, 2)), "index 7 outside"),
+        (lambda: ops.embedding(torch.tensor([0.0]), torch.ones(5, 2)), "int64"),
+        (lambda: ops.cross_entropy(torch.ones(2, 3), torch.tensor([0, 3])), "target 3 outside"),
+        (lambda: ops.cross_entropy(torch.ones(2, 3), torch.tensor([[0, 1]])), "targets shape"),
+        (lambda: ops.cross_entropy(torch.ones(2, 3), torch.tensor([0, 1]), total_count=0), "positive int"),
+        (lambda: ops.dropout(torch.ones(2), 1.0, torch.ones(2, dtype=torch.bool)), "p must be"),
+        (lambda: ops.dropout(torch.ones(2), 0.5, torch.ones(3, dtype=torch.bool)), "keep_mask shape"),
+        (lambda: ops.dropout(torch.ones(2), 0.5, torch.ones(2)), "bool"),
+        (lambda: ops.add(torch.ones(2, 3), torch.ones(3)), "shapes differ"),
+        (lambda: ops.gelu(torch.ones(2), "relu"), "form"),
+        (lambda: ops.layer_norm(torch.ones(2, 3), torch.ones(4), None), "weight shape"),
+        (
+            lambda: ops.causal_attention(torch.ones(2, 3, 4), torch.ones(2, 3, 4), torch.ones(2, 3, 4)),
+            r"\[B, H, T, D\]",
+        ),
+        (lambda: ops.causal_attention(*(torch.ones(1, 1, 2, 2),) * 3, dropout_p=0.1), "dropout_mask"),
+        (lambda: ops.sum_of_squares([]), "at least one"),
+    ],
+)
 def test_bad_input_is_refused_with_a_reason(call, match):
     with pytest.raises(ExactError, match=match):
         call()

@@ -60,7 +60,9 @@ def _ref_matmul(a, b, variant):
         for j in range(n):
             hb, lb, eb = sb[j]
             N = sum(x * y for x, y in zip(ha, hb, strict=True)) * 2**s
-            N += sum(x * y for x, y in zip(ha, lb, strict=True)) + sum(x * y for x, y in zip(la, hb, strict=True))
+            N += sum(x * y for x, y in zip(ha, lb, strict=True)) + sum(
+                x * y for x, y in zip(la, hb, strict=True)
+            )
             out[i, j] = Q.round_scaled_int_to_f32(N, ea + eb - 3 * s)
     return out
 
@@ -215,7 +217,9 @@ def test_exact_sum_equals_rational_reference():
 
 def test_exact_sum_non_finite_classes():
     inf, nan = math.inf, math.nan
-    rows = torch.tensor([[1.0, inf, 2.0], [1.0, -inf, 0.0], [inf, -inf, 0.0], [nan, 1.0, 2.0], [1.0, 2.0, 3.0]])
+    rows = torch.tensor(
+        [[1.0, inf, 2.0], [1.0, -inf, 0.0], [inf, -inf, 0.0], [nan, 1.0, 2.0], [1.0, 2.0, 3.0]]
+    )
     got = Q.exact_sum64(rows, 1)
     assert got[0] == inf and got[1] == -inf and math.isnan(got[2]) and math.isnan(got[3]) and got[4] == 6.0
 

@@ -71,7 +71,9 @@ def test_equals_numpy_and_math_sqrt(name, f64, f32):
 
 
 def test_special_values():
-    x = torch.tensor([0.0, -0.0, math.inf, -math.inf, math.nan, -1.0, -5e-324, 4.0, 5e-324], dtype=torch.float64)
+    x = torch.tensor(
+        [0.0, -0.0, math.inf, -math.inf, math.nan, -1.0, -5e-324, 4.0, 5e-324], dtype=torch.float64
+    )
     for _, f64, f32 in _impls():
         y = f64(x)
         assert _bits(y).tolist()[:2] == [0, np.float64(-0.0).view(np.int64)]
@@ -100,12 +102,16 @@ def test_exact_squares_and_their_neighbours_by_fractions():
 
 
 def test_largest_values_and_subnormals():
-    big = np.array([float.fromhex("0x1.fffffffffffffp+1023"), float.fromhex("0x1.ffffffffffffep+1023"), 2.0**1023])
+    big = np.array(
+        [float.fromhex("0x1.fffffffffffffp+1023"), float.fromhex("0x1.ffffffffffffep+1023"), 2.0**1023]
+    )
     tiny = np.array([5e-324, 1e-323, 2.0**-1030, float.fromhex("0x0.fffffffffffffp-1022"), 2.0**-1022])
     x = np.concatenate([big, tiny])
     for _, f64, _f32 in _impls():
         assert (_bits(f64(torch.from_numpy(x))) == _ref64(x).view(np.int64)).all()
-    f32max = np.array([np.finfo(np.float32).max, np.float32(1e-45), np.float32(1.1754942e-38)], dtype=np.float32)
+    f32max = np.array(
+        [np.finfo(np.float32).max, np.float32(1e-45), np.float32(1.1754942e-38)], dtype=np.float32
+    )
     assert (_bits(xsqrt.sqrt32(torch.from_numpy(f32max))) == np.sqrt(f32max).view(np.int32)).all()
 
 
@@ -198,7 +204,9 @@ def test_every_float32_in_one_and_four_exhaustively():
     exact power of four, so this covers the float32 root's rounding for every input."""
     lo, hi = np.float32(1.0).view(np.int32), np.float32(4.0).view(np.int32)
     for start in range(int(lo), int(hi), 1 << 21):
-        x = torch.from_numpy(np.arange(start, min(start + (1 << 21), int(hi)), dtype=np.int32).view(np.float32))
+        x = torch.from_numpy(
+            np.arange(start, min(start + (1 << 21), int(hi)), dtype=np.int32).view(np.float32)
+        )
         want = np.sqrt(x.numpy()).view(np.int32)
         assert (_bits(xsqrt.sqrt32(x)) == want).all()
         if kernels.enabled():

@@ -46,7 +46,9 @@ def test_exp_accuracy():
 
 
 def test_log_accuracy():
-    x = torch.cat([torch.logspace(-44, 38, 20001), torch.linspace(0.5, 2, 5001), random_values(5000, 5).abs()])
+    x = torch.cat(
+        [torch.logspace(-44, 38, 20001), torch.linspace(0.5, 2, 5001), random_values(5000, 5).abs()]
+    )
     x = x[x > 0].float()
     _finite_check("log", tx.log32, math.log, x, 0.5 + 1e-6, 0.999)
 

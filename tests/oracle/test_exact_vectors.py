@@ -42,7 +42,9 @@ def test_gelu_grad_eager_and_kernel(form):
     x, g = unhx(DOC["elementwise"]["x"]), unhx(DOC["elementwise"]["g"])
     _eq(tx.gelu_grad32(x, g, form), DOC["elementwise"][f"gelu_{form}_grad"], f"gelu_{form}_grad eager")
     if kernels.enabled():
-        _eq(kernels.gelu_grad(x, g, form), DOC["elementwise"][f"gelu_{form}_grad"], f"gelu_{form}_grad kernel")
+        _eq(
+            kernels.gelu_grad(x, g, form), DOC["elementwise"][f"gelu_{form}_grad"], f"gelu_{form}_grad kernel"
+        )
         _eq(kernels.gelu(x, form), DOC["elementwise"][f"gelu_{form}"], f"gelu_{form} kernel")
 
 

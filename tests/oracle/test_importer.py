@@ -30,10 +30,20 @@ def _hf_gpt2(tie: bool = True):
 
 
 def _hf_llama(tie: bool = False, kv: int = 2):
-    cfg = transformers.LlamaConfig(vocab_size=96, hidden_size=48, intermediate_size=80, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=kv, max_position_embeddings=32,
-                                   tie_word_embeddings=tie, rope_theta=10000.0, bos_token_id=0, eos_token_id=0,
-                                   pad_token_id=None)
+    cfg = transformers.LlamaConfig(
+        vocab_size=96,
+        hidden_size=48,
+        intermediate_size=80,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=kv,
+        max_position_embeddings=32,
+        tie_word_embeddings=tie,
+        rope_theta=10000.0,
+        bos_token_id=0,
+        eos_token_id=0,
+        pad_token_id=None,
+    )
     torch.manual_seed(2)
     m = transformers.LlamaForCausalLM(cfg).eval()
     with torch.no_grad():  # transformers' init is small; widen the weights so every op matters
@@ -68,7 +78,9 @@ CASES = [("hf-gpt2", lambda: _hf_gpt2(True)), ("hf-gpt2", lambda: _hf_gpt2(False
          ("hf-llama", lambda: _hf_llama(False, 1))]
 
 
-@pytest.mark.parametrize("source, make", CASES, ids=["gpt2-tied", "gpt2-untied", "llama-gqa", "llama-tied", "llama-mqa"])
+@pytest.mark.parametrize(
+    "source, make", CASES, ids=["gpt2-tied", "gpt2-untied", "llama-gqa", "llama-tied", "llama-mqa"]
+)
 def test_forward_and_loss_match_transformers(tmp_path, source, make):
     hf = make()
     hf.save_pretrained(tmp_path)
@@ -115,10 +127,18 @@ def test_one_adamw_step_matches_torch_adamw(tmp_path, source, make):
     o = spec.optimizer
     role = {p.name: p.role for p in net.param_specs()}
     named = dict(hf.named_parameters())
-    decay = [p for n, p in named.items() if optim.decays(role[importer.our_name(source, n)[0]], tuple(p.shape))]
-    rest = [p for n, p in named.items() if not optim.decays(role[importer.our_name(source, n)[0]], tuple(p.shape))]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": o.weight_decay}, {"params": rest, "weight_decay": 0.0}],
-                            lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps)
+    decay = [
+        p for n, p in named.items() if optim.decays(role[importer.our_name(source, n)[0]], tuple(p.shape))
+    ]
+    rest = [
+        p for n, p in named.items() if not optim.decays(role[importer.our_name(source, n)[0]], tuple(p.shape))
+    ]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": o.weight_decay}, {"params": rest, "weight_decay": 0.0}],
+        lr=o.lr,
+        betas=(o.beta1, o.beta2),
+        eps=o.eps,
+    )
     torch.nn.utils.clip_grad_norm_(hf.parameters(), o.grad_clip)
     opt.step()
     hf.save_pretrained(tmp_path / "after")
@@ -127,7 +147,9 @@ def test_one_adamw_step_matches_torch_adamw(tmp_path, source, make):
     with torch.no_grad():
         grads, _ = optim.clip(native, [hf_grads[n] for n in names], o.grad_clip)
         zeros = {m: [torch.zeros_like(params[n]) for n in names] for m in optim.moment_names(o)}
-        new_p, _ = optim.update(o, 1, names, [params[n] for n in names], grads, zeros, [role[n] for n in names])
+        new_p, _ = optim.update(
+            o, 1, names, [params[n] for n in names], grads, zeros, [role[n] for n in names]
+        )
     moved = 0
     for n, got in zip(names, new_p, strict=True):
         # float32 rounding of p * (1 - lr wd) - u: a few ulps of the operands p and u

@@ -22,7 +22,12 @@ from oracle.exact.kernels.registry import ENTRIES, Entry, resolve
 
 pytestmark = pytest.mark.skipif(not kernels.enabled(), reason="numba kernels not available")
 
-_INT = {torch.float64: torch.int64, torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
+_INT = {
+    torch.float64: torch.int64,
+    torch.float32: torch.int32,
+    torch.float16: torch.int16,
+    torch.bfloat16: torch.int16,
+}
 
 
 def _difference(a: Any, b: Any, nan_payload: bool, where: str = "result") -> str | None:
@@ -43,7 +48,11 @@ def _difference(a: Any, b: Any, nan_payload: bool, where: str = "result") -> str
         else:
             ab, bb = a, b
         diff = (ab != bb).nonzero()
-        return None if diff.numel() == 0 else f"{where}: {diff.shape[0]} elements differ, first at {diff[:3].tolist()}"
+        return (
+            None
+            if diff.numel() == 0
+            else f"{where}: {diff.shape[0]} elements differ, first at {diff[:3].tolist()}"
+        )
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
         if len(a) != len(b):
             return f"{where}: {len(a)} items against {len(b)}"
@@ -63,7 +72,9 @@ def _copy(args: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 def _describe(args: tuple[Any, ...]) -> str:
-    return ", ".join(f"{a.dtype} {list(a.shape)}" if isinstance(a, torch.Tensor) else repr(a)[:40] for a in args)
+    return ", ".join(
+        f"{a.dtype} {list(a.shape)}" if isinstance(a, torch.Tensor) else repr(a)[:40] for a in args
+    )
 
 
 @pytest.mark.parametrize("name", sorted(ENTRIES))

@@ -61,7 +61,9 @@ def test_norm_bucket_of_a_step():
     batch = torch.arange(2 * 9).reshape(2, 9) % 32
     after, _ = step(before, batch, SPEC, 1)
     s = update_sq_norm(before.params(), after.params())
-    ref = sum(float(((after.params()[n].double() - p.double()) ** 2).sum()) for n, p in before.params().items())
+    ref = sum(
+        float(((after.params()[n].double() - p.double()) ** 2).sum()) for n, p in before.params().items()
+    )
     assert s.dtype == torch.float32
     assert abs(float(s) - ref) <= 1e-6 * ref
     b = norm_bucket(before, after)

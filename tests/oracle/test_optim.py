@@ -31,10 +31,17 @@ def test_adamw_tracks_torch(wd):
     spec = OptimizerSpec(kind="adamw", lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=wd)
     names, params, grads = _problem()
     ref = [p.clone().requires_grad_(True) for p in params]
-    topt = torch.optim.AdamW([{"params": [ref[0]], "weight_decay": wd}, {"params": [ref[1]], "weight_decay": 0.0}],
-                             lr=1e-2, betas=(0.9, 0.95), eps=1e-8)
+    topt = torch.optim.AdamW(
+        [{"params": [ref[0]], "weight_decay": wd}, {"params": [ref[1]], "weight_decay": 0.0}],
+        lr=1e-2,
+        betas=(0.9, 0.95),
+        eps=1e-8,
+    )
     cur = [p.clone() for p in params]
-    moments = {"exp_avg": [torch.zeros_like(p) for p in params], "exp_avg_sq": [torch.zeros_like(p) for p in params]}
+    moments = {
+        "exp_avg": [torch.zeros_like(p) for p in params],
+        "exp_avg_sq": [torch.zeros_like(p) for p in params],
+    }
     for t, g in enumerate(grads, start=1):
         for r, gi in zip(ref, g, strict=True):
             r.grad = gi.clone()
@@ -49,8 +56,11 @@ def test_sgd_tracks_torch():
     spec = OptimizerSpec(kind="sgd", lr=0.05, momentum=0.9, weight_decay=0.01)
     names, params, grads = _problem(1)
     ref = [p.clone().requires_grad_(True) for p in params]
-    topt = torch.optim.SGD([{"params": [ref[0]], "weight_decay": 0.01}, {"params": [ref[1]], "weight_decay": 0.0}],
-                           lr=0.05, momentum=0.9)
+    topt = torch.optim.SGD(
+        [{"params": [ref[0]], "weight_decay": 0.01}, {"params": [ref[1]], "weight_decay": 0.0}],
+        lr=0.05,
+        momentum=0.9,
+    )
     cur = [p.clone() for p in params]
     moments = {"momentum": [torch.zeros_like(p) for p in params]}
     for t, g in enumerate(grads, start=1):
@@ -130,7 +140,9 @@ def test_refusals():
         optim.update(OptimizerSpec(), 0, ["w"], [torch.zeros(1)], [torch.zeros(1)],
                      {"exp_avg": [torch.zeros(1)], "exp_avg_sq": [torch.zeros(1)]})
     with pytest.raises(optim.OptimError, match="needs moments"):
-        optim.update(OptimizerSpec(), 1, ["w"], [torch.zeros(1)], [torch.zeros(1)], {"momentum": [torch.zeros(1)]})
+        optim.update(
+            OptimizerSpec(), 1, ["w"], [torch.zeros(1)], [torch.zeros(1)], {"momentum": [torch.zeros(1)]}
+        )
 
 
 def _gpt_problem(seed=3):
@@ -207,7 +219,10 @@ def test_scheduled_adamw_with_masked_decay_tracks_torch_lambdalr(kind):
     sched = torch.optim.lr_scheduler.LambdaLR(topt, factor)
     names = [p.name for p in specs]
     cur = [p.clone() for p in params]
-    moments = {"exp_avg": [torch.zeros_like(p) for p in params], "exp_avg_sq": [torch.zeros_like(p) for p in params]}
+    moments = {
+        "exp_avg": [torch.zeros_like(p) for p in params],
+        "exp_avg_sq": [torch.zeros_like(p) for p in params],
+    }
     for t, g in enumerate(grads, start=1):
         assert topt.param_groups[0]["lr"] == pytest.approx(optim.lr_at(spec, t), rel=1e-14)
         for r, gi in zip(ref, g, strict=True):

@@ -65,7 +65,9 @@ def test_hand_over_keeps_the_bytes_of_an_inexact_fold():
     # 2^100, 1, 2^-100 in one element: the third add is inexact (f != 0). The fold handed over
     # after each prefix still gives the one-process bytes, because it runs the same operations.
     w = torch.zeros(2, dtype=torch.float32, requires_grad=True)
-    vals = torch.tensor([[2.0**100, 3.0], [1.0, 2.0**-30], [2.0**-100, -3.0], [-2.0**100, 1.0]], dtype=torch.float64)
+    vals = torch.tensor(
+        [[2.0**100, 3.0], [1.0, 2.0**-30], [2.0**-100, -3.0], [-(2.0**100), 1.0]], dtype=torch.float64
+    )
 
     def fold_in(acc, rows):
         with acc.micro_batch():
@@ -107,7 +109,10 @@ def test_step_refuses_parallel_torch_native_and_too_many_ranks():
     from commitments.spec import Spec
     from oracle.parallel import Ranks
 
-    base = {"model": {"kind": "mlp", "block_size": 8, "hidden": [8]}, "batch": {"batch_size": 2, "seq_len": 8}}
+    base = {
+        "model": {"kind": "mlp", "block_size": 8, "hidden": [8]},
+        "batch": {"batch_size": 2, "seq_len": 8},
+    }
     native = Spec.from_dict(base | {"profile": "torch-native", "hardware": {"device": "cpu"}})
     batch = torch.zeros(2, 9, dtype=torch.int64)
     with pytest.raises(StepError, match="needs profile exact-v1"):
@@ -156,10 +161,12 @@ def test_gloo_ranks_on_localhost_give_the_one_process_state(tmp_path, single_thr
             assert got == want, f"world {n}, rank {r}"
 
 
-BF16_SPEC = SPEC | {"dtype": "bf16-mixed",
-                    "optimizer": SPEC["optimizer"] | {"schedule": "cosine", "warmup_steps": 1, "decay_steps": 4,
-                                                      "min_lr": 1e-3},
-                    "batch": SPEC["batch"] | {"micro_batches": 2}}
+BF16_SPEC = SPEC | {
+    "dtype": "bf16-mixed",
+    "optimizer": SPEC["optimizer"]
+    | {"schedule": "cosine", "warmup_steps": 1, "decay_steps": 4, "min_lr": 1e-3},
+    "batch": SPEC["batch"] | {"micro_batches": 2},
+}
 
 
 @pytest.mark.slow

@@ -80,8 +80,12 @@ def test_zero_moments_are_writable_float32_zeros():
 
 
 def test_init_scales():
-    big = Spec.from_dict({"model": {"n_layer": 8, "n_embd": 64, "n_head": 2, "block_size": 8, "vocab_size": 256},
-                          "batch": {"batch_size": 2, "seq_len": 8}})
+    big = Spec.from_dict(
+        {
+            "model": {"n_layer": 8, "n_embd": 64, "n_head": 2, "block_size": 8, "vocab_size": 256},
+            "batch": {"batch_size": 2, "seq_len": 8},
+        }
+    )
     p = init_state(big).params()
     assert abs(float(p["wte"].std()) - 0.02) < 0.002
     assert abs(float(p["h.0.attn.c_proj.weight"].std()) - 0.02 / 4) < 0.0005  # 0.02 / sqrt(2 * 8)

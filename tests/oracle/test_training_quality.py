@@ -22,15 +22,34 @@ from oracle.step import init_state, step
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 STEPS = 300
-SPEC = Spec.from_dict({
-    "profile": "exact-v1",
-    "steps": STEPS,
-    "model": {"kind": "gpt", "vocab_size": 256, "block_size": 32, "n_layer": 2, "n_head": 4, "n_embd": 64,
-              "dropout": 0.0, "bias": True, "tie_weights": True, "gelu": "tanh"},
-    "optimizer": {"kind": "adamw", "lr": 3e-3, "beta1": 0.9, "beta2": 0.95, "weight_decay": 0.1, "grad_clip": 1.0},
-    "batch": {"batch_size": 8, "seq_len": 32},
-    "rng": {"seed": 42, "schedule_seed": 7},
-})
+SPEC = Spec.from_dict(
+    {
+        "profile": "exact-v1",
+        "steps": STEPS,
+        "model": {
+            "kind": "gpt",
+            "vocab_size": 256,
+            "block_size": 32,
+            "n_layer": 2,
+            "n_head": 4,
+            "n_embd": 64,
+            "dropout": 0.0,
+            "bias": True,
+            "tie_weights": True,
+            "gelu": "tanh",
+        },
+        "optimizer": {
+            "kind": "adamw",
+            "lr": 3e-3,
+            "beta1": 0.9,
+            "beta2": 0.95,
+            "weight_decay": 0.1,
+            "grad_clip": 1.0,
+        },
+        "batch": {"batch_size": 8, "seq_len": 32},
+        "rng": {"seed": 42, "schedule_seed": 7},
+    }
+)
 
 
 class Block(nn.Module):
@@ -71,8 +90,14 @@ class RefGPT(nn.Module):
             self.wte.weight.copy_(P["wte"])
             self.wpe.weight.copy_(P["wpe"])
             for i, b in enumerate(self.h):
-                for ours, mod in [("ln_1", b.ln_1), ("ln_2", b.ln_2), ("attn.c_attn", b.c_attn),
-                                  ("attn.c_proj", b.attn_proj), ("mlp.c_fc", b.c_fc), ("mlp.c_proj", b.mlp_proj)]:
+                for ours, mod in [
+                    ("ln_1", b.ln_1),
+                    ("ln_2", b.ln_2),
+                    ("attn.c_attn", b.c_attn),
+                    ("attn.c_proj", b.attn_proj),
+                    ("mlp.c_fc", b.c_fc),
+                    ("mlp.c_proj", b.mlp_proj),
+                ]:
                     mod.weight.copy_(P[f"h.{i}.{ours}.weight"])
                     mod.bias.copy_(P[f"h.{i}.{ours}.bias"])
             self.ln_f.weight.copy_(P["ln_f.weight"])

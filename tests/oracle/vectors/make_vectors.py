@@ -43,8 +43,12 @@ def unhx(vals: list[str], shape=None) -> torch.Tensor:
 
 def elementwise_inputs() -> torch.Tensor:
     g = torch.Generator().manual_seed(20261129)
-    rnd = torch.cat([torch.randn(200, generator=g) * 3,
-                     torch.exp(torch.rand(100, generator=g) * 160 - 80) * torch.sign(torch.randn(100, generator=g))])
+    rnd = torch.cat(
+        [
+            torch.randn(200, generator=g) * 3,
+            torch.exp(torch.rand(100, generator=g) * 160 - 80) * torch.sign(torch.randn(100, generator=g)),
+        ]
+    )
     return torch.cat([edge_values(), rnd.float()])
 
 
@@ -87,13 +91,17 @@ def matmul_cases():
 
 def sum_cases():
     g = torch.Generator().manual_seed(17)
-    return [(torch.randn(5, 300, generator=g) * torch.exp(torch.randn(5, 300, generator=g) * 5)).float(),
-            torch.tensor([[1.0, float("inf"), 2.0], [float("inf"), float("-inf"), 0.0], [1e-45, 3e38, -3e38]])]
+    return [
+        (torch.randn(5, 300, generator=g) * torch.exp(torch.randn(5, 300, generator=g) * 5)).float(),
+        torch.tensor([[1.0, float("inf"), 2.0], [float("inf"), float("-inf"), 0.0], [1e-45, 3e38, -3e38]]),
+    ]
 
 
 def _with_neighbours(a: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"):
-        return np.concatenate([a, np.nextafter(a, a.dtype.type(np.inf)), np.nextafter(a, a.dtype.type(-np.inf))])
+        return np.concatenate(
+            [a, np.nextafter(a, a.dtype.type(np.inf)), np.nextafter(a, a.dtype.type(-np.inf))]
+        )
 
 
 def sqrt_inputs32() -> torch.Tensor:
@@ -115,8 +123,22 @@ def sqrt_inputs64() -> torch.Tensor:
     g = np.random.default_rng(20261202)
     ints = g.integers(1, 2**26, 60).astype(np.float64) ** 2
     sig = (g.integers(2**25, 2**26, 40) * 2.0**-25) ** 2 * 4.0 ** g.integers(-530, 500, 40)
-    ends = np.array([1.0, 2.0, 4.0, 0.25, 2.0**-1022, 2.0**-1074, 2.0**-1073, 2.0**-1050, 2.0**1022,
-                     2.0**1023, float.fromhex("0x1.fffffffffffffp+1023"), float.fromhex("0x0.fffffffffffffp-1022")])
+    ends = np.array(
+        [
+            1.0,
+            2.0,
+            4.0,
+            0.25,
+            2.0**-1022,
+            2.0**-1074,
+            2.0**-1073,
+            2.0**-1050,
+            2.0**1022,
+            2.0**1023,
+            float.fromhex("0x1.fffffffffffffp+1023"),
+            float.fromhex("0x0.fffffffffffffp-1022"),
+        ]
+    )
     bits = g.integers(0, 0x7FF0000000000000, 200, dtype=np.int64).view(np.float64)
     special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -1.0, -2.0**-1074])
     payload = np.array([0xFFF8000000001234], dtype=np.uint64).view(np.float64)
@@ -130,7 +152,13 @@ def layer_norm_cases():
     out = [(r.unsqueeze(0), None, None) for r in edge_rows() if bool(torch.isfinite(r).all())]
     for n, c, scale in ((4, 37, 6.0), (3, 64, 1e-3), (2, 768, 30.0)):
         x = (torch.randn(n, c, generator=g) * scale).float()
-        out.append((x, (1.0 + 0.1 * torch.randn(c, generator=g)).float(), (0.1 * torch.randn(c, generator=g)).float()))
+        out.append(
+            (
+                x,
+                (1.0 + 0.1 * torch.randn(c, generator=g)).float(),
+                (0.1 * torch.randn(c, generator=g)).float(),
+            )
+        )
     return out
 
 
@@ -216,10 +244,18 @@ def build() -> dict:
         doc["rope_tables"] = []
         for t, d, theta in ROPE_TABLES:
             c, sn = tx.rope_tables(t, d, theta)
-            doc["rope_tables"].append({"n_pos": t, "head_dim": d, "theta": theta, "cos": hx(c), "sin": hx(sn)})
+            doc["rope_tables"].append(
+                {"n_pos": t, "head_dim": d, "theta": theta, "cos": hx(c), "sin": hx(sn)}
+            )
         for s in sum_cases():
-            doc["sum"].append({"shape": list(s.shape), "x": hx(s), "sum_dim1": hx(Q.exact_sum64(s, 1).float()),
-                               "sum_all": hx(Q.exact_sum64(s, None).float())})
+            doc["sum"].append(
+                {
+                    "shape": list(s.shape),
+                    "x": hx(s),
+                    "sum_dim1": hx(Q.exact_sum64(s, 1).float()),
+                    "sum_all": hx(Q.exact_sum64(s, None).float()),
+                }
+            )
     return doc
 
 
