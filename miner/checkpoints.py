@@ -137,7 +137,9 @@ class CheckpointStore:
         """Durably append the leaf of the next step (leaf 0 first)."""
         parsed = parse_step_leaf(leaf)
         if parsed.t != len(self._leaves):
-            raise CheckpointError(f"the next leaf is step {len(self._leaves)}, got the leaf of step {parsed.t}")
+            raise CheckpointError(
+                f"the next leaf is step {len(self._leaves)}, got the leaf of step {parsed.t}"
+            )
         with open(self.leaves_path, "ab") as f:
             f.write(struct.pack(">H", len(leaf)) + leaf)
             f.flush()
@@ -218,7 +220,9 @@ class CheckpointStore:
 
     def _regenerate(self, t: int, *, progress: bool) -> Any:
         if self.batch_fn is None:
-            raise CheckpointError(f"state {t} is not kept and this store has no batch source to regenerate it")
+            raise CheckpointError(
+                f"state {t} is not kept and this store has no batch source to regenerate it"
+            )
         base = max((k for k in self.kept_steps() if k < t), default=None)
         start, st = None, None
         if self._cache is not None and self._cache[0] < t and (base is None or self._cache[0] >= base):
@@ -247,4 +251,11 @@ class CheckpointStore:
         return path
 
 
-__all__ = ["CheckpointError", "CheckpointStore", "LEAVES_MAGIC", "META_VERSION", "read_leaves", "read_run_meta"]
+__all__ = [
+    "CheckpointError",
+    "CheckpointStore",
+    "LEAVES_MAGIC",
+    "META_VERSION",
+    "read_leaves",
+    "read_run_meta",
+]

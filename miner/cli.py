@@ -38,8 +38,17 @@ def _domain_errors() -> tuple[type[BaseException], ...]:
     from oracle.state import StateError
     from oracle.step import StepError
 
-    return (CommitmentError, OpeningRefused, RecipeRefused, TrainerError, TransportError, StateError, StepError,
-            OSError, ValueError)
+    return (
+        CommitmentError,
+        OpeningRefused,
+        RecipeRefused,
+        TrainerError,
+        TransportError,
+        StateError,
+        StepError,
+        OSError,
+        ValueError,
+    )
 
 
 def _open(spec_path: Path, data: Path) -> tuple[Any, Any]:
@@ -61,38 +70,67 @@ def train(
     chain: str = typer.Option(..., "--chain", help="chain URL: dev:///path/chain.db or ws://host:port"),
     account: str | None = typer.Option(None, "--account", help="dev-chain account name"),
     key: str | None = typer.Option(None, "--key", help="Substrate key URI, mnemonic or keystore file"),
-    endpoint: str | None = typer.Option(None, "--endpoint", help="public URL of the prover (default: --host/--port)"),
+    endpoint: str | None = typer.Option(
+        None, "--endpoint", help="public URL of the prover (default: --host/--port)"
+    ),
     mirror: list[str] = typer.Option(
-        [], "--mirror", help="another base URL serving copies of this run's openings under /openings/<digest> "
-                             "(repeatable, at most 4): each opening on chain names them beside --endpoint; "
-                             "copying the files there is the miner's own job"),
+        [],
+        "--mirror",
+        help="another base URL serving copies of this run's openings under /openings/<digest> "
+        "(repeatable, at most 4): each opening on chain names them beside --endpoint; "
+        "copying the files there is the miner's own job",
+    ),
     serve: bool = typer.Option(True, "--serve/--no-serve", help="serve openings from this process"),
     host: str = typer.Option("127.0.0.1", "--host", help="prover bind address"),
     port: int = typer.Option(8760, "--port", help="prover port"),
-    token: str | None = typer.Option(None, "--token", envvar="POT_PROVER_TOKEN",
-                                     help="bearer token of the prover's private routes (/admin/*)"),
+    token: str | None = typer.Option(
+        None,
+        "--token",
+        envvar="POT_PROVER_TOKEN",
+        help="bearer token of the prover's private routes (/admin/*)",
+    ),
     keep_every: int = typer.Option(
-        10, "--keep-every", min=1, help="keep the full state every K steps; the registration declares K as the run's "
-                                        "checkpoint_interval, and the opening window is sized for it"),
+        10,
+        "--keep-every",
+        min=1,
+        help="keep the full state every K steps; the registration declares K as the run's "
+        "checkpoint_interval, and the opening window is sized for it",
+    ),
     adapt_keep_every: bool = typer.Option(
-        True, "--adapt-keep-every/--no-adapt-keep-every",
-        help="lower --keep-every when regenerating a step would not fit in half the opening window (at start, and "
-             "again once step times are measured); off: refuse to start instead, and only warn during training"),
+        True,
+        "--adapt-keep-every/--no-adapt-keep-every",
+        help="lower --keep-every when regenerating a step would not fit in half the opening window (at "
+             "start, and "
+        "again once step times are measured); off: refuse to start instead, and only warn during training",
+    ),
     root_every: int | None = typer.Option(None, "--root-every", min=1, help="submit the root every N steps"),
     substitute_batch_at: int | None = typer.Option(
-        None, "--substitute-batch-at", min=1,
-        help="FAULT INJECTION (tests, demos): train step T on another batch than the committed one"),
+        None,
+        "--substitute-batch-at",
+        min=1,
+        help="FAULT INJECTION (tests, demos): train step T on another batch than the committed one",
+    ),
     follow: bool = typer.Option(True, "--follow/--no-follow", help="answer challenges until they resolve"),
     timeout: float | None = typer.Option(None, "--timeout", help="give up following after this many seconds"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON summary line"),
     params_path: Path | None = typer.Option(
-        None, "--params", help="pin the protocol parameters (TOML, top level or a protocol table): refused unless "
-                               "the chain records the same; needed only on a chain that records none"),
+        None,
+        "--params",
+        help="pin the protocol parameters (TOML, top level or a protocol table): refused unless "
+        "the chain records the same; needed only on a chain that records none",
+    ),
     nproc: int = typer.Option(
-        1, "--nproc", min=1, help="data-parallel ranks on this machine (started through torchrun; gloo on CPU, "
-                                  "NCCL on GPUs); under torchrun the ranks come from its environment"),
-    init: Path | None = typer.Option(None, "--init", help="fine-tuning: the parameters file the spec's [init] "
-                                                          "commits to (from `pot model import`)"),
+        1,
+        "--nproc",
+        min=1,
+        help="data-parallel ranks on this machine (started through torchrun; gloo on CPU, "
+        "NCCL on GPUs); under torchrun the ranks come from its environment",
+    ),
+    init: Path | None = typer.Option(
+        None,
+        "--init",
+        help="fine-tuning: the parameters file the spec's [init] commits to (from `pot model import`)",
+    ),
 ) -> None:
     """Train with commitments, then answer the run's challenges until they resolve."""
     import os
@@ -132,10 +170,22 @@ def train(
 
             out.mkdir(parents=True, exist_ok=True)
             server = BackgroundServer(out, host, port, token).start()
-        trainer = Trainer(spec, ds, out, transport, endpoint=endpoint or f"http://{host}:{port}",
-                          keep_every=keep_every, root_every=root_every, substitute_batch_at=substitute_batch_at,
-                          params=params, progress=not as_json, ranks=ranks, pretrained=init, mirrors=mirror,
-                          adapt_keep_every=adapt_keep_every)
+        trainer = Trainer(
+            spec,
+            ds,
+            out,
+            transport,
+            endpoint=endpoint or f"http://{host}:{port}",
+            keep_every=keep_every,
+            root_every=root_every,
+            substitute_batch_at=substitute_batch_at,
+            params=params,
+            progress=not as_json,
+            ranks=ranks,
+            pretrained=init,
+            mirrors=mirror,
+            adapt_keep_every=adapt_keep_every,
+        )
         if substitute_batch_at is not None:
             typer.echo(f"FAULT INJECTION: step {substitute_batch_at} trains on a substituted batch", err=True)
         verdicts = trainer.run(follow=follow, timeout=timeout)
@@ -266,7 +316,9 @@ def recipe_write(
 def recipe_verify(
     doc: Path = typer.Argument(..., help="run document written by `pot recipe write`"),
     data: Path = typer.Option(..., "--data", help="token corpus (.npy)"),
-    expect_key: str | None = typer.Option(None, "--expect-key", help="hex public key the document must be signed by"),
+    expect_key: str | None = typer.Option(
+        None, "--expect-key", help="hex public key the document must be signed by"
+    ),
     as_json: bool = typer.Option(False, "--json", help="print one JSON report"),
 ) -> None:
     """Recompute the run from its seed; exit 0 only when every promised digest is EQUAL."""

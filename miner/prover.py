@@ -107,13 +107,20 @@ def create_app(run_dir: str | os.PathLike[str], *, token: str | None = None,
         if not PUBLIC.match(path):
             if not token:
                 if path == "/admin" or path.startswith("/admin/"):
-                    return _error(403, "admin routes are off: start the prover with --token (openings, leaves "
-                                       "and /healthz never need one)")
+                    return _error(
+                        403,
+                        "admin routes are off: start the prover with --token (openings, leaves "
+                        "and /healthz never need one)",
+                    )
             else:
                 got = request.headers.get("authorization", "")
                 if not hmac.compare_digest(got.encode("utf-8", "replace"), f"Bearer {token}".encode()):
-                    return _error(401, "this route needs the prover's bearer token (Authorization: Bearer <token>); "
-                                       "openings, leaves and /healthz need none", **{"WWW-Authenticate": "Bearer"})
+                    return _error(
+                        401,
+                        "this route needs the prover's bearer token (Authorization: Bearer <token>); "
+                        "openings, leaves and /healthz need none",
+                        **{"WWW-Authenticate": "Bearer"},
+                    )
         try:
             return await call_next(request)
         except Exception as exc:  # the server answers every request; it never dies on input
@@ -140,7 +147,11 @@ def create_app(run_dir: str | os.PathLike[str], *, token: str | None = None,
             return _error(404, f"no opening {d[:16]}")
         if size > max_bytes:
             return _error(413, f"opening is {size} bytes, over this server's limit of {max_bytes}")
-        headers = {"Accept-Ranges": "bytes", "ETag": f'"{d}"', "Cache-Control": "public, max-age=31536000, immutable"}
+        headers = {
+            "Accept-Ranges": "bytes",
+            "ETag": f'"{d}"',
+            "Cache-Control": "public, max-age=31536000, immutable",
+        }
         rng = request.headers.get("range")
         if rng is None:
             headers["Content-Length"] = str(size)
@@ -192,16 +203,26 @@ def create_app(run_dir: str | os.PathLike[str], *, token: str | None = None,
     return app
 
 
-def serve(run_dir: str | os.PathLike[str], host: str = "127.0.0.1", port: int = 8760, token: str | None = None,
-          *, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+def serve(
+    run_dir: str | os.PathLike[str],
+    host: str = "127.0.0.1",
+    port: int = 8760,
+    token: str | None = None,
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> None:
     """Serve a run directory until interrupted."""
-    uvicorn.run(create_app(run_dir, token=token, max_bytes=max_bytes), host=host, port=port, log_level="warning")
+    uvicorn.run(
+        create_app(run_dir, token=token, max_bytes=max_bytes), host=host, port=port, log_level="warning"
+    )
 
 
 class BackgroundServer:
     """The prover in a thread of this process (the trainer serves its openings while it follows)."""
 
-    def __init__(self, run_dir: str | os.PathLike[str], host: str, port: int, token: str | None = None) -> None:
+    def __init__(
+        self, run_dir: str | os.PathLike[str], host: str, port: int, token: str | None = None
+    ) -> None:
         config = uvicorn.Config(create_app(run_dir, token=token), host=host, port=port, log_level="warning")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="pot-prover", daemon=True)

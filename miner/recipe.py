@@ -114,7 +114,9 @@ def _walk(spec: Spec, dataset: Any, schedule: Any, steps: int, wanted: set[int],
             on_step(t, state, loss)
 
 
-def write_recipe(spec: Spec, dataset: Any, steps: int, *, signing_key: Any = None, progress: bool = False) -> bytes:
+def write_recipe(
+    spec: Spec, dataset: Any, steps: int, *, signing_key: Any = None, progress: bool = False
+) -> bytes:
     """Walk `steps` steps from the seed and return the signed run document."""
     if not isinstance(steps, int) or isinstance(steps, bool) or not 1 <= steps <= spec.steps:
         raise RecipeRefused(f"steps must be in 1..{spec.steps} (the spec's declared steps), got {steps!r}")
@@ -159,7 +161,9 @@ def load_recipe(data: bytes, *, expect_key: bytes | None = None) -> Recipe:
     if not isinstance(outer, dict) or set(outer) != {"body", "digest", "public_key", "signature"}:
         raise RecipeRefused("not a run document: expected the fields body, digest, public_key, signature")
     raw, d, pk, sig = outer["body"], outer["digest"], outer["public_key"], outer["signature"]
-    if not (isinstance(raw, bytes) and isinstance(d, bytes) and isinstance(pk, bytes) and isinstance(sig, bytes)):
+    if not (
+        isinstance(raw, bytes) and isinstance(d, bytes) and isinstance(pk, bytes) and isinstance(sig, bytes)
+    ):
         raise RecipeRefused("not a run document: body, digest, public_key and signature must be bytes")
     try:
         body = cbor.decode(raw, max_bytes=MAX_RECIPE_BYTES)
@@ -176,7 +180,9 @@ def load_recipe(data: bytes, *, expect_key: bytes | None = None) -> Recipe:
     except (BadSignatureError, ValueError, TypeError):
         raise RecipeRefused("tampered document: the signature does not verify") from None
     if expect_key is not None and pk != expect_key:
-        raise RecipeRefused(f"the document is signed by {pk.hex()[:16]}, not the expected key {expect_key.hex()[:16]}")
+        raise RecipeRefused(
+            f"the document is signed by {pk.hex()[:16]}, not the expected key {expect_key.hex()[:16]}"
+        )
     if set(body) != BODY_FIELDS or body.get("version") != RECIPE_VERSION:
         raise RecipeRefused(f"not a {RECIPE_VERSION} body (fields {', '.join(sorted(map(str, body)))})")
     try:
@@ -218,12 +224,16 @@ def verify_recipe(data: bytes, dataset: Any, *, expect_key: bytes | None = None,
         raise RecipeRefused(f"the corpus was opened with {dataset.sample_len}-token samples, the spec needs "
                             f"{spec.sample_len}")
     if dataset.num_samples != body["num_samples"] or dataset.dataset_hash != body["dataset_hash"]:
-        raise RecipeRefused(f"the corpus is not the document's: dataset hash {dataset.dataset_hash.hex()[:16]} "
-                            f"({dataset.num_samples} samples) != {body['dataset_hash'].hex()[:16]} "
-                            f"({body['num_samples']} samples)")
+        raise RecipeRefused(
+            f"the corpus is not the document's: dataset hash {dataset.dataset_hash.hex()[:16]} "
+            f"({dataset.num_samples} samples) != {body['dataset_hash'].hex()[:16]} "
+            f"({body['num_samples']} samples)"
+        )
     schedule = run_schedule(spec, dataset)
     if schedule.commitment != body["schedule_commitment"]:
-        raise RecipeRefused("the schedule derived from the spec's seed differs from the document's commitment")
+        raise RecipeRefused(
+            "the schedule derived from the spec's seed differs from the document's commitment"
+        )
     promised = dict(recipe.promises)
     report = RecipeReport(recipe.digest, recipe.public_key)
 

@@ -100,13 +100,28 @@ class Trainer:
     different batch while the schedule's batch stays committed, so a challenge of it must fail.
     """
 
-    def __init__(self, spec: Spec, dataset: Dataset, run_dir: str | os.PathLike[str], transport: Any = None, *,
-                 endpoint: str = DEFAULT_ENDPOINT, keep_every: int = 10, root_every: int | None = None,
-                 substitute_batch_at: int | None = None, params: Any = None, progress: bool = True,
-                 log: Callable[[str], None] | None = None, submit_timeout: float = 60.0,
-                 ranks: Any = None, pretrained: Any = None, mirrors: Any = (),
-                 account: str | None = None, adapt_keep_every: bool = True,
-                 block_seconds: float | None = None) -> None:
+    def __init__(
+        self,
+        spec: Spec,
+        dataset: Dataset,
+        run_dir: str | os.PathLike[str],
+        transport: Any = None,
+        *,
+        endpoint: str = DEFAULT_ENDPOINT,
+        keep_every: int = 10,
+        root_every: int | None = None,
+        substitute_batch_at: int | None = None,
+        params: Any = None,
+        progress: bool = True,
+        log: Callable[[str], None] | None = None,
+        submit_timeout: float = 60.0,
+        ranks: Any = None,
+        pretrained: Any = None,
+        mirrors: Any = (),
+        account: str | None = None,
+        adapt_keep_every: bool = True,
+        block_seconds: float | None = None,
+    ) -> None:
         if dataset.sample_len != spec.sample_len:
             raise TrainerError(f"the dataset's samples hold {dataset.sample_len} tokens, the spec needs "
                                f"{spec.sample_len} (seq_len + 1)")
@@ -167,7 +182,9 @@ class Trainer:
         self.rounds: dict[bytes, tuple[bytes, int]] = {}  # our challenge_id -> (its first round's id, round)
         self.resolved: dict[bytes, str] = {}  # our challenge_id -> verdict (an inconclusive round included)
         self.failed: dict[bytes, str] = {}  # our challenge_id -> why no opening could be built or sent
-        self.refused: dict[bytes, str] = {}  # our challenge_id -> the chain's refusal of its opening, in words
+        self.refused: dict[
+            bytes, str
+        ] = {}  # our challenge_id -> the chain's refusal of its opening, in words
         self.refusals: list[dict[str, Any]] = []  # every refusal of a call this trainer sent, as it was read
         # (step, size, root) -> digest of its opening file: a re-challenge of a step reuses it
         self._openings: dict[tuple[int, int, bytes], bytes] = {}
@@ -200,7 +217,9 @@ class Trainer:
             from oracle import parallel
 
             last = parallel.broadcast_object(self.ranks, self.state.step if self.leader else None)
-            state = (self.state if self.leader else init_state(self.spec, pretrained=self.pretrained)).to(self.device)
+            state = (self.state if self.leader else init_state(self.spec, pretrained=self.pretrained)).to(
+                self.device
+            )
             parallel.broadcast_state(self.ranks, state.tensors)
             if state.step != last:
                 raise TrainerError(f"rank {self.ranks.rank} holds the state after step {state.step}, "
@@ -213,7 +232,9 @@ class Trainer:
         transcript_path = self.store.dir / "transcript.cbor"
         if meta is None:
             if len(self.store):
-                raise TrainerError(f"{self.store.dir}: holds leaves but no run metadata; use a fresh directory")
+                raise TrainerError(
+                    f"{self.store.dir}: holds leaves but no run metadata; use a fresh directory"
+                )
             self._plan(None)  # the keep-every and the interval to declare, before anything is written
             state = init_state(self.spec, pretrained=self.pretrained)
             self.initial_hash = state.digest()
@@ -238,7 +259,9 @@ class Trainer:
             # written before runs declared one registered the call's default, 1).
             declared = meta.get("checkpoint_interval", 1)
             if not isinstance(declared, int) or isinstance(declared, bool) or declared < 1:
-                raise TrainerError(f"{self.store.dir}: meta.cbor holds no usable checkpoint_interval ({declared!r})")
+                raise TrainerError(
+                    f"{self.store.dir}: meta.cbor holds no usable checkpoint_interval ({declared!r})"
+                )
             self._plan(declared, kept=meta.get("keep_every"))
             self.transcript = TranscriptWriter.resume(transcript_path, load_session_key(key_path),
                                                       drop_partial_tail=True)
@@ -276,23 +299,35 @@ class Trainer:
                            ("schedule_commitment", self.schedule.commitment),
                            ("substitute_batch_at", self.substitute_batch_at)):
             if meta.get(name) != ours:
-                raise TrainerError(f"{self.store.dir}: holds a run with another {name}; use a fresh directory")
+                raise TrainerError(
+                    f"{self.store.dir}: holds a run with another {name}; use a fresh directory"
+                )
         nonce, run_id, owner = meta.get("nonce"), meta.get("run_id"), meta.get("account")
         try:
             derived = derive_run_id(owner, nonce) if isinstance(owner, str) and owner else None
         except CallError:
             derived = None
         if derived is None or derived != run_id:
-            raise TrainerError(f"{self.store.dir}: its run id is not derive_run_id(account, nonce) of its metadata "
-                               "(a run of protocol v1, or a damaged meta.cbor); use a fresh directory")
+            raise TrainerError(
+                f"{self.store.dir}: its run id is not derive_run_id(account, nonce) of its metadata "
+                "(a run of protocol v1, or a damaged meta.cbor); use a fresh directory"
+            )
         if owner != self.account:
-            raise TrainerError(f"{self.store.dir}: its run id belongs to account {owner!r}, and this trainer signs as "
-                               f"{self.account!r}; a run id cannot change hands: use that account or a fresh directory")
+            raise TrainerError(
+                f"{self.store.dir}: its run id belongs to account {owner!r}, and this trainer signs as "
+                f"{self.account!r}; a run id cannot change hands: use that account or a fresh directory"
+            )
 
     def _commitment_record(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "initial_hash": self.initial_hash,
-                "schedule_commitment": self.schedule.commitment, "dataset_hash": self.dataset.dataset_hash,
-                "spec_digest": self.spec.digest(), "declared_steps": self.spec.steps, "endpoint": self.endpoint}
+        return {
+            "run_id": self.run_id,
+            "initial_hash": self.initial_hash,
+            "schedule_commitment": self.schedule.commitment,
+            "dataset_hash": self.dataset.dataset_hash,
+            "spec_digest": self.spec.digest(),
+            "declared_steps": self.spec.steps,
+            "endpoint": self.endpoint,
+        }
 
     # --- the opening window ----------------------------------------------------------------
     def _protocol_params(self) -> Any:
@@ -310,7 +345,9 @@ class Trainer:
         A resumed run keeps the interval it declared (`declared`) and keeps states at most that far
         apart (and no farther apart than `kept`, the keep-every it had). A keep-every that does not fit
         is lowered with adapt_keep_every, else refused (TrainerError naming the largest that fits)."""
-        want = min(self.requested_keep_every, max(1, self.spec.steps))  # past the last step keeps nothing more
+        want = min(
+            self.requested_keep_every, max(1, self.spec.steps)
+        )  # past the last step keeps nothing more
         if declared is not None:
             want = min(want, declared)
             if isinstance(kept, int) and not isinstance(kept, bool) and kept >= 1:
@@ -337,13 +374,19 @@ class Trainer:
             why = fit.words() + (f"; that window is over the protocol's max_replay_blocks "
                                  f"({params.max_replay_blocks})" if too_long else "")
             if best is None:
-                raise TrainerError(f"--keep-every {self.requested_keep_every} does not fit the run's opening window, "
-                                   f"and no keep-every does, not even 1: {why}")
+                raise TrainerError(
+                    f"--keep-every {self.requested_keep_every} does not fit the run's opening window, "
+                    f"and no keep-every does, not even 1: {why}"
+                )
             if not self.adapt_keep_every:
-                raise TrainerError(f"--keep-every {self.requested_keep_every} does not fit the run's opening window: "
-                                   f"{why}. The largest keep-every that fits is {best}: pass --keep-every {best}, "
-                                   "or --adapt-keep-every to lower it by itself")
-            self._log(f"--keep-every {self.requested_keep_every} lowered to {best} (--adapt-keep-every): {why}")
+                raise TrainerError(
+                    f"--keep-every {self.requested_keep_every} does not fit the run's opening window: "
+                    f"{why}. The largest keep-every that fits is {best}: pass --keep-every {best}, "
+                    "or --adapt-keep-every to lower it by itself"
+                )
+            self._log(
+                f"--keep-every {self.requested_keep_every} lowered to {best} (--adapt-keep-every): {why}"
+            )
         self.checkpoint_interval = declared if declared is not None else best
         self.window_blocks = opening_blocks(self.spec, params, self.checkpoint_interval)
         self.store.keep_every = best
@@ -360,7 +403,13 @@ class Trainer:
             return False
         step = statistics.median(self._step_times)
         k = self.store.keep_every
-        fit = Fit(k, self.window_blocks, self.block, step, f"measured: the median of the last {len(self._step_times)} steps")
+        fit = Fit(
+            k,
+            self.window_blocks,
+            self.block,
+            step,
+            f"measured: the median of the last {len(self._step_times)} steps",
+        )
         if fit.fits:
             return False
         best = largest_within(self.window_blocks, k, self.block, step)
@@ -372,8 +421,10 @@ class Trainer:
             return False
         self.store.keep_every = best
         self.store.write_meta(self._meta(self.nonce))
-        self._log(f"keep-every lowered from {k} to {best} from step {t} on: {fit.words()} (the states kept before "
-                  f"step {t} stay {k} steps apart)")
+        self._log(
+            f"keep-every lowered from {k} to {best} from step {t} on: {fit.words()} (the states kept before "
+            f"step {t} stay {k} steps apart)"
+        )
         return True
 
     # --- chain ----------------------------------------------------------------------------
@@ -403,8 +454,16 @@ class Trainer:
         self._unseen += outcome.synced
         for c in outcome.calls:
             if not c.ok:
-                self.refusals.append({"what": what, "call": c.call, "block": c.block, "refusal": c.refusal.refusal,
-                                      "reason": c.refusal.reason, "words": c.words()})
+                self.refusals.append(
+                    {
+                        "what": what,
+                        "call": c.call,
+                        "block": c.block,
+                        "refusal": c.refusal.refusal,
+                        "reason": c.refusal.reason,
+                        "words": c.words(),
+                    }
+                )
                 self._log(f"{what}: the chain refused it: {c.words()}")
         return outcome
 
@@ -432,7 +491,9 @@ class Trainer:
         """The run's start_training_commitment: the same bytes every time (the nonce and the declared
         checkpoint_interval are persisted)."""
         if self.checkpoint_interval is None:
-            raise TrainerError("the run is not prepared: prepare() chooses the checkpoint_interval it declares")
+            raise TrainerError(
+                "the run is not prepared: prepare() chooses the checkpoint_interval it declares"
+            )
         return StartTrainingCommitment(
             run_id=self.run_id, nonce=self.nonce, initial_hash=self.initial_hash,
             schedule_commitment=self.schedule.commitment, dataset_hash=self.dataset.dataset_hash,
@@ -451,7 +512,9 @@ class Trainer:
             if known is not None and known.miner == self.account and known.registration == registration:
                 # A restart: the chain holds this very registration. Sending it again is a no-op
                 # for the protocol, but on Substrate its transfer would pay stake and escrow twice.
-                self._log(f"run {self.run_id.hex()[:16]} is already registered: not sending its registration again")
+                self._log(
+                    f"run {self.run_id.hex()[:16]} is already registered: not sending its registration again"
+                )
                 self._registered(known)
                 return
         outcome = self._submit([call], "register the run")
@@ -482,8 +545,14 @@ class Trainer:
         if size <= self.submitted_size:
             return
         proof = self.tree.consistency_proof(self.submitted_size) if self.submitted_size else []
-        outcome = self._submit([SubmitCheckpointRoot(run_id=self.run_id, root=self.tree.root(), size=size,
-                                                     consistency_proof=proof)], f"submit the root of size {size}")
+        outcome = self._submit(
+            [
+                SubmitCheckpointRoot(
+                    run_id=self.run_id, root=self.tree.root(), size=size, consistency_proof=proof
+                )
+            ],
+            f"submit the root of size {size}",
+        )
         if not outcome.ok:
             raise TrainerError(f"the root of size {size} was not taken: {outcome.words()}")
         self.submitted_size = size
@@ -536,9 +605,11 @@ class Trainer:
                     self._answer_issued(ev)
             elif isinstance(ev, ChallengeResolved):
                 self.resolved[ev.challenge_id] = ev.verdict
-                more = (f"; re-challenged as {ev.rechallenge.hex()[:16]}" if ev.rechallenge is not None else "")
-                self._log(f"challenge {ev.challenge_id.hex()[:16]} (step {ev.step}, round {ev.round}) resolved: "
-                          f"{ev.verdict} ({ev.reason}){more}")
+                more = f"; re-challenged as {ev.rechallenge.hex()[:16]}" if ev.rechallenge is not None else ""
+                self._log(
+                    f"challenge {ev.challenge_id.hex()[:16]} (step {ev.step}, round {ev.round}) resolved: "
+                    f"{ev.verdict} ({ev.reason}){more}"
+                )
                 self.transcript.append("verdict", {"challenge_id": ev.challenge_id, "step": ev.step,
                                                    "verdict": ev.verdict})
         return self.all_resolved()
@@ -592,8 +663,17 @@ class Trainer:
     def opening_for(self, step: int, size: int, root: bytes | None = None) -> tuple[bytes, bytes]:
         """(digest, file bytes) of the opening of `step` for the tree of `size` leaves."""
         pre = self.store.state(step - 1, progress=self.progress)
-        data = build_opening(spec=self.spec, run_id=self.run_id, step=step, pre_state=pre, dataset=self.dataset,
-                             schedule=self.schedule, leaves=self.store.leaves, size=size, root=root)
+        data = build_opening(
+            spec=self.spec,
+            run_id=self.run_id,
+            step=step,
+            pre_state=pre,
+            dataset=self.dataset,
+            schedule=self.schedule,
+            leaves=self.store.leaves,
+            size=size,
+            root=root,
+        )
         return opening_digest(data), data
 
     def stored_opening(self, step: int, size: int, root: bytes | None = None) -> bytes:
@@ -621,8 +701,16 @@ class Trainer:
         leaves = self.store.leaves
         proof = merkle.MerkleTree.from_leaves(leaves[:size]).inclusion_proof(t)
         uri, mirrors = self.uris(d)
-        calls: list[Any] = [SubmitOpening(challenge_id=ev.challenge_id, opening_digest=d, uri=uri, leaf=leaves[t],
-                                          leaf_proof=proof, mirrors=mirrors)]
+        calls: list[Any] = [
+            SubmitOpening(
+                challenge_id=ev.challenge_id,
+                opening_digest=d,
+                uri=uri,
+                leaf=leaves[t],
+                leaf_proof=proof,
+                mirrors=mirrors,
+            )
+        ]
         if ev.mode == "bucket":
             bucket = norm_bucket(self.store.state(t - 1), self.store.state(t))
             calls.append(DeclareWitnessNormBucket(challenge_id=ev.challenge_id, bucket=bucket))
@@ -651,7 +739,9 @@ class Trainer:
             if stop is not None and stop():
                 break
             if deadline is not None and time.monotonic() > deadline:
-                raise TrainerError(f"challenges of run {self.run_id.hex()[:16]} not resolved within {timeout:.0f} s")
+                raise TrainerError(
+                    f"challenges of run {self.run_id.hex()[:16]} not resolved within {timeout:.0f} s"
+                )
             time.sleep(poll)
         return dict(self.resolved)
 

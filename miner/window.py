@@ -112,18 +112,23 @@ class Fit:
         return self.regeneration_seconds <= FIT_SHARE * self.window_seconds
 
     def words(self) -> str:
-        return (f"regenerating a challenged step from a state kept every {self.keep_every} steps takes about "
-                f"{self.regeneration_seconds:.3g} s ({self.keep_every} steps of {self.step_seconds:.3g} s"
-                + (f" and {self.build_seconds:.3g} s to build the opening" if self.build_seconds else "")
-                + f", {self.step_source}), and the opening window is {self.window_blocks} blocks of "
-                f"{self.block.seconds:.3g} s = {self.window_seconds:.3g} s ({self.block.source}); the miner keeps "
-                f"regeneration within {FIT_SHARE:.0%} of it")
+        return (
+            f"regenerating a challenged step from a state kept every {self.keep_every} steps takes about "
+            f"{self.regeneration_seconds:.3g} s ({self.keep_every} steps of {self.step_seconds:.3g} s"
+            + (f" and {self.build_seconds:.3g} s to build the opening" if self.build_seconds else "")
+            + f", {self.step_source}), and the opening window is {self.window_blocks} blocks of "
+            f"{self.block.seconds:.3g} s = {self.window_seconds:.3g} s ({self.block.source}); the miner "
+            "keeps "
+            f"regeneration within {FIT_SHARE:.0%} of it"
+        )
 
 
 def declared_fit(spec: Any, params: Any, keep_every: int, block: BlockTime, step_seconds: float,
                  step_source: str, build_seconds: float = 0.0) -> Fit:
     """The fit of a keep-every declared as the run's checkpoint_interval (its window sized for it)."""
-    return Fit(keep_every, opening_blocks(spec, params, keep_every), block, step_seconds, step_source, build_seconds)
+    return Fit(
+        keep_every, opening_blocks(spec, params, keep_every), block, step_seconds, step_source, build_seconds
+    )
 
 
 def largest_declared(spec: Any, params: Any, upto: int, block: BlockTime, step_seconds: float,
@@ -162,5 +167,14 @@ def largest_within(window_blocks: int, upto: int, block: BlockTime, step_seconds
     return max(1, min(upto, int((FIT_SHARE * window_blocks * block.seconds - build_seconds) / step_seconds)))
 
 
-__all__ = ["FIT_SHARE", "BlockTime", "Fit", "block_time", "declared_fit", "largest_declared", "largest_within",
-           "measured_block_seconds", "reference_pace"]
+__all__ = [
+    "FIT_SHARE",
+    "BlockTime",
+    "Fit",
+    "block_time",
+    "declared_fit",
+    "largest_declared",
+    "largest_within",
+    "measured_block_seconds",
+    "reference_pace",
+]

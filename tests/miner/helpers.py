@@ -50,7 +50,9 @@ class Walk:
     leaves: list[bytes]
 
 
-def walk(spec: Spec, corpus_path: Path, steps: int | None = None, *, substitute_at: int | None = None) -> Walk:
+def walk(
+    spec: Spec, corpus_path: Path, steps: int | None = None, *, substitute_at: int | None = None
+) -> Walk:
     """Walk `steps` steps from the seed; step `substitute_at` trains on another batch (a fault)."""
     from oracle.step import init_state, step
 

@@ -41,9 +41,32 @@ def test_miner_train_process(tmp_path):
     sealer.record_params(PARAMS)
     bond_verifiers(db, ("v1", "v2"))
     port = free_port()
-    cmd = [sys.executable, "-m", "pot", "miner", "train", "--spec", str(spec), "--data", str(data),
-           "--out", str(tmp_path / "run"), "--chain", f"dev://{db}", "--account", "miner", "--port", str(port),
-           "--keep-every", "2", "--timeout", "240", "--json", "--mirror", MIRROR]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pot",
+        "miner",
+        "train",
+        "--spec",
+        str(spec),
+        "--data",
+        str(data),
+        "--out",
+        str(tmp_path / "run"),
+        "--chain",
+        f"dev://{db}",
+        "--account",
+        "miner",
+        "--port",
+        str(port),
+        "--keep-every",
+        "2",
+        "--timeout",
+        "240",
+        "--json",
+        "--mirror",
+        MIRROR,
+    ]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     fetched = None
@@ -79,7 +102,10 @@ def test_miner_train_process(tmp_path):
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["size"] == 4 and len(summary["openings"]) == 2  # round 1 and its re-challenge
     assert list(summary["verdicts"].values()) == ["inconclusive", "inconclusive"]  # nobody witnessed it
-    assert list(summary["final"].values()) == ["inconclusive"] and sorted(summary["rounds"].values()) == [1, 2]
+    assert list(summary["final"].values()) == ["inconclusive"] and sorted(summary["rounds"].values()) == [
+        1,
+        2,
+    ]
     assert len(set(summary["openings"].values())) == 1  # the same file for both rounds
     assert [e.challenge_id.hex() for e in opened] == list(summary["openings"])
     d = opened[0].opening_digest.hex()

@@ -18,9 +18,17 @@ transformers = pytest.importorskip("transformers")
 
 
 def _save_llama(d, vocab: int = 64):
-    cfg = transformers.LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=16,
-                                   bos_token_id=0, eos_token_id=0)
+    cfg = transformers.LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=16,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     transformers.LlamaForCausalLM(cfg).save_pretrained(d)
 
 
@@ -47,10 +55,14 @@ def test_import_refusals(tmp_path):
     runner = CliRunner()
     r = runner.invoke(model_app, ["import", str(tmp_path), "--from", "hf-t5", "--out", str(tmp_path / "x")])
     assert r.exit_code == 2 and "--from must be one of hf-gpt2, hf-llama" in r.output
-    r = runner.invoke(model_app, ["import", str(tmp_path / "none"), "--from", "hf-gpt2", "--out", str(tmp_path / "x")])
+    r = runner.invoke(
+        model_app, ["import", str(tmp_path / "none"), "--from", "hf-gpt2", "--out", str(tmp_path / "x")]
+    )
     assert r.exit_code == 2 and "not a directory" in r.output
     _save_llama(tmp_path / "hf")
-    r = runner.invoke(model_app, ["import", str(tmp_path / "hf"), "--from", "hf-gpt2", "--out", str(tmp_path / "x")])
+    r = runner.invoke(
+        model_app, ["import", str(tmp_path / "hf"), "--from", "hf-gpt2", "--out", str(tmp_path / "x")]
+    )
     assert r.exit_code == 2 and "model_type is 'llama'" in r.output
     assert not (tmp_path / "x").exists()
 
@@ -63,9 +75,25 @@ def test_train_refuses_a_fine_tune_without_its_parameters_file(tmp_path):
     runner = CliRunner()
     r = runner.invoke(model_app, ["import", str(tmp_path / "hf"), "--from", "hf-llama", "--out",
                                   str(tmp_path / "init.safetensors")])
-    (tmp_path / "spec.toml").write_text(r.stdout[r.stdout.index("[model]"):] + "\n[batch]\nbatch_size = 2\nseq_len = 16\n")
+    (tmp_path / "spec.toml").write_text(
+        r.stdout[r.stdout.index("[model]") :] + "\n[batch]\nbatch_size = 2\nseq_len = 16\n"
+    )
     DevTransport(tmp_path / "chain.db").close()  # the chain exists: `pot miner train` never creates one
-    r = runner.invoke(miner_app, ["train", "--spec", str(tmp_path / "spec.toml"), "--data", str(corpus(tmp_path)),
-                                  "--out", str(tmp_path / "run"), "--chain", f"dev://{tmp_path / 'chain.db'}",
-                                  "--account", "miner", "--no-serve"])
+    r = runner.invoke(
+        miner_app,
+        [
+            "train",
+            "--spec",
+            str(tmp_path / "spec.toml"),
+            "--data",
+            str(corpus(tmp_path)),
+            "--out",
+            str(tmp_path / "run"),
+            "--chain",
+            f"dev://{tmp_path / 'chain.db'}",
+            "--account",
+            "miner",
+            "--no-serve",
+        ],
+    )
     assert r.exit_code == 2 and "give their file (--init)" in r.output, r.output

@@ -17,8 +17,17 @@ transformers = pytest.importorskip("transformers")
 
 
 def _gpt2(d, *, gelu: str = "gelu_new", tie: bool = True) -> None:
-    cfg = transformers.GPT2Config(vocab_size=64, n_positions=16, n_embd=32, n_layer=1, n_head=4,
-                                  activation_function=gelu, tie_word_embeddings=tie, bos_token_id=0, eos_token_id=0)
+    cfg = transformers.GPT2Config(
+        vocab_size=64,
+        n_positions=16,
+        n_embd=32,
+        n_layer=1,
+        n_head=4,
+        activation_function=gelu,
+        tie_word_embeddings=tie,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     torch.manual_seed(3)
     transformers.GPT2LMHeadModel(cfg).save_pretrained(d)
 
@@ -47,13 +56,17 @@ def _import(tmp_path, source, make, *extra):
     return r.stdout
 
 
-@pytest.mark.parametrize(("source", "make"), CASES, ids=["gpt2", "gpt2-erf-untied", "llama-gqa", "llama-tied"])
+@pytest.mark.parametrize(
+    ("source", "make"), CASES, ids=["gpt2", "gpt2-erf-untied", "llama-gqa", "llama-tied"]
+)
 def test_the_printed_model_table_loads_back_to_the_imported_model(tmp_path, source, make):
     printed = _import(tmp_path, source, make)
     imported, _ = importer.import_checkpoint(source, tmp_path / "hf")
     table = printed[printed.index("[model]"):printed.index("[init]")]
     keys = [line.split(" = ")[0] for line in table.splitlines()[1:] if line.strip()]
-    (tmp_path / "spec.toml").write_text(printed[printed.index("[model]"):] + "\n[batch]\nbatch_size = 2\nseq_len = 16\n")
+    (tmp_path / "spec.toml").write_text(
+        printed[printed.index("[model]") :] + "\n[batch]\nbatch_size = 2\nseq_len = 16\n"
+    )
     spec = Spec.from_toml(tmp_path / "spec.toml")
     assert spec.model == imported
     assert spec.model.canonical() == imported.canonical()

@@ -50,7 +50,10 @@ def test_a_late_opening_is_reported_as_refused_and_not_answered(tmp_path, data):
     with pytest.raises(TrainerError, match=f"refused the opening of step {ev.step}: .*OpeningTooLate"):
         tr.answer(ev)
     said = [m for m in logs if "the chain refused it" in m]
-    assert len(said) == 1 and f"open step {ev.step}: the chain refused it: submit_opening refused in block" in said[0]
+    assert (
+        len(said) == 1
+        and f"open step {ev.step}: the chain refused it: submit_opening refused in block" in said[0]
+    )
     assert "OpeningTooLate" in said[0]
     assert ev.challenge_id not in tr.answered and "OpeningTooLate" in tr.refused[ev.challenge_id]
     tr.close()
@@ -71,8 +74,21 @@ def test_a_refused_root_raises_and_keeps_the_submitted_size(tmp_path, data):
 def test_train_refuses_a_missing_dev_chain_and_creates_none(tmp_path, data):
     spec = spec_toml(tmp_path / "spec.toml")  # the chain is checked after the spec: a real one
     missing = tmp_path / "nowhere" / "chain.db"
-    r = CliRunner().invoke(miner_app, ["train", "--spec", str(spec), "--data", str(corpus(tmp_path)),
-                                       "--out", str(tmp_path / "run"), "--chain", f"dev://{missing}", "--no-serve"])
+    r = CliRunner().invoke(
+        miner_app,
+        [
+            "train",
+            "--spec",
+            str(spec),
+            "--data",
+            str(corpus(tmp_path)),
+            "--out",
+            str(tmp_path / "run"),
+            "--chain",
+            f"dev://{missing}",
+            "--no-serve",
+        ],
+    )
     assert r.exit_code == 2 and f"no dev chain at {missing}" in r.output, r.output
     assert f"`pot chain dev --db {missing} --interval 1`" in r.output
     assert not missing.parent.exists()

@@ -100,7 +100,9 @@ def test_the_token_guards_only_the_private_routes(run):
     assert r.status_code == 200
     body = r.json()
     assert body["run_id"] == run_id.hex() and body["leaves"] == 4
-    assert body["openings"] == [{"digest": d.hex(), "bytes": len(data), "modified": body["openings"][0]["modified"]}]
+    assert body["openings"] == [
+        {"digest": d.hex(), "bytes": len(data), "modified": body["openings"][0]["modified"]}
+    ]
     assert 0 in {st["step"] for st in body["states"]}
     # Nothing else of the run directory is reachable, with the token or without.
     for path in ("/states/00000000.safetensors", "/meta.cbor", "/leaves.bin", "/openings/../meta.cbor"):

@@ -38,9 +38,23 @@ def test_a_node_fetch_succeeds_against_a_prover_started_with_a_token(run, tmp_pa
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "PYTHONPATH": ROOT, "POT_PROVER_TOKEN": ""}
-    cmd = [sys.executable, "-m", "pot", "miner", "serve", str(run_dir), "--host", "127.0.0.1", "--port", str(port),
-           "--token", "prover-admin-token-0123456789"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "pot",
+        "miner",
+        "serve",
+        str(run_dir),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--token",
+        "prover-admin-token-0123456789",
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     endpoint = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -53,9 +67,16 @@ def test_a_node_fetch_succeeds_against_a_prover_started_with_a_token(run, tmp_pa
                 pass
             assert time.monotonic() < deadline, "the prover did not start"
             time.sleep(0.2)
-        out = stage_fetch(uri=f"openings/{d.hex()}", endpoint=endpoint, run_id=run_id, dest=tmp_path / "o.opening",
-                          leaves_dest=tmp_path / "leaves.cbor", max_opening_bytes=len(data) + 1024,
-                          max_leaves_bytes=1 << 20, policy=_node_policy())
+        out = stage_fetch(
+            uri=f"openings/{d.hex()}",
+            endpoint=endpoint,
+            run_id=run_id,
+            dest=tmp_path / "o.opening",
+            leaves_dest=tmp_path / "leaves.cbor",
+            max_opening_bytes=len(data) + 1024,
+            max_leaves_bytes=1 << 20,
+            policy=_node_policy(),
+        )
         assert out.ok, (out.refusal_class, out.reason)
         assert "leaves_error" not in out.data, out.data["leaves_error"]
         assert (tmp_path / "o.opening").read_bytes() == data
@@ -64,8 +85,11 @@ def test_a_node_fetch_succeeds_against_a_prover_started_with_a_token(run, tmp_pa
         assert [x.to_bytes() for x in got] == leaves
         # The token still guards the miner's private listing.
         assert httpx.get(f"{endpoint}/admin/store", timeout=5).status_code == 401
-        r = httpx.get(f"{endpoint}/admin/store", headers={"Authorization": "Bearer prover-admin-token-0123456789"},
-                      timeout=5)
+        r = httpx.get(
+            f"{endpoint}/admin/store",
+            headers={"Authorization": "Bearer prover-admin-token-0123456789"},
+            timeout=5,
+        )
         assert r.status_code == 200 and r.json()["openings"][0]["digest"] == d.hex()
     finally:
         proc.terminate()

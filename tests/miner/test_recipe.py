@@ -51,8 +51,21 @@ def written(tmp_path_factory):
     data = corpus(base)
     spec_path = spec_toml(base / "spec.toml")
     doc = base / "run.recipe"
-    r = runner.invoke(recipe_app, ["write", "--spec", str(spec_path), "--data", str(data), "--steps", str(STEPS),
-                                   "--out", str(doc), "--json"])
+    r = runner.invoke(
+        recipe_app,
+        [
+            "write",
+            "--spec",
+            str(spec_path),
+            "--data",
+            str(data),
+            "--steps",
+            str(STEPS),
+            "--out",
+            str(doc),
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     return base, data, doc, json.loads(r.stdout)
 
@@ -102,7 +115,9 @@ def test_wrong_promise_is_different(written):
     assert r.exit_code == 1 and json.loads(r.stdout)["ok"] is False
     # Pinning the author's key refuses it before any compute.
     original = load_recipe(doc.read_bytes()).public_key.hex()
-    r = runner.invoke(recipe_app, ["verify", str(path), "--data", str(data), "--expect-key", original, "--json"])
+    r = runner.invoke(
+        recipe_app, ["verify", str(path), "--data", str(data), "--expect-key", original, "--json"]
+    )
     assert r.exit_code == 2 and "not the expected key" in json.loads(r.stdout)["refused"]
 
 

@@ -107,7 +107,9 @@ def test_run_on_dev_chain(tmp_path, data, fault):
     else:
         assert not result.matches_leaf and verdict == FRAUD
     report = verify_transcript(tmp_path / "run" / "transcript.cbor")
-    assert report.ok and report.records == 1 + 1 + STEPS + 2 + 1 + 1  # root, commitment, steps, roots, opening, verdict
+    assert (
+        report.ok and report.records == 1 + 1 + STEPS + 2 + 1 + 1
+    )  # root, commitment, steps, roots, opening, verdict
     assert any("opened step 3" in line for line in logs)
     assert tr.final_verdicts() == tr.resolved
     tr.close()
@@ -226,8 +228,12 @@ def test_a_copied_registration_is_refused_and_the_owner_registers(tmp_path, data
     other = Trainer(spec, ds, tmp_path / "run2", miner, progress=False, submit_timeout=5)
     other.prepare()
     fields = {**other.registration().to_wire(), "endpoint": "http://elsewhere.example"}
-    miner.submit([StartTrainingCommitment(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})])
-    with pytest.raises(TrainerError, match="was not registered: .*already registered with different commitments"):
+    miner.submit(
+        [StartTrainingCommitment(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})]
+    )
+    with pytest.raises(
+        TrainerError, match="was not registered: .*already registered with different commitments"
+    ):
         other.register()
     other.close()
 
@@ -239,7 +245,9 @@ def test_a_run_directory_keeps_its_account(tmp_path, data):
     first = Trainer(spec, ds, tmp_path / "run", miner, progress=False, log=lambda m: None)
     first.prepare()
     first.close()
-    other = Trainer(spec, ds, tmp_path / "run", DevTransport(tmp_path / "chain.db", "someone-else"), progress=False)
+    other = Trainer(
+        spec, ds, tmp_path / "run", DevTransport(tmp_path / "chain.db", "someone-else"), progress=False
+    )
     with pytest.raises(TrainerError, match="belongs to account 'miner'.*signs as 'someone-else'"):
         other.prepare()
 

@@ -84,8 +84,10 @@ def test_a_keep_every_that_does_not_fit_is_refused_naming_the_largest_that_does(
     with pytest.raises(TrainerError) as err:
         tr.prepare()
     msg = str(err.value)
-    assert msg.startswith("--keep-every 8 does not fit the run's opening window: regenerating a challenged step "
-                          "from a state kept every 8 steps takes about 8 s"), msg
+    assert msg.startswith(
+        "--keep-every 8 does not fit the run's opening window: regenerating a challenged step "
+        "from a state kept every 8 steps takes about 8 s"
+    ), msg
     assert "the opening window is 11 blocks of 1 s = 11 s (the block time given)" in msg
     assert "The largest keep-every that fits is 5: pass --keep-every 5, or --adapt-keep-every" in msg
     assert tr.store.read_meta() is None and len(tr.store) == 0  # nothing written, nothing sent
@@ -97,7 +99,9 @@ def test_a_keep_every_that_does_not_fit_is_refused_naming_the_largest_that_does(
                  block_seconds=1.0, progress=False, log=logs.append)
     tr.prepare()
     assert tr.store.keep_every == 5 == tr.checkpoint_interval
-    assert any(m.startswith("--keep-every 8 lowered to 5 (--adapt-keep-every): regenerating") for m in logs), logs
+    assert any(
+        m.startswith("--keep-every 8 lowered to 5 (--adapt-keep-every): regenerating") for m in logs
+    ), logs
     tr.register()
     reg = _registered(ChainView(miner, SLOW), tr.run_id)
     assert (reg.checkpoint_interval, reg.opening_blocks) == (5, 11)
@@ -120,8 +124,12 @@ def test_the_largest_keep_every_that_fits_is_exact():
     block = BlockTime(1.0, "the block time given")
     for step, build in ((1.0, 0.0), (0.25, 0.5), (0.01, 3.0), (0.004, 0.0)):
         best = largest_declared(spec, SLOW, 10_000, block, step, build)
-        fits = [k for k in range(1, 10_001) if Fit(k, opening_blocks(spec, SLOW, k), block, step, "", build).fits
-                and opening_blocks(spec, SLOW, k) <= SLOW.max_replay_blocks]
+        fits = [
+            k
+            for k in range(1, 10_001)
+            if Fit(k, opening_blocks(spec, SLOW, k), block, step, "", build).fits
+            and opening_blocks(spec, SLOW, k) <= SLOW.max_replay_blocks
+        ]
         assert best == (max(fits) if fits else None), (step, build)
     # a registered run's window is fixed: the keep-every only goes down to what fits it
     assert largest_within(20, 50, block, 1.0) == 10
@@ -177,7 +185,9 @@ def test_a_resumed_run_declares_what_it_declared_and_keeps_its_lowered_keep_ever
     head = miner.finalized_head()
     again.register()  # the chain holds this very registration: it is not sent again
     assert again.store.keep_every == 5 and again.window_blocks == 11
-    assert miner.finalized_head() == head, "a restarted trainer sent its registration again (a second payment)"
+    assert miner.finalized_head() == head, (
+        "a restarted trainer sent its registration again (a second payment)"
+    )
     assert any("already registered" in line for line in logs), logs
     again.close()
 
@@ -278,6 +288,8 @@ def test_a_late_opening_is_printed_with_its_code_and_fails_the_run(tmp_path, dat
     assert report(tr, {}, tmp_path / "run", as_json=True) == 1
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     (r,) = summary["refusals"]
-    assert (r["call"], r["refusal"]) == ("submit_opening", "OpeningTooLate") and r["what"] == f"open step {ev.step}"
+    assert (r["call"], r["refusal"]) == ("submit_opening", "OpeningTooLate") and r[
+        "what"
+    ] == f"open step {ev.step}"
     assert summary["checkpoint_interval"] == tr.checkpoint_interval == summary["keep_every"]
     tr.close()
