@@ -68,16 +68,38 @@ class CheckOut(_Model):
 
 
 class ReadyOut(_Model):
-    model_config = ConfigDict(json_schema_extra={"examples": [{
-        "ready": True,
-        "checks": {
-            "database": {"ok": True, "detail": "reachable, schema at revision 0001", "data": {"latency_s": 0.002}},
-            "chain_head": {"ok": True, "detail": "cursor at block 118, applied 0.4 s ago",
-                           "data": {"block": 118, "age_s": 0.4, "max_age_s": 60.0}},
-            "worker_pool": {"ok": True, "detail": "1 replay worker(s), 0 busy", "data": {"workers": 1, "busy": 0}},
-            "determinism": {"ok": True, "detail": "no witness conflicts: every recomputed witness equalled "
-                            "the journaled one", "data": {"conflicts": 0, "unacknowledged": 0}},
-        }}]})
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "ready": True,
+                    "checks": {
+                        "database": {
+                            "ok": True,
+                            "detail": "reachable, schema at revision 0001",
+                            "data": {"latency_s": 0.002},
+                        },
+                        "chain_head": {
+                            "ok": True,
+                            "detail": "cursor at block 118, applied 0.4 s ago",
+                            "data": {"block": 118, "age_s": 0.4, "max_age_s": 60.0},
+                        },
+                        "worker_pool": {
+                            "ok": True,
+                            "detail": "1 replay worker(s), 0 busy",
+                            "data": {"workers": 1, "busy": 0},
+                        },
+                        "determinism": {
+                            "ok": True,
+                            "detail": "no witness conflicts: every recomputed witness equalled "
+                            "the journaled one",
+                            "data": {"conflicts": 0, "unacknowledged": 0},
+                        },
+                    },
+                }
+            ]
+        }
+    )
     ready: bool
     checks: dict[str, CheckOut]
 
@@ -144,24 +166,36 @@ class StakeOut(_Model):
     model_config = ConfigDict(json_schema_extra={"examples": [_STAKE_EXAMPLE]})
     account: str | None
     block: int | None = Field(description="The block of the chain state these figures are from.")
-    bond: int | None = Field(description="The active bond, reserved part included; null before the node started once.")
+    bond: int | None = Field(
+        description="The active bond, reserved part included; null before the node started once."
+    )
     target: int | None = Field(description="The bond the node keeps ([verifier] bond); 0: it never bonds.")
     verifier_stake: int | None = Field(description="What one committee seat reserves of the free bond.")
-    eligible: bool | None = Field(description="free >= verifier_stake: the account can be drawn onto committees.")
-    reserved: int | None = Field(description="What the account's seats and escalations of open rounds reserve.")
-    free: int | None = Field(description="bond - reserved: what new seats, escalations and unbonding may take.")
+    eligible: bool | None = Field(
+        description="free >= verifier_stake: the account can be drawn onto committees."
+    )
+    reserved: int | None = Field(
+        description="What the account's seats and escalations of open rounds reserve."
+    )
+    free: int | None = Field(
+        description="bond - reserved: what new seats, escalations and unbonding may take."
+    )
     unbonding: list[UnbondingOut]
     unbonding_total: int
     penalised_total: int = Field(description="Every penalty this node's database recorded for the account.")
     bonded_total: int
     released_total: int
     penalties: list[PenaltyOut] = Field(description="The latest penalties, newest first.")
-    paid_total: int = Field(description="Every fee and share the chain credited to the account (VerifierPaid).")
+    paid_total: int = Field(
+        description="Every fee and share the chain credited to the account (VerifierPaid)."
+    )
     paid_by_why: dict[str, int] = Field(description="paid_total by why: seat_fee, slash_share, dispute_pool.")
     payments: list[PaymentOut] = Field(description="The latest payments, newest first.")
     escalation_stake: int | None = Field(description="What one escalation reserves of the free bond.")
     escalated_total: int = Field(description="The stakes of every escalation this node made.")
-    forfeited_total: int = Field(description="The escalation stakes the dispute round took (it proved the node wrong).")
+    forfeited_total: int = Field(
+        description="The escalation stakes the dispute round took (it proved the node wrong)."
+    )
     pending_bond: PendingBondOut | None = Field(description="A bond call sent and not yet on chain.")
 
 
@@ -184,7 +218,9 @@ class StatusOut(_Model):
     challenges_by_status: VerdictCounts
     agreement: AgreementOut
     stake: StakeOut = Field(description="This node's verifier bond, unbonding amounts and penalties.")
-    fingerprint: str = Field(description="Changes whenever a run or challenge changes (the dashboard polls it).")
+    fingerprint: str = Field(
+        description="Changes whenever a run or challenge changes (the dashboard polls it)."
+    )
     time: float
 
 
@@ -194,10 +230,19 @@ class DetectionOut(_Model):
 
 
 _RUN_EXAMPLE: dict[str, Any] = {
-    "run_id": EXAMPLE_RUN, "miner": "miner", "mode": "value", "declared_steps": 8,
-    "endpoint": "http://127.0.0.1:8800", "spec_digest": "ab" * 32, "registered_block": 3, "slashed": 0,
-    "challenges": 1, "challenged_steps": 1, "verdicts": {"honest": 1, "fraud": 0, "inconclusive": 0, "pending": 0},
-    "detection": [{"fake_share": 0.1, "probability": 0.1}, {"fake_share": 0.5, "probability": 0.5}]}
+    "run_id": EXAMPLE_RUN,
+    "miner": "miner",
+    "mode": "value",
+    "declared_steps": 8,
+    "endpoint": "http://127.0.0.1:8800",
+    "spec_digest": "ab" * 32,
+    "registered_block": 3,
+    "slashed": 0,
+    "challenges": 1,
+    "challenged_steps": 1,
+    "verdicts": {"honest": 1, "fraud": 0, "inconclusive": 0, "pending": 0},
+    "detection": [{"fake_share": 0.1, "probability": 0.1}, {"fake_share": 0.5, "probability": 0.5}],
+}
 
 
 class RunOut(_Model):
@@ -217,14 +262,29 @@ class RunOut(_Model):
 
 
 _REFUSAL_EXAMPLES: list[dict[str, Any]] = [
-    {"event": "RemarkIgnored", "block": 12, "position": 0, "origin": "miner", "reason": "bad_prefix",
-     "message": "the payload nearly carries the pot1 prefix (its detail says how)",
-     "detail": "the payload starts with b'ot1': its first byte (p, 0x70) was read as a SCALE length, so only "
-               "28 bytes of it went on chain; submit the remark as a 0x-hex string",
-     "size": 28, "payload_digest": "cd" * 32},
-    {"event": "CallRefused", "block": 13, "origin": "miner", "call": "start_training_commitment",
-     "refusal": "InvalidCall", "reason": "the spec is not in its canonical CBOR form: optimizer.grad_clip: a float "
-                                         "must be encoded as a float (f93c00), got the integer 1"}]
+    {
+        "event": "RemarkIgnored",
+        "block": 12,
+        "position": 0,
+        "origin": "miner",
+        "reason": "bad_prefix",
+        "message": "the payload nearly carries the pot1 prefix (its detail says how)",
+        "detail": "the payload starts with b'ot1': its first byte (p, 0x70) was read as a SCALE length, so "
+                  "only "
+        "28 bytes of it went on chain; submit the remark as a 0x-hex string",
+        "size": 28,
+        "payload_digest": "cd" * 32,
+    },
+    {
+        "event": "CallRefused",
+        "block": 13,
+        "origin": "miner",
+        "call": "start_training_commitment",
+        "refusal": "InvalidCall",
+        "reason": "the spec is not in its canonical CBOR form: optimizer.grad_clip: a float "
+        "must be encoded as a float (f93c00), got the integer 1",
+    },
+]
 
 
 class RefusalOut(_Model):
@@ -272,9 +332,11 @@ class ChallengeOut(_Model):
     run_id: str
     index: int
     step: int
-    stage: str = Field(description="Where this node's job is: awaiting_opening ... done, or missed/skipped. Until "
-                       "witness_disclosed, a challenge this node sits on shows only awaiting_opening (no opening on "
-                       "chain), sealed, or reveal (this node's commit is on chain).")
+    stage: str = Field(
+        description="Where this node's job is: awaiting_opening ... done, or missed/skipped. Until "
+        "witness_disclosed, a challenge this node sits on shows only awaiting_opening (no opening on "
+        "chain), sealed, or reveal (this node's commit is on chain)."
+    )
     status: Literal["honest", "fraud", "inconclusive", "pending"] = Field(
         description="The chain's verdict, or pending before resolution.")
     verdict: str | None
@@ -295,17 +357,29 @@ class ChallengeOut(_Model):
     resolved_block: int | None
     round: int | None = Field(None, description="The challenge's round: 1, or a re-challenge's 2, 3, ...")
     first_id: str | None = Field(None, description="A re-challenge's first round's challenge id.")
-    rechallenge: str | None = Field(None, description="The next round's challenge id, once this one re-challenged.")
+    rechallenge: str | None = Field(
+        None, description="The next round's challenge id, once this one re-challenged."
+    )
     on_committee: bool | None = Field(None, description="Whether this node sits on the challenge's committee "
                                       "(a job it is not on is skipped).")
-    penalty: int | None = Field(None, description="What the chain took from this node's bond for this challenge.")
+    penalty: int | None = Field(
+        None, description="What the chain took from this node's bond for this challenge."
+    )
     penalty_why: str | None = Field(None, description="no_commit, no_reveal or outlier.")
-    escalation: str | None = Field(None, description=(
-        "This node's escalation of the round to the dispute round (protocol v3): journaled, unaffordable (its "
-        "free bond did not cover escalation_stake), missed (the escalation window closed first), escalated (on "
-        "chain), returned or forfeited (how the dispute round settled its stake); null: none. Null until "
-        "witness_disclosed."))
-    note: str | None = Field(description="Why a job stopped or is waiting (a retry, a missed window, a re-challenge).")
+    escalation: str | None = Field(
+        None,
+        description=(
+            "This node's escalation of the round to the dispute round (protocol v3): journaled, unaffordable "
+            "(its "
+            "free bond did not cover escalation_stake), missed (the escalation window closed first), "
+            "escalated (on "
+            "chain), returned or forfeited (how the dispute round settled its stake); null: none. Null until "
+            "witness_disclosed."
+        ),
+    )
+    note: str | None = Field(
+        description="Why a job stopped or is waiting (a retry, a missed window, a re-challenge)."
+    )
     created_at: float
     updated_at: float | None = Field(description="Null while sealed (when the job last moved tells how).")
 
@@ -330,11 +404,24 @@ class LossCurveOut(_Model):
 
 
 class RunDetailOut(RunOut):
-    model_config = ConfigDict(json_schema_extra={"examples": [{
-        **_RUN_EXAMPLE, "initial_hash": "01" * 32, "dataset_hash": "02" * 32, "schedule_commitment": "03" * 32,
-        "loss_curve": {"losses": [{"step": 1, "loss": 5.5}, {"step": 2, "loss": 5.1}],
-                       "source_challenge": EXAMPLE_ID, "findings": []},
-        "challenge_list": [_CHALLENGE_EXAMPLE]}]})
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    **_RUN_EXAMPLE,
+                    "initial_hash": "01" * 32,
+                    "dataset_hash": "02" * 32,
+                    "schedule_commitment": "03" * 32,
+                    "loss_curve": {
+                        "losses": [{"step": 1, "loss": 5.5}, {"step": 2, "loss": 5.1}],
+                        "source_challenge": EXAMPLE_ID,
+                        "findings": [],
+                    },
+                    "challenge_list": [_CHALLENGE_EXAMPLE],
+                }
+            ]
+        }
+    )
     initial_hash: str
     dataset_hash: str
     schedule_commitment: str
@@ -355,50 +442,121 @@ class TimelineEntry(_Model):
 
 class ClusterOut(_Model):
     value: str = Field(description="The revealed value hash (value mode) or norm bucket (bucket mode).")
-    proof: str | None = Field(None, description="Value mode: the pair's proof hash (the cluster is the whole pair).")
+    proof: str | None = Field(
+        None, description="Value mode: the pair's proof hash (the cluster is the whole pair)."
+    )
     size: int
     verifiers: list[str]
     winning: bool
-    matches_commitment: bool = Field(description="Equal to the miner's committed H(leaf t) or declared bucket.")
+    matches_commitment: bool = Field(
+        description="Equal to the miner's committed H(leaf t) or declared bucket."
+    )
     includes_this_node: bool
 
 
 class ChallengeDetailOut(ChallengeOut):
-    model_config = ConfigDict(json_schema_extra={"examples": [{
-        **_CHALLENGE_EXAMPLE, "mode": "value", "root": "cd" * 32, "size": 9, "endpoint": "http://127.0.0.1:8800",
-        "deadlines": {"opening": 13, "commit": 31, "reveal": 39, "escalate": 41}, "committee": ["v1", "v2", "v3"],
-        "opening": {"digest": "ef" * 32, "uri": "http://127.0.0.1:8800/openings/ef", "block": 11,
-                    "bytes": 52311, "leaf_hash": "aa" * 32, "mirrors": ["http://mirror.example/openings/ef"],
-                    "served_by": "http://127.0.0.1:8800/openings/ef"},
-        "refusal_reason": None, "loss_checks": {"steps": 8, "ok": True, "findings": []},
-        "replay": {"matches_leaf": True, "leaf": "bb" * 20, "state_digest": "cc" * 32, "loss_bits": 1085507584,
-                   "proof_hash": "dd" * 32},
-        "witness": {"value_hash": "aa" * 32, "proof_hash": "dd" * 32, "norm_bucket": 12, "fault": None},
-        "winning_value": "aa" * 32, "miner_slashed": None,
-        "timeline": [{"stage": "fetch", "label": "opening fetched", "state": "done", "started_at": 1764410003.0,
-                      "finished_at": 1764410003.2, "duration_s": 0.2, "detail": "52311 bytes"}],
-        "clusters": [{"value": "aa" * 32, "proof": "dd" * 32, "size": 1, "verifiers": ["v1"], "winning": True,
-                      "matches_commitment": True, "includes_this_node": True}],
-        "committed_value": "aa" * 32, "this_node": ["v1"], "reveals": 1,
-        "quorum": {"cluster_size": 1, "reveals": 1, "outliers": []},
-        "txs": [{"kind": "commit", "state": "confirmed", "sends": 1, "block": 20, "tx_hash": None,
-                 "last_error": None}],
-        "witness_conflicts": []}]})
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    **_CHALLENGE_EXAMPLE,
+                    "mode": "value",
+                    "root": "cd" * 32,
+                    "size": 9,
+                    "endpoint": "http://127.0.0.1:8800",
+                    "deadlines": {"opening": 13, "commit": 31, "reveal": 39, "escalate": 41},
+                    "committee": ["v1", "v2", "v3"],
+                    "opening": {
+                        "digest": "ef" * 32,
+                        "uri": "http://127.0.0.1:8800/openings/ef",
+                        "block": 11,
+                        "bytes": 52311,
+                        "leaf_hash": "aa" * 32,
+                        "mirrors": ["http://mirror.example/openings/ef"],
+                        "served_by": "http://127.0.0.1:8800/openings/ef",
+                    },
+                    "refusal_reason": None,
+                    "loss_checks": {"steps": 8, "ok": True, "findings": []},
+                    "replay": {
+                        "matches_leaf": True,
+                        "leaf": "bb" * 20,
+                        "state_digest": "cc" * 32,
+                        "loss_bits": 1085507584,
+                        "proof_hash": "dd" * 32,
+                    },
+                    "witness": {
+                        "value_hash": "aa" * 32,
+                        "proof_hash": "dd" * 32,
+                        "norm_bucket": 12,
+                        "fault": None,
+                    },
+                    "winning_value": "aa" * 32,
+                    "miner_slashed": None,
+                    "timeline": [
+                        {
+                            "stage": "fetch",
+                            "label": "opening fetched",
+                            "state": "done",
+                            "started_at": 1764410003.0,
+                            "finished_at": 1764410003.2,
+                            "duration_s": 0.2,
+                            "detail": "52311 bytes",
+                        }
+                    ],
+                    "clusters": [
+                        {
+                            "value": "aa" * 32,
+                            "proof": "dd" * 32,
+                            "size": 1,
+                            "verifiers": ["v1"],
+                            "winning": True,
+                            "matches_commitment": True,
+                            "includes_this_node": True,
+                        }
+                    ],
+                    "committed_value": "aa" * 32,
+                    "this_node": ["v1"],
+                    "reveals": 1,
+                    "quorum": {"cluster_size": 1, "reveals": 1, "outliers": []},
+                    "txs": [
+                        {
+                            "kind": "commit",
+                            "state": "confirmed",
+                            "sends": 1,
+                            "block": 20,
+                            "tx_hash": None,
+                            "last_error": None,
+                        }
+                    ],
+                    "witness_conflicts": [],
+                }
+            ]
+        }
+    )
     mode: str
     root: str
     size: int
     endpoint: str
-    deadlines: dict[str, int] = Field(description="The round's last blocks: opening, commit, reveal and (protocol "
-                                      "v3) escalate; it resolves at the block after the last.")
-    committee: list[str] = Field(description="The challenge's committee, in draw order (only its reveals count).")
-    opening: dict[str, Any] = Field(description="The opening on chain: digest, URI, mirrors, block, leaf hash; "
-                                    "its size and the address that served it once fetched.")
+    deadlines: dict[str, int] = Field(
+        description="The round's last blocks: opening, commit, reveal and (protocol "
+        "v3) escalate; it resolves at the block after the last."
+    )
+    committee: list[str] = Field(
+        description="The challenge's committee, in draw order (only its reveals count)."
+    )
+    opening: dict[str, Any] = Field(
+        description="The opening on chain: digest, URI, mirrors, block, leaf hash; "
+        "its size and the address that served it once fetched."
+    )
     refusal_reason: str | None = Field(description="Null until witness_disclosed.")
     loss_checks: dict[str, Any] | None
-    replay: dict[str, str | int | bool | None] = Field(description="The replay's leaf, state digest, loss bits "
-                                                       "and match; each null until witness_disclosed.")
-    witness: dict[str, str | int | None] = Field(description="This node's witness pair (value hash, proof hash), "
-                                                 "norm bucket and test fault; each null until witness_disclosed.")
+    replay: dict[str, str | int | bool | None] = Field(
+        description="The replay's leaf, state digest, loss bits and match; each null until witness_disclosed."
+    )
+    witness: dict[str, str | int | None] = Field(
+        description="This node's witness pair (value hash, proof hash), "
+        "norm bucket and test fault; each null until witness_disclosed."
+    )
     winning_value: str | None
     miner_slashed: int | None
     timeline: list[TimelineEntry]
@@ -422,8 +580,10 @@ class WitnessConflictOut(_Model):
     verifier: str
     journaled: ConflictValue = Field(description="The witness in the journal: the only one this node sends.")
     recomputed: ConflictValue = Field(description="The different witness a later computation gave.")
-    disclosed: bool = Field(description="False while the challenge's witness is sealed (both values null; the "
-                                        "node's log has them, event witness_conflict).")
+    disclosed: bool = Field(
+        description="False while the challenge's witness is sealed (both values null; the "
+        "node's log has them, event witness_conflict)."
+    )
     created_at: float
     acknowledged_at: float | None
 
@@ -457,7 +617,9 @@ class ApiContext:
     def __init__(self, engine: Engine, config: NodeConfig, *, node: NodeStatus | None = None,
                  admin_token: str | None = None, owns_engine: bool = False) -> None:
         if node is not None and not isinstance(node, NodeStatus):
-            raise TypeError(f"node must implement node.status.NodeStatus (a status() method), not {type(node).__name__}")
+            raise TypeError(
+                f"node must implement node.status.NodeStatus (a status() method), not {type(node).__name__}"
+            )
         self.engine = engine
         self.config = config
         self.node = node
@@ -493,9 +655,13 @@ def read_admin_token(config: NodeConfig) -> str | None:
     except OSError as exc:
         raise ValueError(f"http.admin_token_file {p} cannot be read: {exc}") from None
     if os.name == "posix" and mode & 0o077:
-        raise ValueError(f"http.admin_token_file {p} is readable by others (mode {mode & 0o777:o}); run: chmod 600 {p}")
+        raise ValueError(
+            f"http.admin_token_file {p} is readable by others (mode {mode & 0o777:o}); run: chmod 600 {p}"
+        )
     if len(token) < 16:
-        raise ValueError(f"http.admin_token_file {p} holds a token of {len(token)} characters; use at least 16")
+        raise ValueError(
+            f"http.admin_token_file {p} holds a token of {len(token)} characters; use at least 16"
+        )
     return token
 
 
@@ -530,7 +696,11 @@ class HostCheck:
         raw = next((v for k, v in scope.get("headers", ()) if k == b"host"), None)
         problem = None
         if raw is None or not raw.strip():
-            problem = 400, "the request has no Host header; this node answers only requests naming it (http.allowed_hosts)"
+            problem = (
+                400,
+                "the request has no Host header; this node answers only requests naming it "
+                "(http.allowed_hosts)",
+            )
         else:
             text = raw.decode("latin-1")
             try:
@@ -539,9 +709,14 @@ class HostCheck:
                 problem = 400, f"the Host header {text[:100]!r} is not a host name with an optional port"
             else:
                 if host not in self.names:
-                    problem = 421, (f"this node does not answer to the name {host[:100]!r} (Host header): ask for it "
-                                    f"by one of its names, or add this name to http.allowed_hosts. A foreign name is "
-                                    f"how a web page would reach a local API through DNS rebinding")
+                    problem = (
+                        421,
+                        (
+                            f"this node does not answer to the name {host[:100]!r} (Host header): ask for it "
+                            f"by one of its names, or add this name to http.allowed_hosts. A foreign name is "
+                            f"how a web page would reach a local API through DNS rebinding"
+                        ),
+                    )
         if problem is None:
             await self.app(scope, receive, send)
             return
@@ -604,8 +779,8 @@ def create_app(db: str | Engine, config: NodeConfig | None = None, *, node: Node
         title="Proof-of-Training verifier node",
         version=API_VERSION,
         description="Status, runs and challenge outcomes of one verifier node. Read-only; admin routes need "
-                    "the node's bearer token. Ids are 64 hex digits. Lists are newest first and paginated with "
-                    "`limit` and `cursor` (the previous page's `next_cursor`: `<block>-<id>`, a keyset position).",
+        "the node's bearer token. Ids are 64 hex digits. Lists are newest first and paginated with "
+        "`limit` and `cursor` (the previous page's `next_cursor`: `<block>-<id>`, a keyset position).",
         lifespan=lifespan,
         docs_url=None,  # served by mount_api_docs from packaged assets, never a CDN
         redoc_url=None,
@@ -622,7 +797,9 @@ def create_app(db: str | Engine, config: NodeConfig | None = None, *, node: Node
     @app.exception_handler(OperationalError)
     @app.exception_handler(DBAPIError)
     async def _db_down(_request: Request, exc: Exception) -> JSONResponse:
-        log_event(log, "api_database_error", level=logging.WARNING, error=f"{type(exc).__name__}: {exc}"[:500])
+        log_event(
+            log, "api_database_error", level=logging.WARNING, error=f"{type(exc).__name__}: {exc}"[:500]
+        )
         return JSONResponse({"detail": "the node database is unavailable; see /readyz"}, status_code=503)
 
     @app.get("/healthz", response_model=HealthOut, tags=["health"], summary="Liveness: the process answers.")
@@ -654,8 +831,13 @@ def create_app(db: str | Engine, config: NodeConfig | None = None, *, node: Node
     def status() -> dict[str, Any]:
         return node_status(ctx)
 
-    @app.get("/api/v1/stake", response_model=StakeOut, tags=["status"], responses=ERRORS,
-             summary="This node's verifier bond: active bond, unbonding amounts with release blocks, penalties.")
+    @app.get(
+        "/api/v1/stake",
+        response_model=StakeOut,
+        tags=["status"],
+        responses=ERRORS,
+        summary="This node's verifier bond: active bond, unbonding amounts with release blocks, penalties.",
+    )
     def get_stake() -> dict[str, Any]:
         with ctx.engine.connect() as conn:
             return stake_status(conn, ctx.account)
@@ -663,11 +845,18 @@ def create_app(db: str | Engine, config: NodeConfig | None = None, *, node: Node
     @app.get("/api/v1/runs", response_model=RunPage, tags=["runs"], responses=ERRORS,
              summary="Runs this node knows, newest first, with detection probabilities.")
     def list_runs(
-        miner: Annotated[str | None, Query(max_length=128, description="Only runs of this miner.",
-                                           examples=["miner"])] = None,
+        miner: Annotated[
+            str | None, Query(max_length=128, description="Only runs of this miner.", examples=["miner"])
+        ] = None,
         limit: Annotated[int, Query(ge=1, le=500, description="Page size.", examples=[50])] = 50,
-        cursor: Annotated[str | None, Query(pattern=Q.CURSOR_PATTERN, description="next_cursor of the previous page.",
-                                            examples=[f"44-{EXAMPLE_ID}"])] = None,
+        cursor: Annotated[
+            str | None,
+            Query(
+                pattern=Q.CURSOR_PATTERN,
+                description="next_cursor of the previous page.",
+                examples=[f"44-{EXAMPLE_ID}"],
+            ),
+        ] = None,
     ) -> dict[str, Any]:
         with ctx.engine.connect() as conn:
             return Q.list_runs(conn, miner=miner, limit=limit, cursor=cursor)
@@ -696,38 +885,69 @@ def create_app(db: str | Engine, config: NodeConfig | None = None, *, node: Node
     @app.get("/api/v1/challenges", response_model=ChallengePage, tags=["challenges"], responses=ERRORS,
              summary="Challenges, newest first; filter by outcome, run and stage.")
     def list_challenges(
-        status: Annotated[Literal["honest", "fraud", "inconclusive", "pending"] | None,
-                          Query(description="The chain's verdict, or pending.", examples=["fraud"])] = None,
-        run: Annotated[str | None, Query(pattern=ID_PATTERN, description="Only this run's challenges.",
-                                         examples=[EXAMPLE_RUN])] = None,
-        stage: Annotated[Literal[Q.SHOWN_STAGES] | None,  # type: ignore[valid-type]
-                         Query(description="Only jobs at this stage of this node.", examples=["done"])] = None,
+        status: Annotated[
+            Literal["honest", "fraud", "inconclusive", "pending"] | None,
+            Query(description="The chain's verdict, or pending.", examples=["fraud"]),
+        ] = None,
+        run: Annotated[
+            str | None,
+            Query(pattern=ID_PATTERN, description="Only this run's challenges.", examples=[EXAMPLE_RUN]),
+        ] = None,
+        stage: Annotated[
+            Literal[Q.SHOWN_STAGES] | None,  # type: ignore[valid-type]
+            Query(description="Only jobs at this stage of this node.", examples=["done"]),
+        ] = None,
         limit: Annotated[int, Query(ge=1, le=500, description="Page size.", examples=[50])] = 50,
-        cursor: Annotated[str | None, Query(pattern=Q.CURSOR_PATTERN, description="next_cursor of the previous page.",
-                                            examples=[f"44-{EXAMPLE_ID}"])] = None,
+        cursor: Annotated[
+            str | None,
+            Query(
+                pattern=Q.CURSOR_PATTERN,
+                description="next_cursor of the previous page.",
+                examples=[f"44-{EXAMPLE_ID}"],
+            ),
+        ] = None,
     ) -> dict[str, Any]:
         run_id = None if run is None else Q.parse_id(run, "run")
         with ctx.engine.connect() as conn:
             return Q.list_challenges(conn, status=status, run=run_id, stage=stage, limit=limit, cursor=cursor)
 
-    @app.get("/api/v1/challenges/{challenge_id}", response_model=ChallengeDetailOut, tags=["challenges"],
-             responses=ERRORS, summary="One challenge: its timeline with stage durations and the reveal clusters.")
-    def get_challenge(challenge_id: Annotated[str, PathParam(pattern=ID_PATTERN, description="64 hex digits.",
-                                                             examples=[EXAMPLE_ID])]) -> dict[str, Any]:
+    @app.get(
+        "/api/v1/challenges/{challenge_id}",
+        response_model=ChallengeDetailOut,
+        tags=["challenges"],
+        responses=ERRORS,
+        summary="One challenge: its timeline with stage durations and the reveal clusters.",
+    )
+    def get_challenge(
+        challenge_id: Annotated[
+            str, PathParam(pattern=ID_PATTERN, description="64 hex digits.", examples=[EXAMPLE_ID])
+        ],
+    ) -> dict[str, Any]:
         with ctx.engine.connect() as conn:
             out = Q.get_challenge(conn, Q.parse_id(challenge_id, "challenge id"))
         if out is None:
             raise _not_found("challenge", challenge_id)
         return out
 
-    @app.post("/api/v1/admin/challenges/{challenge_id}/retry", response_model=RetryOut, tags=["admin"],
-              dependencies=[Depends(require_admin)],
-              responses={**ERRORS, 401: {"model": ErrorOut, "description": "No bearer token."},
-                         403: {"model": ErrorOut, "description": "Wrong token, or admin routes disabled."},
-                         409: {"model": ErrorOut, "description": "The job cannot be re-queued now (why)."}},
-              summary="Re-queue a job: retry its stage now, or resume a missed one while its commit window is open.")
-    def retry_challenge(challenge_id: Annotated[str, PathParam(pattern=ID_PATTERN, description="64 hex digits.",
-                                                               examples=[EXAMPLE_ID])]) -> dict[str, Any]:
+    @app.post(
+        "/api/v1/admin/challenges/{challenge_id}/retry",
+        response_model=RetryOut,
+        tags=["admin"],
+        dependencies=[Depends(require_admin)],
+        responses={
+            **ERRORS,
+            401: {"model": ErrorOut, "description": "No bearer token."},
+            403: {"model": ErrorOut, "description": "Wrong token, or admin routes disabled."},
+            409: {"model": ErrorOut, "description": "The job cannot be re-queued now (why)."},
+        },
+        summary="Re-queue a job: retry its stage now, or resume a missed one while its commit window is "
+                "open.",
+    )
+    def retry_challenge(
+        challenge_id: Annotated[
+            str, PathParam(pattern=ID_PATTERN, description="64 hex digits.", examples=[EXAMPLE_ID])
+        ],
+    ) -> dict[str, Any]:
         cid = Q.parse_id(challenge_id, "challenge id")
         out = requeue(ctx, cid)
         log_event(log, "admin_requeue", challenge_id=cid.hex(), previous_stage=out["previous_stage"],
@@ -825,7 +1045,11 @@ def readiness(ctx: ApiContext) -> dict[str, dict[str, Any]]:
                               "detail": f"reachable, schema at revision {rev}" if ok else
                               f"schema at revision {rev}, this node needs {ctx.head_revision}"}
     except Exception as exc:  # any driver error means "not ready", with its text as the reason
-        checks["database"] = {"ok": False, "data": {}, "detail": f"unreachable: {type(exc).__name__}: {exc}"[:500]}
+        checks["database"] = {
+            "ok": False,
+            "data": {},
+            "detail": f"unreachable: {type(exc).__name__}: {exc}"[:500],
+        }
         checks["chain_head"] = {"ok": False, "data": {}, "detail": "unknown: the database is unreachable"}
         checks["worker_pool"] = pool_check(ctx, None)
         checks["determinism"] = {"ok": False, "data": {}, "detail": "unknown: the database is unreachable"}
@@ -874,12 +1098,20 @@ def determinism_check(conflicts: dict[str, Any]) -> dict[str, Any]:
     last = conflicts["latest"][0]
     data.update(latest_challenge_id=last["challenge_id"], latest_at=last["created_at"])
     if not last["disclosed"]:
-        return {"ok": False, "data": data, "detail": (
-            f"DETERMINISM FAILURE: {conflicts['unacknowledged']} unacknowledged witness conflict(s); the latest, "
-            f"challenge {last['challenge_id']}, recomputed another value than the journaled one (both withheld "
-            f"until this node's reveal is on chain; the node's log has them, event witness_conflict). Only the "
-            f"journaled value was sent. Find why the replay changed (docs/operator.md), then POST "
-            f"/api/v1/admin/witness-conflicts/acknowledge")}
+        return {
+            "ok": False,
+            "data": data,
+            "detail": (
+                f"DETERMINISM FAILURE: {conflicts['unacknowledged']} unacknowledged witness conflict(s); the "
+                "latest, "
+                f"challenge {last['challenge_id']}, recomputed another value than the journaled one (both "
+                "withheld "
+                "until this node's reveal is on chain; the node's log has them, event witness_conflict). "
+                "Only the "
+                f"journaled value was sent. Find why the replay changed (docs/operator.md), then POST "
+                f"/api/v1/admin/witness-conflicts/acknowledge"
+            ),
+        }
     return {"ok": False, "data": data, "detail": (
         f"DETERMINISM FAILURE: {conflicts['unacknowledged']} unacknowledged witness conflict(s); the latest, "
         f"challenge {last['challenge_id']}, journaled value {last['journaled']['value_hash']} bucket "

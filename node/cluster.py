@@ -90,8 +90,17 @@ class RemoteOpening:
     mirrors: tuple[str, ...] = ()  # further addresses of the same bytes, tried in order after `uri`
 
 
-def cluster_replay(uri: str, endpoint: str, facts: dict[str, Any], max_bytes: int, policy, deadline: float,
-                   threads: int, challenge_id: bytes | None = None, mirrors: tuple[str, ...] = ()) -> dict[str, Any]:
+def cluster_replay(
+    uri: str,
+    endpoint: str,
+    facts: dict[str, Any],
+    max_bytes: int,
+    policy,
+    deadline: float,
+    threads: int,
+    challenge_id: bytes | None = None,
+    mirrors: tuple[str, ...] = (),
+) -> dict[str, Any]:
     """One challenge on a worker: fetch (from `uri`, then each of `mirrors`, under the node's
     egress and size rules, stopped at `deadline`, a wall-clock time), validate, replay. The
     message ReplayPool.poll gives (the proof hash keyed by `challenge_id` included), plus
@@ -105,16 +114,30 @@ def cluster_replay(uri: str, endpoint: str, facts: dict[str, Any], max_bytes: in
     started = time.time()
     where = f"{socket.gethostname()}:{os.getpid()}"
     left = max(0.1, deadline - started)
-    policy = replace(policy, connect_timeout_s=min(policy.connect_timeout_s, left),
-                     read_timeout_s=min(policy.read_timeout_s, left), total_timeout_s=min(policy.total_timeout_s, left))
+    policy = replace(
+        policy,
+        connect_timeout_s=min(policy.connect_timeout_s, left),
+        read_timeout_s=min(policy.read_timeout_s, left),
+        total_timeout_s=min(policy.total_timeout_s, left),
+    )
     try:
         from node.fetch import FetchStopped
 
         path = work / "opening"
         try:
-            fetched = stage_fetch(uri=uri, endpoint=endpoint, run_id=chain.run_id, dest=path, leaves_dest=None,
-                                  max_opening_bytes=max_bytes, max_leaves_bytes=0, policy=policy,
-                                  stop=lambda: time.time() > deadline, facts=chain, mirrors=tuple(mirrors))
+            fetched = stage_fetch(
+                uri=uri,
+                endpoint=endpoint,
+                run_id=chain.run_id,
+                dest=path,
+                leaves_dest=None,
+                max_opening_bytes=max_bytes,
+                max_leaves_bytes=0,
+                policy=policy,
+                stop=lambda: time.time() > deadline,
+                facts=chain,
+                mirrors=tuple(mirrors),
+            )
         except FetchStopped:
             return {"ok": False, "timeout": True, "worker": where,
                     "reason": "the opening did not arrive on the worker before the replay's deadline"}
@@ -134,9 +157,18 @@ def cluster_replay(uri: str, endpoint: str, facts: dict[str, Any], max_bytes: in
 
 
 def _refused(o: StageOutcome, started: float, timings: dict[str, float], where: str) -> dict[str, Any]:
-    return {"ok": True, "matches": False, "result": None, "refusal_class": o.refusal_class, "reason": o.reason,
-            "refused_at": str(o.stage), "started_at": started, "finished_at": time.time(), "timings": timings,
-            "worker": where}
+    return {
+        "ok": True,
+        "matches": False,
+        "result": None,
+        "refusal_class": o.refusal_class,
+        "reason": o.reason,
+        "refused_at": str(o.stage),
+        "started_at": started,
+        "finished_at": time.time(),
+        "timings": timings,
+        "worker": where,
+    }
 
 
 # --- on the node -----------------------------------------------------------------------------------
@@ -157,7 +189,9 @@ class ClusterReplays:
         try:
             import ray
         except ImportError:
-            raise ClusterError('[replay] backend = "ray" needs Ray: pip install "pot-verifier[cluster]"') from None
+            raise ClusterError(
+                '[replay] backend = "ray" needs Ray: pip install "pot-verifier[cluster]"'
+            ) from None
         self._ray = ray
         self.workers = workers
         self.timeout_s = timeout_s
@@ -166,7 +200,9 @@ class ClusterReplays:
             ray.init(address=address, namespace=namespace, log_to_driver=False, configure_logging=False,
                      ignore_reinit_error=True)
         except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError, ...
-            raise ClusterError(f"cannot join the Ray cluster at {address!r}: {type(exc).__name__}: {exc}") from None
+            raise ClusterError(
+                f"cannot join the Ray cluster at {address!r}: {type(exc).__name__}: {exc}"
+            ) from None
         self._fn = ray.remote(cluster_replay)
         self._tasks: dict[bytes, _Task] = {}
 
@@ -185,10 +221,23 @@ class ClusterReplays:
             raise RuntimeError("no free replay slot on the cluster")
         budget = self.timeout_s if timeout_s is None else min(self.timeout_s, timeout_s)
         res = remote.resources
-        ref = self._fn.options(num_cpus=res.cpus, memory=res.memory, max_retries=self.max_retries,
-                               retry_exceptions=False, name=f"pot-replay-{key.hex()[:16]}").remote(
-            remote.uri, remote.endpoint, facts.kwargs(), max_bytes, remote.policy, time.time() + budget, res.cpus,
-            bytes(key), tuple(remote.mirrors))
+        ref = self._fn.options(
+            num_cpus=res.cpus,
+            memory=res.memory,
+            max_retries=self.max_retries,
+            retry_exceptions=False,
+            name=f"pot-replay-{key.hex()[:16]}",
+        ).remote(
+            remote.uri,
+            remote.endpoint,
+            facts.kwargs(),
+            max_bytes,
+            remote.policy,
+            time.time() + budget,
+            res.cpus,
+            bytes(key),
+            tuple(remote.mirrors),
+        )
         self._tasks[key] = _Task(ref, time.monotonic(), budget)
 
     def poll(self) -> list[tuple[bytes, dict[str, Any]]]:
@@ -230,5 +279,12 @@ class ClusterReplays:
         self._ray.shutdown()
 
 
-__all__ = ["ClusterError", "ClusterReplays", "RemoteOpening", "Resources", "cluster_replay", "fallback_resources",
-           "replay_resources"]
+__all__ = [
+    "ClusterError",
+    "ClusterReplays",
+    "RemoteOpening",
+    "Resources",
+    "cluster_replay",
+    "fallback_resources",
+    "replay_resources",
+]

@@ -83,7 +83,11 @@ class EgressRefused(Exception):
 
 def embedding(ip: IPAddress) -> tuple[str, ipaddress.IPv4Address] | None:
     """(the form's name, the IPv4 address) an IPv6 address embeds, if it is of such a form."""
-    if isinstance(ip, ipaddress.IPv4Address) or ip == ipaddress.IPv6Address("::") or ip == ipaddress.IPv6Address("::1"):
+    if (
+        isinstance(ip, ipaddress.IPv4Address)
+        or ip == ipaddress.IPv6Address("::")
+        or ip == ipaddress.IPv6Address("::1")
+    ):
         return None
     n = int(ip)
     for net, where, form in _EMBEDDING:
@@ -102,7 +106,8 @@ def embedding(ip: IPAddress) -> tuple[str, ipaddress.IPv4Address] | None:
 
 
 def embedded_v4(ip: IPAddress) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 one stands for (mapped, translated, NAT64, 6to4, Teredo, compatible), if any."""
+    """The IPv4 address an IPv6 one stands for (mapped, translated, NAT64, 6to4, Teredo, compatible), if
+    any."""
     found = embedding(ip)
     return None if found is None else found[1]
 
@@ -140,8 +145,11 @@ def _too_broad(net: IPNetwork) -> str | None:
     return None
 
 
-def parse_allow(entries: Iterable[str], *, broad: bool = False) -> tuple[tuple[IPNetwork, ...], frozenset[str]]:
-    """Split allow-list entries into networks (an address or a CIDR) and host names; ValueError names a bad one.
+def parse_allow(
+    entries: Iterable[str], *, broad: bool = False
+) -> tuple[tuple[IPNetwork, ...], frozenset[str]]:
+    """Split allow-list entries into networks (an address or a CIDR) and host names; ValueError names a
+    bad one.
 
     A network broader than /8 (IPv4) or /16 (IPv6), or one covering a whole IPv4-embedding IPv6
     prefix, is refused unless `broad` (fetch.allow_broad) says the operator means it.
@@ -159,13 +167,17 @@ def parse_allow(entries: Iterable[str], *, broad: bool = False) -> tuple[tuple[I
         if net is not None:
             why = None if broad else _too_broad(net)
             if why is not None:
-                raise ValueError(f"allow-list entry {entry[:80]!r} is too broad: {why}; name the networks the "
-                                 f"provers are on, or set fetch.allow_broad = true to open it anyway")
+                raise ValueError(
+                    f"allow-list entry {entry[:80]!r} is too broad: {why}; name the networks the "
+                    f"provers are on, or set fetch.allow_broad = true to open it anyway"
+                )
             nets.append(net)
             continue
         name = entry.lower().rstrip(".")
         if not name or len(name) > 253 or not all(c.isalnum() or c in "-._" for c in name):
-            raise ValueError(f"allow-list entry {entry[:80]!r} is neither an address, a CIDR network nor a host name")
+            raise ValueError(
+                f"allow-list entry {entry[:80]!r} is neither an address, a CIDR network nor a host name"
+            )
         names.add(name)
     return tuple(nets), frozenset(names)
 
@@ -197,7 +209,9 @@ class ResolverSlots:
 
     def __init__(self, per_owner: int = 2, total: int = 64, remember: int = 4096) -> None:
         if per_owner < 1 or total < per_owner:
-            raise ValueError(f"resolver slots: need 1 <= per_owner <= total, got per_owner={per_owner}, total={total}")
+            raise ValueError(
+                f"resolver slots: need 1 <= per_owner <= total, got per_owner={per_owner}, total={total}"
+            )
         self.per_owner, self.total, self.remember = per_owner, total, remember
         self._cond = threading.Condition()
         self._busy: dict[str, int] = {}
@@ -238,9 +252,14 @@ class ResolverSlots:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     held = self._busy.get(owner, 0)
-                    why = (f"its miner's {held} lookup slot(s) are all held by lookups still unanswered"
-                           if held >= self.per_owner else f"all {self.total} lookup slots of the node are held")
-                    raise EgressRefused(f"{name[:100]} not looked up within {timeout_s:g} s: {why}", retryable=True)
+                    why = (
+                        f"its miner's {held} lookup slot(s) are all held by lookups still unanswered"
+                        if held >= self.per_owner
+                        else f"all {self.total} lookup slots of the node are held"
+                    )
+                    raise EgressRefused(
+                        f"{name[:100]} not looked up within {timeout_s:g} s: {why}", retryable=True
+                    )
                 self._cond.wait(left)
             self._busy[owner] = self._busy.get(owner, 0) + 1
             self._running += 1
@@ -334,5 +353,15 @@ class EgressPolicy:
         return ips
 
 
-__all__ = ["DEFAULT_SLOTS", "MIN_ALLOW_PREFIX", "EgressPolicy", "EgressRefused", "ResolverSlots", "embedded_v4",
-           "embedding", "forbidden", "parse_allow", "system_resolver"]
+__all__ = [
+    "DEFAULT_SLOTS",
+    "MIN_ALLOW_PREFIX",
+    "EgressPolicy",
+    "EgressRefused",
+    "ResolverSlots",
+    "embedded_v4",
+    "embedding",
+    "forbidden",
+    "parse_allow",
+    "system_resolver",
+]

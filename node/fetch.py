@@ -105,7 +105,9 @@ def _status_error(resp: httpx.Response, url: str) -> FetchError:
     code = resp.status_code
     if 300 <= code < 400:
         where = resp.headers.get("location", "")[:200]
-        return FetchError("redirect", f"GET {url} answered HTTP {code} to {where!r}; redirects are not followed")
+        return FetchError(
+            "redirect", f"GET {url} answered HTTP {code} to {where!r}; redirects are not followed"
+        )
     retryable = code in (408, 425, 429) or code >= 500
     return FetchError("http_status", f"GET {url} answered HTTP {code}", retryable=retryable)
 
@@ -113,8 +115,11 @@ def _status_error(resp: httpx.Response, url: str) -> FetchError:
 def _check_encoding(resp: httpx.Response, url: str) -> None:
     enc = resp.headers.get("content-encoding", "").strip().lower()
     if enc and enc != "identity":
-        raise FetchError("content_encoding", f"GET {url} answered Content-Encoding {enc[:40]!r}; only unencoded "
-                                             f"bodies are accepted (the cap counts raw bytes)")
+        raise FetchError(
+            "content_encoding",
+            f"GET {url} answered Content-Encoding {enc[:40]!r}; only unencoded "
+            f"bodies are accepted (the cap counts raw bytes)",
+        )
 
 
 class _Watchdog:
@@ -208,8 +213,16 @@ def _read_prefix(part: Path, n: int) -> bytes:
         return f.read(n)
 
 
-def _one_attempt(client: httpx.Client, url: str, part: Path, max_bytes: int, policy: FetchPolicy,
-                 stop=None, size_of: SizeGate | None = None, room: Callable[[int], None] | None = None) -> int:
+def _one_attempt(
+    client: httpx.Client,
+    url: str,
+    part: Path,
+    max_bytes: int,
+    policy: FetchPolicy,
+    stop=None,
+    size_of: SizeGate | None = None,
+    room: Callable[[int], None] | None = None,
+) -> int:
     watchdog = _Watchdog(policy.total_timeout_s, stop)
     try:
         return _attempt_body(client, url, part, max_bytes, policy, stop, size_of, room, watchdog)
@@ -277,8 +290,11 @@ def _attempt_body(client: httpx.Client, url: str, part: Path, max_bytes: int, po
                     raise FetchError("too_large", f"GET {url}: more than the cap of {cap} bytes")
                 total += len(chunk)
                 if time.monotonic() - started > policy.total_timeout_s:
-                    raise FetchError("unreachable", f"GET {url}: not finished within {policy.total_timeout_s:g} s",
-                                     retryable=True)
+                    raise FetchError(
+                        "unreachable",
+                        f"GET {url}: not finished within {policy.total_timeout_s:g} s",
+                        retryable=True,
+                    )
                 if stop is not None and stop():
                     raise FetchStopped(f"GET {url}: stopped at {total} bytes")
                 f.write(chunk)
@@ -344,11 +360,15 @@ def fetch_bytes(url: str, *, max_bytes: int, policy: FetchPolicy | None = None) 
                     _check_encoding(resp, url)
                     length = resp.headers.get("content-length")
                     if length is not None and length.isdigit() and int(length) > max_bytes:
-                        raise FetchError("too_large", f"GET {url}: {length} bytes announced, the cap is {max_bytes}")
+                        raise FetchError(
+                            "too_large", f"GET {url}: {length} bytes announced, the cap is {max_bytes}"
+                        )
                     buf = bytearray()
                     for chunk in resp.iter_raw(CHUNK):
                         if len(buf) + len(chunk) > max_bytes:
-                            raise FetchError("too_large", f"GET {url}: more than the cap of {max_bytes} bytes")
+                            raise FetchError(
+                                "too_large", f"GET {url}: more than the cap of {max_bytes} bytes"
+                            )
                         buf += chunk
                         if time.monotonic() - started > policy.total_timeout_s:
                             raise FetchError("unreachable", f"GET {url}: too slow", retryable=True)
@@ -360,8 +380,11 @@ def fetch_bytes(url: str, *, max_bytes: int, policy: FetchPolicy | None = None) 
             except httpx.HTTPError as exc:
                 last = FetchError("unreachable", f"GET {url}: {type(exc).__name__}: {exc}", retryable=True)
                 if watchdog.fired:
-                    last = FetchError("unreachable", f"GET {url}: not finished within {policy.total_timeout_s:g} s",
-                                      retryable=True)
+                    last = FetchError(
+                        "unreachable",
+                        f"GET {url}: not finished within {policy.total_timeout_s:g} s",
+                        retryable=True,
+                    )
             finally:
                 watchdog.close()
             if attempt + 1 < policy.attempts:
@@ -471,7 +494,8 @@ class OpeningsStore:
         return out
 
     def capacity(self) -> int:
-        """What the folder may hold: the quota, or what it holds plus the disk's free space above the reserve."""
+        """What the folder may hold: the quota, or what it holds plus the disk's free space above the
+        reserve."""
         if self.quota_bytes:
             return self.quota_bytes
         st = os.statvfs(self.path)
@@ -492,13 +516,17 @@ class OpeningsStore:
         if self.quota_bytes:
             used = self.used()
             if used + incoming > self.quota_bytes or used >= self.quota_bytes:
-                raise OpeningsFull(f"openings folder {self.path} holds {used} bytes; {incoming} more would pass "
-                                   f"its quota of {self.quota_bytes} (node.openings_quota_bytes)")
+                raise OpeningsFull(
+                    f"openings folder {self.path} holds {used} bytes; {incoming} more would pass "
+                    f"its quota of {self.quota_bytes} (node.openings_quota_bytes)"
+                )
         st = os.statvfs(self.path)
         free = st.f_bavail * st.f_frsize
         if free - incoming < self.reserve_bytes:
-            raise OpeningsFull(f"the disk of {self.path} has {free} bytes free; {incoming} more would pass its "
-                               f"reserve of {self.reserve_bytes} (node.openings_reserve_bytes)")
+            raise OpeningsFull(
+                f"the disk of {self.path} has {free} bytes free; {incoming} more would pass its "
+                f"reserve of {self.reserve_bytes} (node.openings_reserve_bytes)"
+            )
 
     def room_for(self, file: str | os.PathLike[str]) -> Callable[[int], None]:
         """`room` as one file's download asks it (fetch_to_file's `room` callback)."""
@@ -561,13 +589,18 @@ class MinerShare:
             this_cid = _challenge_of(Path(key).name) if key else ""
             this = (held.pop(this_cid, 0) if this_cid else 0) + incoming
             if this > share:
-                raise FetchError("too_large", f"{this} bytes for one challenge of {self.owner}, over the {share} "
-                                              f"bytes one miner's downloads may hold (node.openings_miner_share "
-                                              f"{self.store.miner_share:g} of {capacity})")
+                raise FetchError(
+                    "too_large",
+                    f"{this} bytes for one challenge of {self.owner}, over the {share} "
+                    f"bytes one miner's downloads may hold (node.openings_miner_share "
+                    f"{self.store.miner_share:g} of {capacity})",
+                )
             others = sum(held.values())
             if others + this > share:
-                raise ShareFull(f"{self.owner}'s downloads hold {others} bytes; {this} more would pass its share of "
-                                f"{share} bytes of the openings folder (node.openings_miner_share)")
+                raise ShareFull(
+                    f"{self.owner}'s downloads hold {others} bytes; {this} more would pass its share of "
+                    f"{share} bytes of the openings folder (node.openings_miner_share)"
+                )
             if key:
                 self.store._pending[key] = (self.owner, this)
                 self._mine.add(key)
@@ -584,5 +617,18 @@ class MinerShare:
             self._mine.clear()
 
 
-__all__ = ["KINDS", "FetchError", "FetchPolicy", "FetchStopped", "MinerShare", "OpeningsFull", "OpeningsStore",
-           "ShareFull", "SizeGate", "endpoint_owners", "fetch_bytes", "fetch_to_file", "resolve_uri"]
+__all__ = [
+    "KINDS",
+    "FetchError",
+    "FetchPolicy",
+    "FetchStopped",
+    "MinerShare",
+    "OpeningsFull",
+    "OpeningsStore",
+    "ShareFull",
+    "SizeGate",
+    "endpoint_owners",
+    "fetch_bytes",
+    "fetch_to_file",
+    "resolve_uri",
+]

@@ -81,7 +81,9 @@ def _existing(conn: Connection, challenge_id: bytes, verifier: str) -> WitnessEn
     return _entry(row) if row is not None else None
 
 
-def differs(entry: WitnessEntry, value_hash: bytes, norm_bucket: int, proof_hash: bytes | None = None) -> bool:
+def differs(
+    entry: WitnessEntry, value_hash: bytes, norm_bucket: int, proof_hash: bytes | None = None
+) -> bool:
     """Whether a recomputed witness disagrees with the journaled one (the salt is not the value).
     `proof_hash` None compares the value and bucket only."""
     return (entry.value_hash != bytes(value_hash) or entry.norm_bucket != norm_bucket
@@ -118,12 +120,14 @@ def check_and_insert_witness(engine: Engine, *, challenge_id: bytes, verifier: s
     already journaled.
 
     One transaction stores the salt, the pair, the bucket, the commitment
-    (challenges.witness.witness_commitment) and both tx payloads (commit and reveal, `unstarted`). Returns (entry, inserted); when not inserted, the caller must use the returned
-    entry, never its own values: that is the only commitment this verifier will ever send. A
-    repeat whose value differs from the journaled one is recorded in witness_conflicts (in the
-    same transaction as the look-up) and logged at error level.
+    (challenges.witness.witness_commitment) and both tx payloads (commit and reveal, `unstarted`). Returns
+    (entry, inserted); when not inserted, the caller must use the returned entry, never its own values: that
+    is the only commitment this verifier will ever send. A repeat whose value differs from the journaled one
+    is recorded in witness_conflicts (in the same transaction as the look-up) and logged at error level.
     """
-    commitment = witness_commitment(challenge_id, value_hash, norm_bucket, salt, verifier, proof_hash=proof_hash)
+    commitment = witness_commitment(
+        challenge_id, value_hash, norm_bucket, salt, verifier, proof_hash=proof_hash
+    )
     commit_bytes = encode_call(CommitWitness(challenge_id, commitment))
     reveal_bytes = encode_call(RevealWitnessValue(challenge_id, value_hash, proof_hash, norm_bucket, salt))
     now = time.time()
@@ -135,11 +139,23 @@ def check_and_insert_witness(engine: Engine, *, challenge_id: bytes, verifier: s
                 conn.execute(witnesses.insert().values(
                     challenge_id=challenge_id, verifier=verifier, salt=salt, value_hash=value_hash,
                     norm_bucket=norm_bucket, commitment=commitment, created_at=now, proof_hash=proof_hash))
-                conn.execute(txs.insert(), [
-                    dict(challenge_id=challenge_id, verifier=verifier, kind=kind, origin=origin, payload=payload,
-                         state="unstarted", sends=0, created_at=now, updated_at=now)
-                    for kind, payload in (("commit", commit_bytes), ("reveal", reveal_bytes))
-                ])
+                conn.execute(
+                    txs.insert(),
+                    [
+                        dict(
+                            challenge_id=challenge_id,
+                            verifier=verifier,
+                            kind=kind,
+                            origin=origin,
+                            payload=payload,
+                            state="unstarted",
+                            sends=0,
+                            created_at=now,
+                            updated_at=now,
+                        )
+                        for kind, payload in (("commit", commit_bytes), ("reveal", reveal_bytes))
+                    ],
+                )
             elif differs(found, value_hash, norm_bucket, proof_hash):
                 _record_conflict(conn, found, value_hash, norm_bucket, proof_hash)
     except IntegrityError:
@@ -182,7 +198,9 @@ def get_witness(engine: Engine, challenge_id: bytes, verifier: str) -> WitnessEn
         return _existing(conn, challenge_id, verifier)
 
 
-def get_tx(engine_or_conn: Engine | Connection, challenge_id: bytes, verifier: str, kind: str) -> TxRecord | None:
+def get_tx(
+    engine_or_conn: Engine | Connection, challenge_id: bytes, verifier: str, kind: str
+) -> TxRecord | None:
     q = select(txs).where(and_(txs.c.challenge_id == challenge_id, txs.c.verifier == verifier,
                                txs.c.kind == kind))
     if isinstance(engine_or_conn, Engine):
@@ -233,7 +251,9 @@ def mark_unconfirmed(engine: Engine, tx_id: int, tx_hash: bytes | None) -> None:
 
 def mark_send_error(engine: Engine, tx_id: int, error: str) -> None:
     with engine.begin() as conn:
-        conn.execute(update(txs).where(txs.c.id == tx_id).values(last_error=error[:2000], updated_at=time.time()))
+        conn.execute(
+            update(txs).where(txs.c.id == tx_id).values(last_error=error[:2000], updated_at=time.time())
+        )
 
 
 def confirm_tx(conn: Connection, challenge_id: bytes, verifier: str, kind: str, block: int) -> bool:
@@ -252,7 +272,19 @@ def fail_tx(conn: Connection, challenge_id: bytes, verifier: str, kind: str, rea
 
 
 __all__ = [
-    "JournalError", "TxRecord", "WitnessEntry", "check_and_insert_witness", "confirm_tx", "differs", "fail_tx",
-    "get_tx", "get_witness", "journal_escalation", "list_txs", "mark_in_progress", "mark_send_error", "mark_unconfirmed",
+    "JournalError",
+    "TxRecord",
+    "WitnessEntry",
+    "check_and_insert_witness",
+    "confirm_tx",
+    "differs",
+    "fail_tx",
+    "get_tx",
+    "get_witness",
+    "journal_escalation",
+    "list_txs",
+    "mark_in_progress",
+    "mark_send_error",
+    "mark_unconfirmed",
     "set_tx_state",
 ]

@@ -58,8 +58,12 @@ class NodeCollector:
         up.add_metric([], 1.0)
         yield up
 
-        g = GaugeMetricFamily("pot_challenges", "Challenge jobs by the stage they are at (a sealed one, until this "
-                              "node's reveal is on chain, by the stage it shows).", labels=["stage"])
+        g = GaugeMetricFamily(
+            "pot_challenges",
+            "Challenge jobs by the stage they are at (a sealed one, until this "
+            "node's reveal is on chain, by the stage it shows).",
+            labels=["stage"],
+        )
         for stage in Q.SHOWN_STAGES:
             g.add_metric([stage], stages.get(stage, 0))
         yield g
@@ -81,7 +85,9 @@ class NodeCollector:
                                 "Resolved challenges where this node revealed outside the winning cluster.")
         c.add_metric([], agree["disagreed"])
         yield c
-        c = CounterMetricFamily("pot_verifier_outlier", "Challenges where the chain recorded this node as an outlier.")
+        c = CounterMetricFamily(
+            "pot_verifier_outlier", "Challenges where the chain recorded this node as an outlier."
+        )
         c.add_metric([], agree["outliers"])
         yield c
 
@@ -102,10 +108,12 @@ class NodeCollector:
             c.add_metric([reason], ignored.get(reason, 0))
         yield c
 
-        c = CounterMetricFamily("pot_block_work_failed",
-                                "Parts of a block's protocol work that failed inside the protocol and were undone "
-                                "(BlockWorkFailed events: the follower's determinism alarm), by stage.",
-                                labels=["stage"])
+        c = CounterMetricFamily(
+            "pot_block_work_failed",
+            "Parts of a block's protocol work that failed inside the protocol and were undone "
+            "(BlockWorkFailed events: the follower's determinism alarm), by stage.",
+            labels=["stage"],
+        )
         for stage in (*BLOCK_WORK_STAGES, "block"):
             c.add_metric([stage], faults.get(stage, 0))
         yield c
@@ -114,19 +122,29 @@ class NodeCollector:
             g = GaugeMetricFamily("pot_verifier_bond", "This node's active verifier bond (protocol units).")
             g.add_metric([], bond["bond"])
             yield g
-            g = GaugeMetricFamily("pot_verifier_reserved", "What this node's seats and escalations of open rounds "
-                                  "reserve of its bond (protocol units).")
+            g = GaugeMetricFamily(
+                "pot_verifier_reserved",
+                "What this node's seats and escalations of open rounds reserve of its bond (protocol units).",
+            )
             g.add_metric([], bond["reserved"] or 0)
             yield g
-        g = GaugeMetricFamily("pot_verifier_unbonding", "This node's bond amounts waiting for their release block.")
+        g = GaugeMetricFamily(
+            "pot_verifier_unbonding", "This node's bond amounts waiting for their release block."
+        )
         g.add_metric([], bond["unbonding_total"])
         yield g
-        c = CounterMetricFamily("pot_verifier_penalised", "Protocol units the chain took from this node's bond "
-                                "(no_commit, no_reveal, outlier).")
+        c = CounterMetricFamily(
+            "pot_verifier_penalised",
+            "Protocol units the chain took from this node's bond (no_commit, no_reveal, outlier).",
+        )
         c.add_metric([], bond["penalised_total"])
         yield c
-        c = CounterMetricFamily("pot_fees_paid", "Protocol units the chain credited to this node's bond, by why "
-                                "(seat_fee, slash_share, dispute_pool).", labels=["why"])
+        c = CounterMetricFamily(
+            "pot_fees_paid",
+            "Protocol units the chain credited to this node's bond, by why "
+            "(seat_fee, slash_share, dispute_pool).",
+            labels=["why"],
+        )
         for why, n in bond["paid_by_why"].items():
             c.add_metric([why], n)
         yield c
@@ -142,8 +160,11 @@ class NodeCollector:
             g.add_metric([], cursor["age_s"])
             yield g
 
-        s = SummaryMetricFamily("pot_stage_duration_seconds", "Time challenge jobs spent in each finished stage.",
-                                labels=["stage"])
+        s = SummaryMetricFamily(
+            "pot_stage_duration_seconds",
+            "Time challenge jobs spent in each finished stage.",
+            labels=["stage"],
+        )
         for stage, (n, total) in sorted(durations.items()):
             s.add_metric([stage], count_value=n, sum_value=total)
         yield s
@@ -169,8 +190,12 @@ def install(app: FastAPI, ctx: Any) -> CollectorRegistry:
     node collector and the HTTP request metrics, recorded by a middleware."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(NodeCollector(ctx))
-    requests = Counter("pot_http_requests", "HTTP requests served, by method, route template and status class.",
-                       ["method", "route", "status"], registry=registry)
+    requests = Counter(
+        "pot_http_requests",
+        "HTTP requests served, by method, route template and status class.",
+        ["method", "route", "status"],
+        registry=registry,
+    )
     latency = Histogram("pot_http_request_duration_seconds", "HTTP request handling time, by route template.",
                         ["route"], registry=registry,
                         buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0))

@@ -51,10 +51,23 @@ class StageOutcome:
     data: dict[str, Any] = field(default_factory=dict)
 
 
-def stage_fetch(*, uri: str, endpoint: str, run_id: bytes, dest: Path, leaves_dest: Path | None, max_opening_bytes: int,
-                max_leaves_bytes: int, policy, stop=None, facts: ChainFacts | None = None,
-                store=None, manifest_only: bool = False, mirrors: tuple[str, ...] = (),
-                owner: str | None = None) -> StageOutcome:
+def stage_fetch(
+    *,
+    uri: str,
+    endpoint: str,
+    run_id: bytes,
+    dest: Path,
+    leaves_dest: Path | None,
+    max_opening_bytes: int,
+    max_leaves_bytes: int,
+    policy,
+    stop=None,
+    facts: ChainFacts | None = None,
+    store=None,
+    manifest_only: bool = False,
+    mirrors: tuple[str, ...] = (),
+    owner: str | None = None,
+) -> StageOutcome:
     """Download the opening to `dest` and the run's leaf list to `leaves_dest` (best effort; None: not).
 
     The opening is tried at `uri`, then at each of `mirrors` in order, each address with the
@@ -80,9 +93,21 @@ def stage_fetch(*, uri: str, endpoint: str, run_id: bytes, dest: Path, leaves_de
     if owner:
         policy = replace(policy, owner=owner)
     try:
-        return _fetch_stage(uri=uri, endpoint=endpoint, run_id=run_id, dest=dest, leaves_dest=leaves_dest,
-                            max_opening_bytes=max_opening_bytes, max_leaves_bytes=max_leaves_bytes, policy=policy,
-                            stop=stop, facts=facts, store=store, manifest_only=manifest_only, mirrors=mirrors)
+        return _fetch_stage(
+            uri=uri,
+            endpoint=endpoint,
+            run_id=run_id,
+            dest=dest,
+            leaves_dest=leaves_dest,
+            max_opening_bytes=max_opening_bytes,
+            max_leaves_bytes=max_leaves_bytes,
+            policy=policy,
+            stop=stop,
+            facts=facts,
+            store=store,
+            manifest_only=manifest_only,
+            mirrors=mirrors,
+        )
     finally:
         if isinstance(store, MinerShare):
             store.release()  # the files count as they are from now on
@@ -114,13 +139,18 @@ def _fetch_stage(*, uri: str, endpoint: str, run_id: bytes, dest: Path, leaves_d
         try:
             url = where = resolve_uri(address, endpoint)
             out.data["url"] = url
-            out.data["bytes"] = fetch_to_file(url, dest, max_bytes=max_opening_bytes, policy=policy, stop=stop,
-                                              size_of=size_of, room=room)
+            out.data["bytes"] = fetch_to_file(
+                url, dest, max_bytes=max_opening_bytes, policy=policy, stop=stop, size_of=size_of, room=room
+            )
         except _ManifestRead as read:
             out.data["bytes"], out.data["spec"] = read.size, gate.spec  # type: ignore[union-attr]
         except FetchError as exc:
             passing = passing and exc.retryable
-            tried.append(f"{where[:300]}: {exc.kind}: {exc.reason}" if len(addresses) > 1 else f"{exc.kind}: {exc.reason}")
+            tried.append(
+                f"{where[:300]}: {exc.kind}: {exc.reason}"
+                if len(addresses) > 1
+                else f"{exc.kind}: {exc.reason}"
+            )
             continue
         except OpeningRefused as exc:
             passing = False
@@ -141,7 +171,9 @@ def _fetch_stage(*, uri: str, endpoint: str, run_id: bytes, dest: Path, leaves_d
         out.finished_at = time.time()
         return out
     if manifest_only:
-        dest.unlink(missing_ok=True)  # a file too short to hold its manifest: the worker's validation refuses it
+        dest.unlink(
+            missing_ok=True
+        )  # a file too short to hold its manifest: the worker's validation refuses it
         out.data.setdefault("spec", None)
     if leaves_dest is not None:
         fetch_leaves(out, run_id=run_id, endpoint=endpoint, dest=leaves_dest, max_bytes=max_leaves_bytes,
@@ -253,7 +285,9 @@ def stage_losschecks(leaves_path: Path, *, root: bytes, size: int, config) -> St
 # --- replay in separate processes ----------------------------------------------------------------
 
 
-def replay_file(path: str, facts: dict[str, Any], max_bytes: int, challenge_id: bytes | None = None) -> dict[str, Any]:
+def replay_file(
+    path: str, facts: dict[str, Any], max_bytes: int, challenge_id: bytes | None = None
+) -> dict[str, Any]:
     """Validate again (objects do not cross processes) and replay; a picklable message. With
     `challenge_id` the result carries the witness pair's proof hash of the post-state."""
     from challenges.replay import verify_opening_file
@@ -288,7 +322,11 @@ def _worker_main(conn, threads: int) -> None:
         try:
             msg = replay_file(*job)
         except BaseException as exc:  # the parent needs a reason, whatever went wrong
-            msg = {"ok": False, "reason": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-4000:]}
+            msg = {
+                "ok": False,
+                "reason": f"{type(exc).__name__}: {exc}",
+                "trace": traceback.format_exc()[-4000:],
+            }
         try:
             conn.send(msg)
         except (BrokenPipeError, OSError):
@@ -358,9 +396,15 @@ class ReplayPool:
                 try:
                     msg = w.conn.recv()
                 except (EOFError, OSError):
-                    msg, replace = {"ok": False, "reason": f"replay worker died (exit code {w.proc.exitcode})"}, True
+                    msg, replace = (
+                        {"ok": False, "reason": f"replay worker died (exit code {w.proc.exitcode})"},
+                        True,
+                    )
             elif not w.proc.is_alive():
-                msg, replace = {"ok": False, "reason": f"replay worker died (exit code {w.proc.exitcode})"}, True
+                msg, replace = (
+                    {"ok": False, "reason": f"replay worker died (exit code {w.proc.exitcode})"},
+                    True,
+                )
             elif time.monotonic() - w.started > w.timeout_s:
                 msg, replace = {"ok": False, "timeout": True,
                                 "reason": f"replay took longer than its budget of {w.timeout_s:.1f} s"}, True

@@ -130,8 +130,15 @@ def build_timeline(stage_rows: Sequence[dict[str, Any]], *, current_stage: str, 
     return out
 
 
-def reveal_clusters(reveals: Iterable[dict[str, Any]], *, mode: str, winning: str | None,
-                    own: set[str], expected: str | None, outliers: Iterable[str] = ()) -> list[dict[str, Any]]:
+def reveal_clusters(
+    reveals: Iterable[dict[str, Any]],
+    *,
+    mode: str,
+    winning: str | None,
+    own: set[str],
+    expected: str | None,
+    outliers: Iterable[str] = (),
+) -> list[dict[str, Any]]:
     """Group revealed witnesses into clusters, largest first, marking the winner, the miner's
     committed value and this node's members. Exact (value-mode) runs cluster by the whole pair
     (value hash, proof hash), as the verdict does: a reveal of the public H(leaf t) with a wrong
@@ -186,7 +193,9 @@ def disclosed_clause() -> ColumnElement[bool]:
     follow), or every account that journaled a witness for it has a confirmed reveal tx (the value
     is on chain) and there is at least one."""
     w = witnesses.alias()
-    unrevealed = exists().where(w.c.challenge_id == challenges.c.challenge_id, ~_confirmed("reveal", w.c.verifier))
+    unrevealed = exists().where(
+        w.c.challenge_id == challenges.c.challenge_id, ~_confirmed("reveal", w.c.verifier)
+    )
     return or_(challenges.c.resolved_block.is_not(None), and_(_confirmed("reveal"), ~unrevealed))
 
 
@@ -202,16 +211,27 @@ def sealed_clause() -> ColumnElement[bool]:
 def shown_stage() -> ColumnElement[str]:
     """The stage a view shows: the job's own unless sealed; a sealed one shows only what the chain
     says (no opening yet; this node's commit on chain) and SEALED_STAGE in between."""
-    return case((sealed_clause(), case((challenges.c.opening_block.is_(None), literal(str(Stage.AWAITING_OPENING))),
-                                       (_confirmed("commit"), literal(str(Stage.REVEAL))),
-                                       else_=literal(SEALED_STAGE))),
-                else_=challenges.c.stage)
+    return case(
+        (
+            sealed_clause(),
+            case(
+                (challenges.c.opening_block.is_(None), literal(str(Stage.AWAITING_OPENING))),
+                (_confirmed("commit"), literal(str(Stage.REVEAL))),
+                else_=literal(SEALED_STAGE),
+            ),
+        ),
+        else_=challenges.c.stage,
+    )
 
 
 def _challenge_rows(where: Any = true()):
     """select() of challenges with the view columns: view_disclosed, view_sealed, view_stage."""
-    return select(challenges, disclosed_clause().label("view_disclosed"), sealed_clause().label("view_sealed"),
-                  shown_stage().label("view_stage")).where(where)
+    return select(
+        challenges,
+        disclosed_clause().label("view_disclosed"),
+        sealed_clause().label("view_sealed"),
+        shown_stage().label("view_stage"),
+    ).where(where)
 
 
 def disclosed_ids(conn: Connection, ids: Iterable[bytes]) -> set[bytes]:
@@ -230,12 +250,39 @@ def disclosed_ids(conn: Connection, ids: Iterable[bytes]) -> set[bytes]:
 # announcement, the others' reveals, a resolution), never what this node did with it. A key not
 # named here is sealed: None (a list: empty; one of the always-present FIXED_SHAPE dicts: its keys
 # with None), so that neither a value nor whether there is one shows.
-PUBLIC_FIELDS = frozenset({
-    "challenge_id", "run_id", "index", "step", "status", "verdict", "verdict_reason", "witness_disclosed",
-    "issued_block", "resolved_block", "round", "first_id", "rechallenge", "on_committee", "penalty", "penalty_why",
-    "created_at", "mode", "root", "size", "endpoint", "deadlines", "committee", "winning_value", "miner_slashed",
-    "clusters", "committed_value", "reveals", "quorum",
-})
+PUBLIC_FIELDS = frozenset(
+    {
+        "challenge_id",
+        "run_id",
+        "index",
+        "step",
+        "status",
+        "verdict",
+        "verdict_reason",
+        "witness_disclosed",
+        "issued_block",
+        "resolved_block",
+        "round",
+        "first_id",
+        "rechallenge",
+        "on_committee",
+        "penalty",
+        "penalty_why",
+        "created_at",
+        "mode",
+        "root",
+        "size",
+        "endpoint",
+        "deadlines",
+        "committee",
+        "winning_value",
+        "miner_slashed",
+        "clusters",
+        "committed_value",
+        "reveals",
+        "quorum",
+    }
+)
 PUBLIC_OPENING = frozenset({"digest", "uri", "block", "leaf_hash", "mirrors"})  # the OpeningSubmitted event
 PUBLIC_TX = frozenset({"kind", "state", "block", "tx_hash"})  # of a tx confirmed on chain only
 PUBLIC_TIMELINE = frozenset({"stage", "label"})
@@ -274,18 +321,37 @@ def challenge_summary(row: Any) -> dict[str, Any]:
     """One challenge row of `_challenge_rows`, through `seal_challenge`."""
     disclosed = bool(row.view_disclosed)
     withheld = (lambda v: v) if disclosed else (lambda _v: None)  # a job of a committee it is not on
-    return seal_challenge({
-        "challenge_id": _hex(row.challenge_id), "run_id": _hex(row.run_id), "index": row.idx, "step": row.step,
-        "stage": row.stage, "status": row.verdict or "pending", "verdict": row.verdict,
-        "verdict_reason": row.verdict_reason, "in_winning_cluster": withheld(row.in_winning_cluster),
-        "outlier": withheld(row.outlier), "refusal_class": withheld(row.refusal_class),
-        "matches_leaf": withheld(row.matches_leaf), "witness_disclosed": disclosed,
-        "issued_block": row.issued_block, "resolved_block": row.resolved_block,
-        "round": row.round, "first_id": _hex(row.first_id), "rechallenge": _hex(row.rechallenge),
-        "on_committee": row.on_committee, "penalty": row.penalty, "penalty_why": row.penalty_why,
-        "escalation": withheld(row.escalation),
-        "note": row.status, "created_at": row.created_at, "updated_at": row.updated_at,
-    }, sealed=bool(row.view_sealed), stage=row.view_stage)
+    return seal_challenge(
+        {
+            "challenge_id": _hex(row.challenge_id),
+            "run_id": _hex(row.run_id),
+            "index": row.idx,
+            "step": row.step,
+            "stage": row.stage,
+            "status": row.verdict or "pending",
+            "verdict": row.verdict,
+            "verdict_reason": row.verdict_reason,
+            "in_winning_cluster": withheld(row.in_winning_cluster),
+            "outlier": withheld(row.outlier),
+            "refusal_class": withheld(row.refusal_class),
+            "matches_leaf": withheld(row.matches_leaf),
+            "witness_disclosed": disclosed,
+            "issued_block": row.issued_block,
+            "resolved_block": row.resolved_block,
+            "round": row.round,
+            "first_id": _hex(row.first_id),
+            "rechallenge": _hex(row.rechallenge),
+            "on_committee": row.on_committee,
+            "penalty": row.penalty,
+            "penalty_why": row.penalty_why,
+            "escalation": withheld(row.escalation),
+            "note": row.status,
+            "created_at": row.created_at,
+            "updated_at": row.updated_at,
+        },
+        sealed=bool(row.view_sealed),
+        stage=row.view_stage,
+    )
 
 
 def _verdict_counts(rows: Iterable[Any]) -> dict[str, int]:
@@ -299,9 +365,17 @@ def _run_summary(row: Any, challenge_rows: Sequence[Any]) -> dict[str, Any]:
     counts = _verdict_counts((c.verdict, 1) for c in challenge_rows)
     k = len({c.step for c in challenge_rows})
     return {
-        "run_id": _hex(row.run_id), "miner": row.miner, "mode": row.mode, "declared_steps": row.declared_steps,
-        "endpoint": row.endpoint, "spec_digest": _hex(row.spec_digest), "registered_block": row.registered_block,
-        "slashed": row.slashed, "challenges": len(challenge_rows), "challenged_steps": k, "verdicts": counts,
+        "run_id": _hex(row.run_id),
+        "miner": row.miner,
+        "mode": row.mode,
+        "declared_steps": row.declared_steps,
+        "endpoint": row.endpoint,
+        "spec_digest": _hex(row.spec_digest),
+        "registered_block": row.registered_block,
+        "slashed": row.slashed,
+        "challenges": len(challenge_rows),
+        "challenged_steps": k,
+        "verdicts": counts,
         "detection": [{"fake_share": f, "probability": detection_probability(f, k)} for f in FAKE_SHARES],
     }
 
@@ -321,7 +395,9 @@ def list_challenges(conn: Connection, *, status: str | None = None, run: bytes |
         conds.append(challenges.c.run_id == run)
     if stage is not None:  # the shown stage: a sealed job is not found by the stage it is really at
         conds.append(shown_stage() == stage)
-    total = conn.execute(select(func.count()).select_from(challenges).where(and_(true(), *conds))).scalar_one()
+    total = conn.execute(
+        select(func.count()).select_from(challenges).where(and_(true(), *conds))
+    ).scalar_one()
     page_conds = list(conds)
     if cursor is not None:
         block, key = decode_cursor(cursor)
@@ -345,8 +421,12 @@ def list_runs(conn: Connection, *, miner: str | None = None, limit: int = 50,
         block, key = decode_cursor(cursor)
         page_conds.append(or_(runs.c.registered_block < block,
                               and_(runs.c.registered_block == block, runs.c.run_id < key)))
-    rows = conn.execute(select(runs).where(and_(true(), *page_conds))
-                        .order_by(runs.c.registered_block.desc(), runs.c.run_id.desc()).limit(limit + 1)).all()
+    rows = conn.execute(
+        select(runs)
+        .where(and_(true(), *page_conds))
+        .order_by(runs.c.registered_block.desc(), runs.c.run_id.desc())
+        .limit(limit + 1)
+    ).all()
     more = len(rows) > limit
     rows = rows[:limit]
     by_run: dict[bytes, list[Any]] = {bytes(r.run_id): [] for r in rows}
@@ -355,7 +435,11 @@ def list_runs(conn: Connection, *, miner: str | None = None, limit: int = 50,
                               .where(challenges.c.run_id.in_(list(by_run)))):
             by_run[bytes(c.run_id)].append(c)
     nxt = encode_cursor(rows[-1].registered_block, bytes(rows[-1].run_id)) if more else None
-    return {"items": [_run_summary(r, by_run[bytes(r.run_id)]) for r in rows], "total": total, "next_cursor": nxt}
+    return {
+        "items": [_run_summary(r, by_run[bytes(r.run_id)]) for r in rows],
+        "total": total,
+        "next_cursor": nxt,
+    }
 
 
 def _committed_losses(challenge_rows: Sequence[Any]) -> tuple[list[float | None], str | None, list[Any]]:
@@ -372,7 +456,11 @@ def _committed_losses(challenge_rows: Sequence[Any]) -> tuple[list[float | None]
             continue
         losses = report.get("losses") if isinstance(report, dict) else None
         if isinstance(losses, list) and len(losses) > len(best[0]):
-            best = ([finite_or_none(x) for x in losses], _hex(c.challenge_id), list(report.get("findings") or []))
+            best = (
+                [finite_or_none(x) for x in losses],
+                _hex(c.challenge_id),
+                list(report.get("findings") or []),
+            )
     return best
 
 
@@ -440,39 +528,79 @@ def get_challenge(conn: Connection, cid: bytes, *, now: float | None = None) -> 
     out = challenge_summary(row)
     outliers = list(resolved.get("outliers") or []) if resolved else []
     out.update(
-        mode=row.mode, root=_hex(row.root), size=row.size, endpoint=row.endpoint,
-        deadlines={"opening": row.opening_deadline, "commit": row.commit_deadline, "reveal": row.reveal_deadline,
-                   **({} if row.escalate_deadline is None else {"escalate": row.escalate_deadline})},
+        mode=row.mode,
+        root=_hex(row.root),
+        size=row.size,
+        endpoint=row.endpoint,
+        deadlines={
+            "opening": row.opening_deadline,
+            "commit": row.commit_deadline,
+            "reveal": row.reveal_deadline,
+            **({} if row.escalate_deadline is None else {"escalate": row.escalate_deadline}),
+        },
         committee=_json_list(row.committee),
-        opening={"digest": _hex(row.opening_digest), "uri": row.opening_uri, "block": row.opening_block,
-                 "bytes": row.opening_bytes, "leaf_hash": _hex(row.leaf_hash),
-                 "mirrors": _json_list(row.opening_mirrors), "served_by": row.opening_source},
-        refusal_reason=seal(row.refusal_reason), loss_checks=loss_report,
+        opening={
+            "digest": _hex(row.opening_digest),
+            "uri": row.opening_uri,
+            "block": row.opening_block,
+            "bytes": row.opening_bytes,
+            "leaf_hash": _hex(row.leaf_hash),
+            "mirrors": _json_list(row.opening_mirrors),
+            "served_by": row.opening_source,
+        },
+        refusal_reason=seal(row.refusal_reason),
+        loss_checks=loss_report,
         # The replayed leaf, its state digest and loss bits each tell the match (and the leaf is
         # the value's preimage): sealed with the value.
-        replay={"matches_leaf": seal(row.matches_leaf), "leaf": seal(_hex(row.replay_leaf)),
-                "state_digest": seal(_hex(row.replay_state_digest)), "loss_bits": seal(row.replay_loss_bits),
-                "proof_hash": seal(_hex(row.replay_proof_hash))},
-        witness={"value_hash": seal(_hex(row.value_hash)), "proof_hash": seal(_hex(row.proof_hash)),
-                 "norm_bucket": seal(row.norm_bucket), "fault": seal(row.fault)},
-        winning_value=row.winning_value, miner_slashed=row.miner_slashed,
+        replay={
+            "matches_leaf": seal(row.matches_leaf),
+            "leaf": seal(_hex(row.replay_leaf)),
+            "state_digest": seal(_hex(row.replay_state_digest)),
+            "loss_bits": seal(row.replay_loss_bits),
+            "proof_hash": seal(_hex(row.replay_proof_hash)),
+        },
+        witness={
+            "value_hash": seal(_hex(row.value_hash)),
+            "proof_hash": seal(_hex(row.proof_hash)),
+            "norm_bucket": seal(row.norm_bucket),
+            "fault": seal(row.fault),
+        },
+        winning_value=row.winning_value,
+        miner_slashed=row.miner_slashed,
         timeline=timeline,
-        clusters=reveal_clusters(reveals, mode=row.mode, winning=row.winning_value, own=own, expected=expected,
-                                 outliers=outliers),
+        clusters=reveal_clusters(
+            reveals, mode=row.mode, winning=row.winning_value, own=own, expected=expected, outliers=outliers
+        ),
         committed_value=expected,
         this_node=sorted(own),
         reveals=len(reveals),
-        quorum={"cluster_size": resolved.get("cluster_size"), "reveals": resolved.get("reveals"),
-                "outliers": outliers} if resolved else None,
-        txs=[{"kind": t.kind, "state": t.state, "sends": t.sends, "block": t.block, "tx_hash": _hex(t.tx_hash),
-              "last_error": t.last_error} for t in tx_rows],
+        quorum={
+            "cluster_size": resolved.get("cluster_size"),
+            "reveals": resolved.get("reveals"),
+            "outliers": outliers,
+        }
+        if resolved
+        else None,
+        txs=[
+            {
+                "kind": t.kind,
+                "state": t.state,
+                "sends": t.sends,
+                "block": t.block,
+                "tx_hash": _hex(t.tx_hash),
+                "last_error": t.last_error,
+            }
+            for t in tx_rows
+        ],
         witness_conflicts=witness_conflicts_of(conn, cid, disclosed=disclosed),
     )
     return seal_challenge(out, sealed=bool(row.view_sealed), stage=row.view_stage)
 
 
 def verdict_counts(conn: Connection) -> dict[str, int]:
-    return _verdict_counts(conn.execute(select(challenges.c.verdict, func.count()).group_by(challenges.c.verdict)))
+    return _verdict_counts(
+        conn.execute(select(challenges.c.verdict, func.count()).group_by(challenges.c.verdict))
+    )
 
 
 def stage_counts(conn: Connection) -> dict[str, int]:
@@ -489,9 +617,11 @@ def agreement(conn: Connection) -> dict[str, Any]:
     agreed = disagreed = outliers = 0
     # Resolved challenges only: the chain has published every reveal of those, so the counts
     # never tell an open challenge's outcome.
-    for in_win, outlier, n in conn.execute(select(challenges.c.in_winning_cluster, challenges.c.outlier, func.count())
-                                           .where(challenges.c.resolved_block.is_not(None))
-                                           .group_by(challenges.c.in_winning_cluster, challenges.c.outlier)):
+    for in_win, outlier, n in conn.execute(
+        select(challenges.c.in_winning_cluster, challenges.c.outlier, func.count())
+        .where(challenges.c.resolved_block.is_not(None))
+        .group_by(challenges.c.in_winning_cluster, challenges.c.outlier)
+    ):
         if in_win is True:
             agreed += int(n)
         elif in_win is False:
@@ -504,7 +634,9 @@ def agreement(conn: Connection) -> dict[str, Any]:
 
 
 def cursor_state(conn: Connection, *, now: float | None = None) -> dict[str, Any]:
-    row = conn.execute(select(chain_cursor.c.block, chain_cursor.c.updated_at).where(chain_cursor.c.id == 1)).first()
+    row = conn.execute(
+        select(chain_cursor.c.block, chain_cursor.c.updated_at).where(chain_cursor.c.id == 1)
+    ).first()
     now = time.time() if now is None else now
     if row is None:
         return {"block": None, "updated_at": None, "age_s": None}
@@ -531,13 +663,23 @@ def _conflict(row, disclosed: bool) -> dict[str, Any]:
         return {"challenge_id": _hex(row.challenge_id), "verifier": row.verifier, "journaled": none,
                 "recomputed": none, "disclosed": False, "created_at": row.created_at,
                 "acknowledged_at": row.acknowledged_at}
-    return {"challenge_id": _hex(row.challenge_id), "verifier": row.verifier,
-            "journaled": {"value_hash": _hex(row.journaled_value_hash), "norm_bucket": row.journaled_norm_bucket},
-            "recomputed": {"value_hash": _hex(row.recomputed_value_hash), "norm_bucket": row.recomputed_norm_bucket},
-            "disclosed": True, "created_at": row.created_at, "acknowledged_at": row.acknowledged_at}
+    return {
+        "challenge_id": _hex(row.challenge_id),
+        "verifier": row.verifier,
+        "journaled": {"value_hash": _hex(row.journaled_value_hash), "norm_bucket": row.journaled_norm_bucket},
+        "recomputed": {
+            "value_hash": _hex(row.recomputed_value_hash),
+            "norm_bucket": row.recomputed_norm_bucket,
+        },
+        "disclosed": True,
+        "created_at": row.created_at,
+        "acknowledged_at": row.acknowledged_at,
+    }
 
 
-def witness_conflicts_of(conn: Connection, challenge_id: bytes, *, disclosed: bool | None = None) -> list[dict[str, Any]]:
+def witness_conflicts_of(
+    conn: Connection, challenge_id: bytes, *, disclosed: bool | None = None
+) -> list[dict[str, Any]]:
     """The determinism conflicts recorded for one challenge, oldest first (values sealed until
     the challenge is disclosed; `disclosed` when the caller already knows)."""
     rows = conn.execute(select(witness_conflicts).where(witness_conflicts.c.challenge_id == challenge_id)
@@ -552,8 +694,11 @@ def conflict_summary(conn: Connection, *, latest: int = 5) -> dict[str, Any]:
     total, open_ = conn.execute(select(
         func.count(), func.count().filter(witness_conflicts.c.acknowledged_at.is_(None)))
         .select_from(witness_conflicts)).one()
-    rows = conn.execute(select(witness_conflicts).order_by(witness_conflicts.c.id.desc()).limit(latest)).all() \
-        if total and latest else []
+    rows = (
+        conn.execute(select(witness_conflicts).order_by(witness_conflicts.c.id.desc()).limit(latest)).all()
+        if total and latest
+        else []
+    )
     shown = disclosed_ids(conn, (r.challenge_id for r in rows))
     return {"total": int(total), "unacknowledged": int(open_),
             "latest": [_conflict(r, bytes(r.challenge_id) in shown) for r in rows]}
@@ -564,9 +709,11 @@ def stage_durations(conn: Connection) -> dict[str, tuple[int, float]]:
     until it is disclosed (which stages it went through tells whether its opening was refused)."""
     out = {}
     for stage, n, total in conn.execute(
-            select(stage_log.c.stage, func.count(), func.sum(stage_log.c.finished_at - stage_log.c.started_at))
-            .select_from(stage_log.join(challenges, challenges.c.challenge_id == stage_log.c.challenge_id))
-            .where(stage_log.c.finished_at.is_not(None), ~sealed_clause()).group_by(stage_log.c.stage)):
+        select(stage_log.c.stage, func.count(), func.sum(stage_log.c.finished_at - stage_log.c.started_at))
+        .select_from(stage_log.join(challenges, challenges.c.challenge_id == stage_log.c.challenge_id))
+        .where(stage_log.c.finished_at.is_not(None), ~sealed_clause())
+        .group_by(stage_log.c.stage)
+    ):
         out[stage] = (int(n), float(total or 0.0))
     return out
 
@@ -593,12 +740,43 @@ def stuck_replays(conn: Connection, *, timeout_s: float, now: float | None = Non
 
 
 __all__ = [
-    "CURSOR_PATTERN", "FAKE_SHARES", "SEALED", "STATUSES", "TIMELINE", "VERDICTS", "BadQuery", "agreement",
-    "build_timeline", "challenge_summary", "conflict_summary", "cursor_state", "decode_cursor", "detection_probability",
-    "disclosed_clause", "disclosed_ids", "encode_cursor", "seal_challenge", "sealed_clause", "shown_stage",
-    "PUBLIC_FIELDS", "SEALED_STAGE", "SHOWN_STAGES",
-    "fingerprint", "get_challenge", "get_run", "list_challenges", "list_runs", "parse_id", "reveal_clusters",
-    "run_count", "stage_counts", "stage_durations", "stuck_replays", "tx_counts", "verdict_counts", "witness_conflicts_of",
+    "CURSOR_PATTERN",
+    "FAKE_SHARES",
+    "SEALED",
+    "STATUSES",
+    "TIMELINE",
+    "VERDICTS",
+    "BadQuery",
+    "agreement",
+    "build_timeline",
+    "challenge_summary",
+    "conflict_summary",
+    "cursor_state",
+    "decode_cursor",
+    "detection_probability",
+    "disclosed_clause",
+    "disclosed_ids",
+    "encode_cursor",
+    "seal_challenge",
+    "sealed_clause",
+    "shown_stage",
+    "PUBLIC_FIELDS",
+    "SEALED_STAGE",
+    "SHOWN_STAGES",
+    "fingerprint",
+    "get_challenge",
+    "get_run",
+    "list_challenges",
+    "list_runs",
+    "parse_id",
+    "reveal_clusters",
+    "run_count",
+    "stage_counts",
+    "stage_durations",
+    "stuck_replays",
+    "tx_counts",
+    "verdict_counts",
+    "witness_conflicts_of",
 ]
 
 

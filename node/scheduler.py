@@ -87,8 +87,12 @@ class Budgets:
     replay_max_s: float
 
     def cap(self, stage: str) -> float:
-        return {"fetch": self.fetch_max_s, "validate": self.validate_max_s, "losschecks": self.losschecks_max_s,
-                "replay": self.replay_max_s}[stage]
+        return {
+            "fetch": self.fetch_max_s,
+            "validate": self.validate_max_s,
+            "losschecks": self.losschecks_max_s,
+            "replay": self.replay_max_s,
+        }[stage]
 
     def budget(self, stage: str, *, head: int, commit_deadline: int, clock: BlockClock) -> float:
         """Seconds `stage` may run if started now; 0 when too little of the window is left."""
@@ -114,7 +118,9 @@ class Budgets:
         return min(cap_s, clock.seconds(deadline - head))
 
 
-def round_robin(items: Iterable[T], key: Callable[[T], Hashable], *, after: Hashable | None = None) -> list[T]:
+def round_robin(
+    items: Iterable[T], key: Callable[[T], Hashable], *, after: Hashable | None = None
+) -> list[T]:
     """`items` interleaved by key: every key's first item, then every key's second, ...
 
     Keys are visited in sorted order, starting with the first key after `after` (the one served

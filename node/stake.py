@@ -107,27 +107,45 @@ def record_event(conn: Connection, ev: Any) -> None:
 
 def save_stake(conn: Connection, account: str, state: Any, *, target: int) -> None:
     """What the chain's state (a chain.protocol.ProtocolState) holds of `account`'s stake now."""
-    _put(conn, STAKE_KEY, {
-        "account": account, "block": state.head, "target": target,
-        "verifier_stake": state.params.verifier_stake,
-        "bond": int(state.vbonds.get(account, 0)),
-        # Protocol v3: what the account's seats and escalations reserve of it, the chain's running
-        # total of what was credited to it, and what one escalation reserves.
-        "reserved": int(state.reserved.get(account, 0)),
-        "paid": int(state.paid.get(account, 0)),
-        "escalation_stake": state.params.escalation_stake,
-        "unbonding": [{"release_block": int(r), "amount": int(a)} for r, a in state.unbonding.get(account, [])],
-        "slashed": int(state.slashed.get(account, 0)),
-        "updated_at": time.time(),
-    })
+    _put(
+        conn,
+        STAKE_KEY,
+        {
+            "account": account,
+            "block": state.head,
+            "target": target,
+            "verifier_stake": state.params.verifier_stake,
+            "bond": int(state.vbonds.get(account, 0)),
+            # Protocol v3: what the account's seats and escalations reserve of it, the chain's running
+            # total of what was credited to it, and what one escalation reserves.
+            "reserved": int(state.reserved.get(account, 0)),
+            "paid": int(state.paid.get(account, 0)),
+            "escalation_stake": state.params.escalation_stake,
+            "unbonding": [
+                {"release_block": int(r), "amount": int(a)} for r, a in state.unbonding.get(account, [])
+            ],
+            "slashed": int(state.slashed.get(account, 0)),
+            "updated_at": time.time(),
+        },
+    )
 
 
 def _recent(conn: Connection, who: str, name: str, limit: int) -> list[dict[str, Any]]:
     """The latest `limit` stake events `name` of `who`, newest first."""
-    return [{"block": r.block, "challenge_id": None if r.challenge_id is None else bytes(r.challenge_id).hex(),
-             "amount": r.amount, "why": r.why}
-            for r in conn.execute(select(stake_events).where(stake_events.c.verifier == who, stake_events.c.name == name)
-                                  .order_by(stake_events.c.block.desc(), stake_events.c.id.desc()).limit(limit))]
+    return [
+        {
+            "block": r.block,
+            "challenge_id": None if r.challenge_id is None else bytes(r.challenge_id).hex(),
+            "amount": r.amount,
+            "why": r.why,
+        }
+        for r in conn.execute(
+            select(stake_events)
+            .where(stake_events.c.verifier == who, stake_events.c.name == name)
+            .order_by(stake_events.c.block.desc(), stake_events.c.id.desc())
+            .limit(limit)
+        )
+    ]
 
 
 def stake_status(conn: Connection, account: str | None) -> dict[str, Any]:
@@ -181,5 +199,17 @@ def stake_status(conn: Connection, account: str | None) -> dict[str, Any]:
     }
 
 
-__all__ = ["BOND_TX_KEY", "PAYMENT_KINDS", "STAKE_EVENTS", "STAKE_KEY", "PendingBond", "clear_bond", "pending_bond", "record_bond",
-           "record_event", "save_stake", "stake_status", "update_bond"]
+__all__ = [
+    "BOND_TX_KEY",
+    "PAYMENT_KINDS",
+    "STAKE_EVENTS",
+    "STAKE_KEY",
+    "PendingBond",
+    "clear_bond",
+    "pending_bond",
+    "record_bond",
+    "record_event",
+    "save_stake",
+    "stake_status",
+    "update_bond",
+]

@@ -62,8 +62,13 @@ def mount_dashboard(app: FastAPI, ctx: Any) -> None:
         return render("error.html", status=status, title=f"{status}", message=message)
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
-    def overview(request: Request, status: str | None = None, run: str | None = None, stage: str | None = None,
-                 cursor: str | None = None) -> HTMLResponse:
+    def overview(
+        request: Request,
+        status: str | None = None,
+        run: str | None = None,
+        stage: str | None = None,
+        cursor: str | None = None,
+    ) -> HTMLResponse:
         # Empty form fields arrive as "": they mean "any".
         status, run, stage, cursor = (v or None for v in (status, run, stage, cursor))
         if status is not None and status not in Q.STATUSES:
@@ -73,7 +78,9 @@ def mount_dashboard(app: FastAPI, ctx: Any) -> None:
         try:
             run_id = None if run is None else Q.parse_id(run, "run")
             with ctx.engine.connect() as conn:
-                page = Q.list_challenges(conn, status=status, run=run_id, stage=stage, limit=50, cursor=cursor)
+                page = Q.list_challenges(
+                    conn, status=status, run=run_id, stage=stage, limit=50, cursor=cursor
+                )
                 runs = Q.list_runs(conn, limit=100)
                 counts = Q.verdict_counts(conn)
                 stages = {k: v for k, v in Q.stage_counts(conn).items() if v}
@@ -84,10 +91,24 @@ def mount_dashboard(app: FastAPI, ctx: Any) -> None:
         filters = {"status": status or "", "run": run or "", "stage": stage or ""}
         next_query = None
         if page["next_cursor"]:
-            next_query = "&".join(f"{k}={v}" for k, v in {**filters, "cursor": page["next_cursor"]}.items() if v)
-        return render("overview.html", title="Overview", counts=counts, stages=stages, agreement=agree, stake=stake,
-                      runs=runs["items"], challenges=page["items"], total=page["total"], filters=filters,
-                      next_query=next_query, fake_shares=Q.FAKE_SHARES, paged=cursor is not None)
+            next_query = "&".join(
+                f"{k}={v}" for k, v in {**filters, "cursor": page["next_cursor"]}.items() if v
+            )
+        return render(
+            "overview.html",
+            title="Overview",
+            counts=counts,
+            stages=stages,
+            agreement=agree,
+            stake=stake,
+            runs=runs["items"],
+            challenges=page["items"],
+            total=page["total"],
+            filters=filters,
+            next_query=next_query,
+            fake_shares=Q.FAKE_SHARES,
+            paged=cursor is not None,
+        )
 
     @app.get("/runs/{run_id}", response_class=HTMLResponse, include_in_schema=False)
     def run_page(run_id: str) -> HTMLResponse:

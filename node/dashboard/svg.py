@@ -68,11 +68,15 @@ def loss_curve_svg(losses: Sequence[float | None], marks: Sequence[dict[str, Any
     for t in nice_ticks(1, n, min(8, n)):
         if float(t).is_integer():
             x = sx(t)
-            parts.append(f'<line class="grid" x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{top + ph}"/>'
-                         f'<text class="tick" x="{x:.1f}" y="{top + ph + 16}" text-anchor="middle">{int(t)}</text>')
-    parts.append(f'<text class="axis-label" x="{left + pw / 2}" y="{height - 4}" text-anchor="middle">step</text>'
-                 f'<text class="axis-label" x="12" y="{top + ph / 2}" text-anchor="middle" '
-                 f'transform="rotate(-90 12 {top + ph / 2})">loss</text>')
+            parts.append(
+                f'<line class="grid" x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{top + ph}"/>'
+                f'<text class="tick" x="{x:.1f}" y="{top + ph + 16}" text-anchor="middle">{int(t)}</text>'
+            )
+    parts.append(
+        f'<text class="axis-label" x="{left + pw / 2}" y="{height - 4}" text-anchor="middle">step</text>'
+        f'<text class="axis-label" x="12" y="{top + ph / 2}" text-anchor="middle" '
+        f'transform="rotate(-90 12 {top + ph / 2})">loss</text>'
+    )
     # A non-finite loss breaks the line: each finite stretch is its own polyline.
     segment: list[str] = []
     segments = []
@@ -119,14 +123,21 @@ def timeline_svg(entries: Sequence[dict[str, Any]], *, now: float, width: int = 
     height = top + row * len(entries) + 22
     started = [e["started_at"] for e in entries if e["started_at"] is not None]
     t0 = min(started) if started else now
-    ends = [e["finished_at"] if e["finished_at"] is not None else now for e in entries if e["started_at"] is not None]
+    ends = [
+        e["finished_at"] if e["finished_at"] is not None else now
+        for e in entries
+        if e["started_at"] is not None
+    ]
     span = max(1e-3, (max(ends) if ends else now) - t0)
     pw = width - left - right
     parts = [f'<svg class="timeline" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
              f'width="{width}" height="{height}" role="img" aria-label="challenge timeline">']
     for i, e in enumerate(entries):
         y = top + i * row
-        parts.append(f'<text class="tl-label" x="{left - 8}" y="{y + 15}" text-anchor="end">{escape(e["label"])}</text>')
+        parts.append(
+            f'<text class="tl-label" x="{left - 8}" y="{y + 15}" '
+            f'text-anchor="end">{escape(e["label"])}</text>'
+        )
         if e["started_at"] is None:
             parts.append(f'<text class="tl-state" x="{left}" y="{y + 15}">{escape(e["state"])}</text>')
             continue
@@ -134,11 +145,13 @@ def timeline_svg(entries: Sequence[dict[str, Any]], *, now: float, width: int = 
         x = left + (e["started_at"] - t0) / span * pw
         w = max(2.0, (end - e["started_at"]) / span * pw)
         color = STATE_COLORS.get(e["state"], STATE_COLORS["done"])
-        parts.append(f'<g class="tl-bar" data-stage="{escape(e["stage"])}" data-state="{escape(e["state"])}">'
-                     f'<title>{escape(e["label"])}: {format_duration(e["duration_s"])}</title>'
-                     f'<rect x="{x:.1f}" y="{y + 4}" width="{w:.1f}" height="{row - 8}" rx="3" fill="{color}"/>'
-                     f'<text class="tl-dur" x="{min(x + w + 6, width - right + 4):.1f}" y="{y + 15}">'
-                     f'{format_duration(e["duration_s"])}</text></g>')
+        parts.append(
+            f'<g class="tl-bar" data-stage="{escape(e["stage"])}" data-state="{escape(e["state"])}">'
+            f'<title>{escape(e["label"])}: {format_duration(e["duration_s"])}</title>'
+            f'<rect x="{x:.1f}" y="{y + 4}" width="{w:.1f}" height="{row - 8}" rx="3" fill="{color}"/>'
+            f'<text class="tl-dur" x="{min(x + w + 6, width - right + 4):.1f}" y="{y + 15}">'
+            f'{format_duration(e["duration_s"])}</text></g>'
+        )
     parts.append(f'<text class="tick" x="{left}" y="{height - 4}">0 s</text>'
                  f'<text class="tick" x="{left + pw}" y="{height - 4}" text-anchor="end">'
                  f'{format_duration(span)}</text></svg>')

@@ -29,7 +29,9 @@ with engine.connect() as connection:
             if sqlite:
                 broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
                 if broken:
-                    raise RuntimeError(f"the migration left rows whose foreign keys point nowhere: {broken[:5]}")
+                    raise RuntimeError(
+                        f"the migration left rows whose foreign keys point nowhere: {broken[:5]}"
+                    )
         connection.commit()
     finally:
         if sqlite:

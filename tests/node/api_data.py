@@ -50,7 +50,9 @@ def _run(conn, run_id: bytes, miner: str, block: int, steps: int) -> None:
         dataset_hash=bytes([3]) * 32, registered_block=block, slashed=0))
 
 
-def _challenge(conn, c: bytes, run_id: bytes, *, step: int, block: int, stage: str, now: float, **values) -> None:
+def _challenge(
+    conn, c: bytes, run_id: bytes, *, step: int, block: int, stage: str, now: float, **values
+) -> None:
     base = dict(challenge_id=c, run_id=run_id, idx=0, step=step, root=bytes([9]) * 32, size=9, mode="value",
                 endpoint="http://127.0.0.1:8800", issued_block=block, opening_deadline=block + 4,
                 commit_deadline=block + 30, reveal_deadline=block + 38, stage=stage, attempts=0,
@@ -88,20 +90,42 @@ def seed(engine: Engine, *, pending: int = 7) -> Seeded:
 
         # Run A, step 7: honest; v1 (this node) and v2 agree, v3 copied H(leaf t) with a made-up proof.
         report = {"steps": 8, "ok": True, "findings": [], "losses": LOSSES_A}
-        _challenge(conn, s.honest, RUN_A, step=7, block=10, stage="done", now=now, verdict="honest",
-                   verdict_reason="the largest cluster equals H(leaf t)", resolved_block=40,
-                   winning_value=leaf_hash.hex(), in_winning_cluster=True, outlier=False, leaf_hash=leaf_hash,
-                   opening_digest=bytes([4]) * 32, opening_uri="http://127.0.0.1:8800/openings/x",
-                   opening_mirrors=json.dumps(["http://mirror.example/openings/x"]),
-                   opening_source="http://127.0.0.1:8800/openings/x",
-                   opening_bytes=5000, loss_checks=json.dumps(report), matches_leaf=True, value_hash=leaf_hash,
-                   proof_hash=PROOF, replay_proof_hash=PROOF, norm_bucket=12)
+        _challenge(
+            conn,
+            s.honest,
+            RUN_A,
+            step=7,
+            block=10,
+            stage="done",
+            now=now,
+            verdict="honest",
+            verdict_reason="the largest cluster equals H(leaf t)",
+            resolved_block=40,
+            winning_value=leaf_hash.hex(),
+            in_winning_cluster=True,
+            outlier=False,
+            leaf_hash=leaf_hash,
+            opening_digest=bytes([4]) * 32,
+            opening_uri="http://127.0.0.1:8800/openings/x",
+            opening_mirrors=json.dumps(["http://mirror.example/openings/x"]),
+            opening_source="http://127.0.0.1:8800/openings/x",
+            opening_bytes=5000,
+            loss_checks=json.dumps(report),
+            matches_leaf=True,
+            value_hash=leaf_hash,
+            proof_hash=PROOF,
+            replay_proof_hash=PROOF,
+            norm_bucket=12,
+        )
         t = now - 100
         for i, st in enumerate(STAGES_DONE):
             d = 0.25 * (i + 1)
             s.durations[st] = d
-            conn.execute(stage_log.insert().values(challenge_id=s.honest, stage=st, started_at=t, finished_at=t + d,
-                                                   detail=f"{st} ok"))
+            conn.execute(
+                stage_log.insert().values(
+                    challenge_id=s.honest, stage=st, started_at=t, finished_at=t + d, detail=f"{st} ok"
+                )
+            )
             t += d
         conn.execute(witnesses.insert().values(challenge_id=s.honest, verifier="v1", salt=bytes(32),
                                                value_hash=leaf_hash, norm_bucket=12, commitment=bytes(32),
@@ -112,9 +136,26 @@ def seed(engine: Engine, *, pending: int = 7) -> Seeded:
                                              created_at=now - 90, updated_at=now - 80))
         _events(conn, 35, [P.WitnessRevealed(35, s.honest, v, leaf_hash, 12, p)
                            for v, p in (("v1", PROOF), ("v2", PROOF), ("v3", LAZY_PROOF))])
-        _events(conn, 40, [P.ChallengeResolved(40, s.honest, RUN_A, 7, "honest", "the largest cluster equals H(leaf t)",
-                                               "value", leaf_hash, 2, 3,
-                                               ((leaf_hash + PROOF, 2), (leaf_hash + LAZY_PROOF, 1)), ("v3",))])
+        _events(
+            conn,
+            40,
+            [
+                P.ChallengeResolved(
+                    40,
+                    s.honest,
+                    RUN_A,
+                    7,
+                    "honest",
+                    "the largest cluster equals H(leaf t)",
+                    "value",
+                    leaf_hash,
+                    2,
+                    3,
+                    ((leaf_hash + PROOF, 2), (leaf_hash + LAZY_PROOF, 1)),
+                    ("v3",),
+                )
+            ],
+        )
 
         # Run B, step 3: fraud (this node's replay differed from leaf t, like everyone's).
         _challenge(conn, s.fraud, RUN_B, step=3, block=12, stage="done", now=now, verdict="fraud",
@@ -131,8 +172,15 @@ def seed(engine: Engine, *, pending: int = 7) -> Seeded:
         # Missed while fetching, commit window still open (block 61 > head 50): re-queueable.
         _challenge(conn, s.missed_fetch, RUN_B, step=6, block=31, stage="missed", now=now,
                    status="fetch failed: unreachable")
-        conn.execute(stage_log.insert().values(challenge_id=s.missed_fetch, stage="fetch", started_at=now - 60,
-                                               finished_at=now - 58, detail="unreachable"))
+        conn.execute(
+            stage_log.insert().values(
+                challenge_id=s.missed_fetch,
+                stage="fetch",
+                started_at=now - 60,
+                finished_at=now - 58,
+                detail="unreachable",
+            )
+        )
         # Missed at the commit: the tx failed; nothing to re-queue; the chain took a no-show penalty.
         _challenge(conn, s.missed_commit, RUN_B, step=2, block=8, stage="missed", now=now,
                    status="commit failed: the commit window closed", verdict="inconclusive",
@@ -144,8 +192,15 @@ def seed(engine: Engine, *, pending: int = 7) -> Seeded:
         state = new_state()
         state.head, state.vbonds["v1"], state.slashed["v1"] = s.head, BOND - PENALTY, PENALTY
         stake.save_stake(conn, "v1", state, target=BOND)
-        conn.execute(stage_log.insert().values(challenge_id=s.missed_commit, stage="commit", started_at=now - 60,
-                                               finished_at=now - 58, detail="the commit window closed"))
+        conn.execute(
+            stage_log.insert().values(
+                challenge_id=s.missed_commit,
+                stage="commit",
+                started_at=now - 60,
+                finished_at=now - 58,
+                detail="the commit window closed",
+            )
+        )
         for i in range(pending):
             c = cid(0x10 + i)
             s.pending.append(c)
@@ -183,39 +238,108 @@ def seed_sealed(engine: Engine, now: float | None = None) -> Sealed:
     now = time.time() if now is None else now
     s = Sealed()
     with engine.begin() as conn:
-        _challenge(conn, s.replayed, RUN_B, step=4, block=45, stage="reveal", now=now, leaf_hash=bytes([0xAB]) * 32,
-                   opening_digest=bytes([5]) * 32, opening_bytes=5000, matches_leaf=True,
-                   replay_leaf=SEALED_LEAF, replay_state_digest=SEALED_STATE, replay_loss_bits=SEALED_LOSS_BITS,
-                   value_hash=SEALED_VALUE, norm_bucket=SEALED_BUCKET)
-        _challenge(conn, s.refused, RUN_B, step=1, block=45, stage="reveal", now=now, leaf_hash=bytes([0xAC]) * 32,
-                   refusal_class="unavailable", refusal_reason="GET http://127.0.0.1:8800/openings/x: connection refused",
-                   value_hash=s.refused_value(), norm_bucket=REFUSED_BUCKET)
+        _challenge(
+            conn,
+            s.replayed,
+            RUN_B,
+            step=4,
+            block=45,
+            stage="reveal",
+            now=now,
+            leaf_hash=bytes([0xAB]) * 32,
+            opening_digest=bytes([5]) * 32,
+            opening_bytes=5000,
+            matches_leaf=True,
+            replay_leaf=SEALED_LEAF,
+            replay_state_digest=SEALED_STATE,
+            replay_loss_bits=SEALED_LOSS_BITS,
+            value_hash=SEALED_VALUE,
+            norm_bucket=SEALED_BUCKET,
+        )
+        _challenge(
+            conn,
+            s.refused,
+            RUN_B,
+            step=1,
+            block=45,
+            stage="reveal",
+            now=now,
+            leaf_hash=bytes([0xAC]) * 32,
+            refusal_class="unavailable",
+            refusal_reason="GET http://127.0.0.1:8800/openings/x: connection refused",
+            value_hash=s.refused_value(),
+            norm_bucket=REFUSED_BUCKET,
+        )
         t = now - 60
         for st, detail in (("awaiting_opening", "opening on chain at block 46"), ("fetch", "5000 bytes"),
                            ("validate", None), ("losschecks", "ok"), ("replay", "matches leaf t"),
                            ("witness", f"value {SEALED_VALUE.hex()[:16]} bucket {SEALED_BUCKET}; DETERMINISM "
                                        f"CONFLICT: recomputed value {SEALED_RECOMPUTED.hex()[:16]} bucket 7"),
                            ("commit", "commit in block 47")):
-            conn.execute(stage_log.insert().values(challenge_id=s.replayed, stage=st, started_at=t, finished_at=t + 1,
-                                                   detail=detail))
+            conn.execute(
+                stage_log.insert().values(
+                    challenge_id=s.replayed, stage=st, started_at=t, finished_at=t + 1, detail=detail
+                )
+            )
             t += 1
         for st, detail in (("fetch", "GET http://127.0.0.1:8800/openings/x: connection refused"),
                            ("witness", f"value {s.refused_value().hex()[:16]} bucket {REFUSED_BUCKET}")):
-            conn.execute(stage_log.insert().values(challenge_id=s.refused, stage=st, started_at=t, finished_at=t + 1,
-                                                   detail=detail))
+            conn.execute(
+                stage_log.insert().values(
+                    challenge_id=s.refused, stage=st, started_at=t, finished_at=t + 1, detail=detail
+                )
+            )
         for c, value, bucket in ((s.replayed, SEALED_VALUE, SEALED_BUCKET), (s.refused, s.refused_value(),
                                                                             REFUSED_BUCKET)):
-            conn.execute(witnesses.insert().values(challenge_id=c, verifier="v1", salt=bytes(32), value_hash=value,
-                                                   norm_bucket=bucket, commitment=bytes(32), created_at=now - 30))
-            conn.execute(txs.insert().values(challenge_id=c, verifier="v1", kind="commit", origin="v1", payload=b"x",
-                                             state="confirmed", block=47, sends=1, created_at=now - 30,
-                                             updated_at=now - 20))
-            conn.execute(txs.insert().values(challenge_id=c, verifier="v1", kind="reveal", origin="v1", payload=b"y",
-                                             state="unconfirmed", sends=1, created_at=now - 30, updated_at=now - 20))
-        conn.execute(witness_conflicts.insert().values(
-            challenge_id=s.replayed, verifier="v1", journaled_value_hash=SEALED_VALUE,
-            journaled_norm_bucket=SEALED_BUCKET, recomputed_value_hash=SEALED_RECOMPUTED, recomputed_norm_bucket=7,
-            created_at=now - 25))
+            conn.execute(
+                witnesses.insert().values(
+                    challenge_id=c,
+                    verifier="v1",
+                    salt=bytes(32),
+                    value_hash=value,
+                    norm_bucket=bucket,
+                    commitment=bytes(32),
+                    created_at=now - 30,
+                )
+            )
+            conn.execute(
+                txs.insert().values(
+                    challenge_id=c,
+                    verifier="v1",
+                    kind="commit",
+                    origin="v1",
+                    payload=b"x",
+                    state="confirmed",
+                    block=47,
+                    sends=1,
+                    created_at=now - 30,
+                    updated_at=now - 20,
+                )
+            )
+            conn.execute(
+                txs.insert().values(
+                    challenge_id=c,
+                    verifier="v1",
+                    kind="reveal",
+                    origin="v1",
+                    payload=b"y",
+                    state="unconfirmed",
+                    sends=1,
+                    created_at=now - 30,
+                    updated_at=now - 20,
+                )
+            )
+        conn.execute(
+            witness_conflicts.insert().values(
+                challenge_id=s.replayed,
+                verifier="v1",
+                journaled_value_hash=SEALED_VALUE,
+                journaled_norm_bucket=SEALED_BUCKET,
+                recomputed_value_hash=SEALED_RECOMPUTED,
+                recomputed_norm_bucket=7,
+                created_at=now - 25,
+            )
+        )
     return s
 
 

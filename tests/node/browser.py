@@ -13,7 +13,9 @@ CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver"
 
 
 @contextmanager
-def chromium(profile: Path, *flags: str, window: str = "1280,1000", performance_log: bool = False) -> Iterator:
+def chromium(
+    profile: Path, *flags: str, window: str = "1280,1000", performance_log: bool = False
+) -> Iterator:
     """A headless Chromium driver whose profile lives in `profile`, with `flags` added; skips the
     test where Debian's chromium and chromium-driver are not installed."""
     if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):

@@ -105,7 +105,9 @@ def test_challenge_filters_and_cursor_pagination(client, seeded):
     fraud = client.get("/api/v1/challenges", params={"status": "fraud"}).json()
     assert [c["challenge_id"] for c in fraud["items"]] == [seeded.fraud.hex()]
     pend = client.get("/api/v1/challenges", params={"status": "pending", "run": RUN_A.hex()}).json()
-    assert pend["total"] == 7 and all(c["status"] == "pending" and c["run_id"] == RUN_A.hex() for c in pend["items"])
+    assert pend["total"] == 7 and all(
+        c["status"] == "pending" and c["run_id"] == RUN_A.hex() for c in pend["items"]
+    )
     missed = client.get("/api/v1/challenges", params={"stage": "missed"}).json()
     assert {c["challenge_id"] for c in missed["items"]} == {seeded.missed_commit.hex()}  # the other is sealed
     sealed = client.get("/api/v1/challenges", params={"stage": "sealed"}).json()
@@ -123,7 +125,9 @@ def test_challenge_filters_and_cursor_pagination(client, seeded):
         if cursor is None:
             break
     assert pages == 4 and len(seen) == len(set(seen)) == 12
-    blocks = [c["issued_block"] for c in client.get("/api/v1/challenges", params={"limit": 500}).json()["items"]]
+    blocks = [
+        c["issued_block"] for c in client.get("/api/v1/challenges", params={"limit": 500}).json()["items"]
+    ]
     assert blocks == sorted(blocks, reverse=True)
 
     r = client.get("/api/v1/challenges", params={"cursor": "not-a-cursor"})
@@ -141,8 +145,14 @@ def test_the_stake_shows_bond_unbonding_and_penalties(client, engine, seeded):
         "v1", api_data.BOND - api_data.PENALTY, api_data.BOND, 100, False)
     assert (st["penalised_total"], st["bonded_total"], st["unbonding"], st["pending_bond"]) == (
         api_data.PENALTY, api_data.BOND, [], None)
-    assert st["penalties"] == [{"block": 46, "challenge_id": seeded.missed_commit.hex(), "amount": api_data.PENALTY,
-                                "why": "no_commit"}]
+    assert st["penalties"] == [
+        {
+            "block": 46,
+            "challenge_id": seeded.missed_commit.hex(),
+            "amount": api_data.PENALTY,
+            "why": "no_commit",
+        }
+    ]
     assert client.get("/api/v1/status").json()["stake"] == st
     # The penalty is on its challenge too.
     d = client.get(f"/api/v1/challenges/{seeded.missed_commit.hex()}").json()
@@ -174,11 +184,16 @@ def test_challenge_detail_timeline_and_clusters(client, engine, seeded):
         assert e["finished_at"] - e["started_at"] == pytest.approx(e["duration_s"])
     # Clusters are witness pairs: v3's copy of H(leaf t) with a made-up proof equals the commitment in
     # its value half, yet is a cluster of its own and never the winner.
-    assert [(c["size"], c["winning"], c["includes_this_node"], c["matches_commitment"]) for c in d["clusters"]] == [
-        (2, True, True, True), (1, False, False, True)]
+    assert [
+        (c["size"], c["winning"], c["includes_this_node"], c["matches_commitment"]) for c in d["clusters"]
+    ] == [(2, True, True, True), (1, False, False, True)]
     assert [c["proof"] for c in d["clusters"]] == [api_data.PROOF.hex(), api_data.LAZY_PROOF.hex()]
     assert d["clusters"][0]["verifiers"] == ["v1", "v2"] and d["this_node"] == ["v1"]
-    assert d["committee"] == api_data.COMMITTEE and (d["round"], d["on_committee"], d["rechallenge"]) == (1, True, None)
+    assert d["committee"] == api_data.COMMITTEE and (d["round"], d["on_committee"], d["rechallenge"]) == (
+        1,
+        True,
+        None,
+    )
     assert d["opening"]["mirrors"] == ["http://mirror.example/openings/x"]
     assert d["opening"]["served_by"] == "http://127.0.0.1:8800/openings/x"
     assert d["witness"]["proof_hash"] == d["replay"]["proof_hash"] == api_data.PROOF.hex()
@@ -212,7 +227,12 @@ def test_admin_requeue_needs_the_token(client, engine, seeded):
     assert r.status_code == 200 and r.json()["stage"] == "replay"
     with engine.connect() as conn:
         job = conn.execute(sa.select(challenges).where(challenges.c.challenge_id == seeded.retrying)).one()
-    assert (job.stage, job.next_attempt_at, job.attempts, job.status) == ("replay", 0.0, 0, "re-queued by an operator")
+    assert (job.stage, job.next_attempt_at, job.attempts, job.status) == (
+        "replay",
+        0.0,
+        0,
+        "re-queued by an operator",
+    )
 
     auth = {"Authorization": f"Bearer {TOKEN}"}
     r = client.post(f"/api/v1/admin/challenges/{seeded.missed_fetch.hex()}/retry", headers=auth)
@@ -226,7 +246,9 @@ def test_admin_requeue_needs_the_token(client, engine, seeded):
 
 def test_admin_routes_disabled_without_a_token(engine, seeded, tmp_path):
     with TestClient(create_app(engine, NodeConfig()), base_url=BASE) as c:
-        r = c.post(f"/api/v1/admin/challenges/{seeded.retrying.hex()}/retry", headers={"Authorization": "Bearer x"})
+        r = c.post(
+            f"/api/v1/admin/challenges/{seeded.retrying.hex()}/retry", headers={"Authorization": "Bearer x"}
+        )
         assert r.status_code == 403 and "disabled" in r.json()["detail"]
     # The token comes from http.admin_token_file, which must not be readable by others.
     tok = tmp_path / "admin.token"
@@ -240,7 +262,10 @@ def test_admin_routes_disabled_without_a_token(engine, seeded, tmp_path):
     tok.chmod(0o600)
     assert read_admin_token(cfg) == TOKEN
     with TestClient(create_app(engine, cfg), base_url=BASE) as c:
-        r = c.post(f"/api/v1/admin/challenges/{seeded.retrying.hex()}/retry", headers={"Authorization": f"Bearer {TOKEN}"})
+        r = c.post(
+            f"/api/v1/admin/challenges/{seeded.retrying.hex()}/retry",
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        )
         assert r.status_code == 200
 
 
@@ -296,7 +321,10 @@ def test_no_witness_is_shown_before_this_nodes_reveal_is_on_chain(client, engine
     assert SEALED_VALUE.hex() in client.get("/readyz").json()["checks"]["determinism"]["detail"]
     page = client.get(f"/challenges/{sealed.replayed.hex()}").text
     assert "matches the committed leaf t" in page and SEALED_VALUE.hex()[:20] in page
-    listed = {c["challenge_id"]: c for c in client.get("/api/v1/challenges", params={"stage": "revealed"}).json()["items"]}
+    listed = {
+        c["challenge_id"]: c
+        for c in client.get("/api/v1/challenges", params={"stage": "revealed"}).json()["items"]
+    }
     assert listed[sealed.replayed.hex()]["matches_leaf"] is True
     # The other one is still sealed; a resolution unseals it without a reveal (the windows are closed).
     still = client.get(f"/api/v1/challenges/{sealed.refused.hex()}").json()
@@ -314,9 +342,17 @@ def test_disclosure_needs_every_journaled_account_to_have_revealed(engine, seede
 
     sealed = seed_sealed(engine)
     with engine.begin() as conn:
-        conn.execute(witnesses.insert().values(challenge_id=sealed.replayed, verifier="v1-old", salt=bytes(32),
-                                               value_hash=SEALED_VALUE, norm_bucket=1, commitment=bytes(32),
-                                               created_at=0.0))
+        conn.execute(
+            witnesses.insert().values(
+                challenge_id=sealed.replayed,
+                verifier="v1-old",
+                salt=bytes(32),
+                value_hash=SEALED_VALUE,
+                norm_bucket=1,
+                commitment=bytes(32),
+                created_at=0.0,
+            )
+        )
     confirm_reveal(engine, sealed.replayed)
     with engine.connect() as conn:
         assert Q.disclosed_ids(conn, [sealed.replayed, sealed.refused]) == set()
@@ -331,8 +367,16 @@ def test_host_header_must_name_this_node(client):
     for host in ("127.0.0.1:8700", "127.0.0.1", "localhost:8700", "LOCALHOST.", "[::1]:8700", "[0:0::1]"):
         assert client.get("/api/v1/status", headers={"Host": host}).status_code == 200, host
     # A page on another site whose name was rebound to this node's address sends its own name.
-    for path in ("/api/v1/status", "/api/v1/challenges", "/readyz", "/metrics", "/", "/healthz", "/static/live.js",
-                 "/openapi.json"):
+    for path in (
+        "/api/v1/status",
+        "/api/v1/challenges",
+        "/readyz",
+        "/metrics",
+        "/",
+        "/healthz",
+        "/static/live.js",
+        "/openapi.json",
+    ):
         r = client.get(path, headers={"Host": "rebind.attacker.example:8700"})
         assert r.status_code == 421, path
         assert "http.allowed_hosts" in r.json()["detail"] and "rebind.attacker.example" in r.json()["detail"]
@@ -343,7 +387,9 @@ def test_host_header_must_name_this_node(client):
         r = client.get("/api/v1/status", headers={"Host": bad})
         assert r.status_code == 400 and "Host header" in r.json()["detail"], bad
     m = _samples(client.get("/metrics").text)
-    assert m['pot_http_requests_total{method="GET",route="unmatched",status="4xx"}'] >= 8  # refusals are counted
+    assert (
+        m['pot_http_requests_total{method="GET",route="unmatched",status="4xx"}'] >= 8
+    )  # refusals are counted
 
 
 def test_allowed_hosts_config(engine, seeded, tmp_path):
@@ -351,7 +397,9 @@ def test_allowed_hosts_config(engine, seeded, tmp_path):
     with TestClient(create_app(engine, cfg), base_url="http://pot.example.org") as c:
         assert c.get("/api/v1/status").status_code == 200
         assert c.get("/", headers={"Host": "10.1.2.3:8700"}).status_code == 200
-        assert c.get("/api/v1/status", headers={"Host": "localhost"}).status_code == 421  # the list replaces the default
+        assert (
+            c.get("/api/v1/status", headers={"Host": "localhost"}).status_code == 421
+        )  # the list replaces the default
     with TestClient(create_app(engine, NodeConfig.model_validate({"http": {"allowed_hosts": ["*"]}}))) as c:
         assert c.get("/api/v1/status", headers={"Host": "anything.example"}).status_code == 200
     listen = NodeConfig.model_validate({"http": {"listen": "192.0.2.7:8700"}})
@@ -396,7 +444,10 @@ def test_a_real_socket_request_without_or_with_a_foreign_host(engine, seeded):
 
         r = raw(b"GET /api/v1/status HTTP/1.0\r\n\r\n")
         assert r.startswith(b"HTTP/1.1 400") and b"no Host header" in r
-        r = raw(b"GET /api/v1/status HTTP/1.1\r\nHost: rebind.attacker.example:%d\r\nConnection: close\r\n\r\n" % port)
+        r = raw(
+            b"GET /api/v1/status HTTP/1.1\r\nHost: rebind.attacker.example:%d\r\nConnection: close\r\n\r\n"
+            % port
+        )
         assert r.startswith(b"HTTP/1.1 421") and b"http.allowed_hosts" in r
         r = raw(b"GET /api/v1/status HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\n\r\n" % port)
         assert r.startswith(b"HTTP/1.1 200") and b'"api_version"' in r
@@ -425,7 +476,11 @@ def test_metrics_names_units_and_labels(client, seeded):
     assert m['pot_challenges{stage="awaiting_opening"}'] == 7
     assert m["pot_witness_in_winning_cluster_total"] == 2
     assert m["pot_chain_cursor_block"] == 50 and m["pot_database_up"] == 1
-    assert m["pot_verifier_bond"] == 50 and m["pot_verifier_penalised_total"] == 50 and m["pot_verifier_unbonding"] == 0
+    assert (
+        m["pot_verifier_bond"] == 50
+        and m["pot_verifier_penalised_total"] == 50
+        and m["pot_verifier_unbonding"] == 0
+    )
     assert m['pot_stage_duration_seconds_count{stage="replay"}'] == 1
     assert m['pot_stage_duration_seconds_sum{stage="replay"}'] == pytest.approx(seeded.durations["replay"])
     key = 'pot_http_requests_total{method="GET",route="/api/v1/challenges/{challenge_id}",status="2xx"}'
@@ -470,8 +525,11 @@ def test_dashboard_pages_render_the_data(client, seeded):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.text(min_size=1, max_size=80).filter(lambda t: t not in (".", "..")),
-       st.sampled_from(["/", "/runs/", "/challenges/"]), st.sampled_from(["status", "run", "stage", "cursor"]))
+@given(
+    st.text(min_size=1, max_size=80).filter(lambda t: t not in (".", "..")),
+    st.sampled_from(["/", "/runs/", "/challenges/"]),
+    st.sampled_from(["status", "run", "stage", "cursor"]),
+)
 def test_pages_answer_any_input_without_a_server_error(client, text, page, param):
     if page == "/":
         r = client.get("/", params={param: text})

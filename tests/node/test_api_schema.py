@@ -56,9 +56,20 @@ def test_every_route_conforms(case):
 def test_the_schema_documents_every_route_with_examples():
     raw = schema.raw_schema
     paths = set(raw["paths"])
-    assert paths == {"/healthz", "/readyz", "/metrics", "/api/v1/status", "/api/v1/runs", "/api/v1/runs/{run_id}",
-                     "/api/v1/challenges", "/api/v1/challenges/{challenge_id}", "/api/v1/refusals", "/api/v1/stake",
-                     "/api/v1/admin/challenges/{challenge_id}/retry", "/api/v1/admin/witness-conflicts/acknowledge"}
+    assert paths == {
+        "/healthz",
+        "/readyz",
+        "/metrics",
+        "/api/v1/status",
+        "/api/v1/runs",
+        "/api/v1/runs/{run_id}",
+        "/api/v1/challenges",
+        "/api/v1/challenges/{challenge_id}",
+        "/api/v1/refusals",
+        "/api/v1/stake",
+        "/api/v1/admin/challenges/{challenge_id}/retry",
+        "/api/v1/admin/witness-conflicts/acknowledge",
+    }
     models = raw["components"]["schemas"]
     for name in ("StatusOut", "RunOut", "RunPage", "ChallengeOut", "ChallengePage", "ChallengeDetailOut",
                  "RunDetailOut", "ReadyOut", "RetryOut", "AcknowledgeOut", "RefusalPage", "StakeOut"):

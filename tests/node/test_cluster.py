@@ -29,8 +29,19 @@ def test_requests_are_sized_from_the_spec():
     small = tiny_spec(8)
     r = replay_resources(small, 100_000)
     assert r.cpus == 1 and r.memory % MIB == 0 and r.memory > 100_000
-    big = Spec.from_dict({"model": {"kind": "gpt", "vocab_size": 50304, "block_size": 1024, "n_layer": 12,
-                                    "n_head": 12, "n_embd": 768}, "batch": {"batch_size": 8, "seq_len": 1024}})
+    big = Spec.from_dict(
+        {
+            "model": {
+                "kind": "gpt",
+                "vocab_size": 50304,
+                "block_size": 1024,
+                "n_layer": 12,
+                "n_head": 12,
+                "n_embd": 768,
+            },
+            "batch": {"batch_size": 8, "seq_len": 1024},
+        }
+    )
     rb = replay_resources(big, 2_000_000_000)
     assert rb.cpus == 5  # 124M parameters: one CPU per 25M
     assert rb.memory > 8 * 124_000_000 * 8  # the batch's float64 partials dominate
@@ -68,8 +79,11 @@ def test_round_through_the_cluster_survives_a_killed_worker(tmp_path, cluster):
 
     net = Network(tmp_path, PARAMS, interval=0.25)
     try:
-        cfg = net.node_config("v1", replay={"backend": '"ray"', "address": f'"{cluster.address}"', "timeout_s": 300},
-                              schedule={"block_time_s": 0.25})
+        cfg = net.node_config(
+            "v1",
+            replay={"backend": '"ray"', "address": f'"{cluster.address}"', "timeout_s": 300},
+            schedule={"block_time_s": 0.25},
+        )
         net.start_node("v1", cfg)
         run = net.start_run(steps=8)
         assert run.opened.wait(120), "the miner never saw its challenge"
@@ -136,8 +150,17 @@ def test_a_task_past_its_budget_is_cancelled_on_the_cluster(cluster):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     replays = ClusterReplays(cluster.address, 1, 600.0)
     try:
-        facts = ChainFacts(b"\x01" * 32, b"\x02" * 32, 1, b"\x03" * 32, b"\x04" * 32, b"\x05" * 32, b"\x06" * 32,
-                           b"\x07" * 32, 2)
+        facts = ChainFacts(
+            b"\x01" * 32,
+            b"\x02" * 32,
+            1,
+            b"\x03" * 32,
+            b"\x04" * 32,
+            b"\x05" * 32,
+            b"\x06" * 32,
+            b"\x07" * 32,
+            2,
+        )
         policy = FetchPolicy(egress=EgressPolicy.from_allow(["127.0.0.1"]), attempts=1)
         uri = f"http://127.0.0.1:{server.server_address[1]}/openings/x"
         replays.start(b"k" * 32, None, facts, max_bytes=10**7, timeout_s=15.0,

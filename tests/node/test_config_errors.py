@@ -34,8 +34,10 @@ def test_an_integer_too_long_to_convert_is_a_config_error(tmp_path):
         load_config(p, env={})
 
 
-@pytest.mark.parametrize("key,section", [("data_dir", "node"), ("openings_dir", "node"), ("secrets_file", "node"),
-                                         ("admin_token_file", "http")])
+@pytest.mark.parametrize(
+    "key,section",
+    [("data_dir", "node"), ("openings_dir", "node"), ("secrets_file", "node"), ("admin_token_file", "http")],
+)
 def test_a_nul_byte_in_a_path_names_the_key(tmp_path, key, section):
     p = _write(tmp_path, "node.toml", f'[{section}]\n{key} = "a\\u0000b"\n'.encode())
     with pytest.raises(ConfigError, match=rf"{section}\.{key}: a path cannot contain a NUL byte"):
@@ -48,7 +50,9 @@ def test_a_nul_byte_in_the_config_path_itself(tmp_path):
 
 
 def test_a_bad_integer_list_in_the_environment_names_the_variable():
-    with pytest.raises(ConfigError, match=r"POT_PROTOCOL_FORCED_CHALLENGE_STEPS: 'a,b' is not a list of integers"):
+    with pytest.raises(
+        ConfigError, match=r"POT_PROTOCOL_FORCED_CHALLENGE_STEPS: 'a,b' is not a list of integers"
+    ):
         load_config(None, env={"POT_PROTOCOL_FORCED_CHALLENGE_STEPS": "a,b"})
 
 

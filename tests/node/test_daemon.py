@@ -48,19 +48,45 @@ def test_node_verifies_an_honest_run_and_resumes_exactly_once(tmp_path, db_url):
         engine = open_database(db_url)
         with engine.connect() as c:
             job = c.execute(sa.select(challenges)).one()
-            assert (job.stage, job.verdict, job.in_winning_cluster, job.outlier) == ("done", "honest", True, False)
+            assert (job.stage, job.verdict, job.in_winning_cluster, job.outlier) == (
+                "done",
+                "honest",
+                True,
+                False,
+            )
             assert job.matches_leaf is True and job.step == 7
-            assert (job.round, job.first_id, json.loads(job.committee), job.on_committee) == (1, None, ["v1"], True)
+            assert (job.round, job.first_id, json.loads(job.committee), job.on_committee) == (
+                1,
+                None,
+                ["v1"],
+                True,
+            )
             # The pair went on chain as journaled: H(leaf t) and the proof hash of the replayed post-state.
             assert bytes(job.value_hash) == ch.reveals["v1"][0] == bytes(job.leaf_hash)
             assert bytes(job.proof_hash) == bytes(job.replay_proof_hash) == ch.reveals["v1"][2]
             salt = bytes(c.execute(sa.select(witnesses.c.salt)).scalar_one())
-            assert verify_witness(ch.commitments["v1"], run.challenge_id, ch.reveals["v1"][0], ch.reveals["v1"][1],
-                                  salt, "v1", proof_hash=ch.reveals["v1"][2])
+            assert verify_witness(
+                ch.commitments["v1"],
+                run.challenge_id,
+                ch.reveals["v1"][0],
+                ch.reveals["v1"][1],
+                salt,
+                "v1",
+                proof_hash=ch.reveals["v1"][2],
+            )
             assert json.loads(job.loss_checks)["steps"] == 8
             stages = [r.stage for r in c.execute(sa.select(stage_log).order_by(stage_log.c.id))]
-            assert stages == ["awaiting_opening", "fetch", "validate", "losschecks", "replay", "witness", "commit",
-                              "reveal", "resolution"]
+            assert stages == [
+                "awaiting_opening",
+                "fetch",
+                "validate",
+                "losschecks",
+                "replay",
+                "witness",
+                "commit",
+                "reveal",
+                "resolution",
+            ]
             assert all(r.finished_at >= r.started_at for r in c.execute(sa.select(stage_log)))
             assert {(r.kind, r.state) for r in c.execute(sa.select(txs))} == {("commit", "confirmed"),
                                                                               ("reveal", "confirmed")}
@@ -93,9 +119,27 @@ def test_node_verifies_an_honest_run_and_resumes_exactly_once(tmp_path, db_url):
 
         # The offline check of the same opening, with the facts read from the chain.
         opening = next((tmp_path / "served" / "openings").iterdir())
-        out = subprocess.run([sys.executable, "-m", "pot", "verify", "opening", str(opening), "--json",
-                              "--chain", net.url, "--challenge", run.challenge_id.hex(), "--config", str(cfg)],
-                             cwd=REPO, capture_output=True, text=True, timeout=240)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pot",
+                "verify",
+                "opening",
+                str(opening),
+                "--json",
+                "--chain",
+                net.url,
+                "--challenge",
+                run.challenge_id.hex(),
+                "--config",
+                str(cfg),
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
         assert out.returncode == 0, out.stderr
         assert json.loads(out.stdout)["verdict"] == "verified"
         assert json.loads(out.stdout)["facts"] == "chain"

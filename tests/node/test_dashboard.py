@@ -25,8 +25,16 @@ ARTIFACTS = REPO / "artifacts"
 # Protocol v3: a seat reserves verifier_stake of free bond, and a committee draws committee_size seats
 # from the seat units. The node bonds two units and each challenge seats one, so the two runs'
 # challenges are open at once.
-PARAMS = ProtocolParams(commit_window=120, reveal_window=10, opening_deadline=10, challenge_delay=2,
-                        quorum_min_reveals=1, challenges_per_run=1, forced_challenge_steps=(7,), committee_size=1)
+PARAMS = ProtocolParams(
+    commit_window=120,
+    reveal_window=10,
+    opening_deadline=10,
+    challenge_delay=2,
+    quorum_min_reveals=1,
+    challenges_per_run=1,
+    forced_challenge_steps=(7,),
+    committee_size=1,
+)
 BOND = 2 * PARAMS.verifier_stake
 HONEST, FAKED = b"\x42" * 16, b"\x43" * 16  # the runs' nonces
 
@@ -105,8 +113,13 @@ def test_dashboard_shows_real_outcomes_live(tmp_path, browser):
                 f"/api/v1/challenges/{cid}", f"/challenges/{cid}", "/", "/api/v1/challenges",
                 f"/runs/{run.run_id.hex()}", "/api/v1/status", "/readyz", "/metrics")]
             assert 'id="witness-sealed"' in sealed_views[cid][1]
-        _wait(lambda: browser.find_elements(By.CSS_SELECTOR, f'tr[data-challenge="{faked.challenge_id.hex()}"] '
-                                                             f'.agree.sealed'), 30, "a sealed row on the open overview")
+        _wait(
+            lambda: browser.find_elements(
+                By.CSS_SELECTOR, f'tr[data-challenge="{faked.challenge_id.hex()}"] .agree.sealed'
+            ),
+            30,
+            "a sealed row on the open overview",
+        )
 
         for run in (honest, faked):
             ch = net.wait_resolved(run.challenge_id, 180).state.challenges[run.challenge_id]
@@ -125,7 +138,11 @@ def test_dashboard_shows_real_outcomes_live(tmp_path, browser):
         assert browser.execute_script("return window.__sameDocument === true;"), "the page was reloaded"
         # The header's block number follows the chain on the same page.
         first = int(browser.find_element(By.ID, "cursor-block").text)
-        _wait(lambda: int(browser.find_element(By.ID, "cursor-block").text) > first, 15, "the header's block moving")
+        _wait(
+            lambda: int(browser.find_element(By.ID, "cursor-block").text) > first,
+            15,
+            "the header's block moving",
+        )
 
         def overview() -> None:
             assert _count(browser, "pending") == "0"
@@ -167,7 +184,9 @@ def test_dashboard_shows_real_outcomes_live(tmp_path, browser):
             points = svg.find_element(By.CSS_SELECTOR, "polyline.loss-line").get_attribute("points").split()
             assert len(points) == 8
             marks = svg.find_elements(By.CSS_SELECTOR, "a.mark")
-            assert [(m.get_attribute("data-step"), m.get_attribute("data-verdict")) for m in marks] == [("7", verdict)]
+            assert [(m.get_attribute("data-step"), m.get_attribute("data-verdict")) for m in marks] == [
+                ("7", verdict)
+            ]
             assert f"{verdict} @ 7" in svg.text
             # The mark sits on the curve: its dot has the 7th point's coordinates.
             dot = marks[0].find_element(By.CSS_SELECTOR, "circle.mark-dot")
@@ -181,8 +200,16 @@ def test_dashboard_shows_real_outcomes_live(tmp_path, browser):
         assert honest.challenge_id.hex() in browser.current_url
         rows = browser.find_elements(By.CSS_SELECTOR, "table.timeline-table tbody tr")
         assert [r.find_elements(By.TAG_NAME, "td")[0].text for r in rows] == [
-            "issued", "opening fetched", "validated", "loss checks", "replayed", "witness journaled", "committed",
-            "revealed", "resolved"]
+            "issued",
+            "opening fetched",
+            "validated",
+            "loss checks",
+            "replayed",
+            "witness journaled",
+            "committed",
+            "revealed",
+            "resolved",
+        ]
         assert all(r.get_attribute("data-state") == "done" for r in rows)
         for r in rows:
             assert re.fullmatch(r"\d+(\.\d)? (ms|s|min)", r.find_element(By.CSS_SELECTOR, "td.duration").text)
@@ -202,8 +229,16 @@ def test_dashboard_shows_real_outcomes_live(tmp_path, browser):
             opened = httpx.get(f"{base}/api/v1/challenges/{cid}", timeout=10).json()
             assert opened["witness_disclosed"] is True and opened["matches_leaf"] is matched
             public = {opened["committed_value"], opened["opening"]["leaf_hash"]}
-            secrets = [h for h in (opened["witness"]["value_hash"], opened["witness"]["proof_hash"],
-                                   opened["replay"]["leaf"], opened["replay"]["state_digest"]) if h not in public]
+            secrets = [
+                h
+                for h in (
+                    opened["witness"]["value_hash"],
+                    opened["witness"]["proof_hash"],
+                    opened["replay"]["leaf"],
+                    opened["replay"]["state_digest"],
+                )
+                if h not in public
+            ]
             assert all(secrets) and (matched or opened["witness"]["value_hash"] in secrets)
             for text in sealed_views[cid]:
                 assert not [h[:12] for h in secrets if h[:12] in text.lower()], cid

@@ -23,7 +23,9 @@ from node.db import (
 def test_init_migrates_to_head_and_stamps_schema(engine):
     assert current_revision(engine) == head_revision()
     with engine.connect() as c:
-        assert c.execute(sa.select(node_meta.c.value).where(node_meta.c.key == "schema")).scalar() == SCHEMA_NAME
+        assert (
+            c.execute(sa.select(node_meta.c.value).where(node_meta.c.key == "schema")).scalar() == SCHEMA_NAME
+        )
 
 
 def test_migrations_match_the_model(engine):
@@ -121,16 +123,29 @@ def test_a_0001_database_migrates_to_witness_conflicts_keeping_its_rows(db_url):
         command.upgrade(_alembic_config(eng), "0001")
         with eng.begin() as c:
             c.execute(node_meta.insert().values(key="schema", value=SCHEMA_NAME))
-        assert current_revision(eng) == "0001" and "witness_conflicts" not in sa.inspect(eng).get_table_names()
+        assert (
+            current_revision(eng) == "0001" and "witness_conflicts" not in sa.inspect(eng).get_table_names()
+        )
         with pytest.raises(DatabaseError, match="run `pot node init"):
             open_database(db_url)
         migrate(eng)
         assert current_revision(eng) == head_revision() == "0005"
         with eng.begin() as c:
-            c.execute(witness_conflicts.insert().values(
-                challenge_id=bytes(32), verifier="v1", journaled_value_hash=b"\x01" * 32, journaled_norm_bucket=1,
-                recomputed_value_hash=b"\x02" * 32, recomputed_norm_bucket=2, created_at=1.0))
-            assert c.execute(sa.select(node_meta.c.value).where(node_meta.c.key == "schema")).scalar() == SCHEMA_NAME
+            c.execute(
+                witness_conflicts.insert().values(
+                    challenge_id=bytes(32),
+                    verifier="v1",
+                    journaled_value_hash=b"\x01" * 32,
+                    journaled_norm_bucket=1,
+                    recomputed_value_hash=b"\x02" * 32,
+                    recomputed_norm_bucket=2,
+                    created_at=1.0,
+                )
+            )
+            assert (
+                c.execute(sa.select(node_meta.c.value).where(node_meta.c.key == "schema")).scalar()
+                == SCHEMA_NAME
+            )
         open_database(db_url).dispose()
     finally:
         eng.dispose()
@@ -155,11 +170,25 @@ def test_a_0002_database_migrates_to_protocol_v2_keeping_its_rows(db_url):
         with eng.begin() as c:
             row = c.execute(sa.select(witnesses)).one()
             assert (bytes(row.value_hash), row.norm_bucket, row.proof_hash) == (b"\x02" * 32, 3, None)
-            c.execute(stake_events.insert().values(block=1, name="VerifierBonded", verifier="v1", amount=100, bond=100,
-                                                   created_at=1.0))
+            c.execute(
+                stake_events.insert().values(
+                    block=1, name="VerifierBonded", verifier="v1", amount=100, bond=100, created_at=1.0
+                )
+            )
         cols = {col["name"] for col in sa.inspect(eng).get_columns("challenges")}
-        assert {"round", "first_id", "committee", "on_committee", "rechallenge", "opening_mirrors", "opening_source",
-                "replay_proof_hash", "proof_hash", "penalty", "penalty_why"} <= cols
+        assert {
+            "round",
+            "first_id",
+            "committee",
+            "on_committee",
+            "rechallenge",
+            "opening_mirrors",
+            "opening_source",
+            "replay_proof_hash",
+            "proof_hash",
+            "penalty",
+            "penalty_why",
+        } <= cols
         open_database(db_url).dispose()
     finally:
         eng.dispose()

@@ -99,9 +99,17 @@ def test_a_replay_past_its_budget_is_killed_and_its_worker_replaced(tmp_path):
     from challenges.opening import load_opening
     from commitments import merkle
 
-    facts = ChainFacts(expected_digest=load_opening(data).digest, run_id=run_id, step=3, spec_digest=w.spec.digest(),
-                       dataset_hash=w.dataset.dataset_hash, schedule_commitment=w.schedule.commitment,
-                       initial_hash=w.states[0].digest(), root=merkle.root(w.leaves), size=len(w.leaves))
+    facts = ChainFacts(
+        expected_digest=load_opening(data).digest,
+        run_id=run_id,
+        step=3,
+        spec_digest=w.spec.digest(),
+        dataset_hash=w.dataset.dataset_hash,
+        schedule_commitment=w.schedule.commitment,
+        initial_hash=w.states[0].digest(),
+        root=merkle.root(w.leaves),
+        size=len(w.leaves),
+    )
     pool = ReplayPool(1, 600.0)
     try:
         def run(key: bytes, budget: float | None) -> tuple[dict, float]:
@@ -144,10 +152,21 @@ def _add_job(node, cid: bytes, stage: str, miner: str) -> None:
 
     now = time.time()
     with node.engine.begin() as c:
-        c.execute(runs.insert().values(run_id=cid, miner=miner, spec_digest=b"s" * 32, mode="value", declared_steps=4,
-                                       endpoint=f"http://{miner}.example:80", initial_hash=b"i" * 32,
-                                       schedule_commitment=b"c" * 32, dataset_hash=b"d" * 32, registered_block=1,
-                                       slashed=0))
+        c.execute(
+            runs.insert().values(
+                run_id=cid,
+                miner=miner,
+                spec_digest=b"s" * 32,
+                mode="value",
+                declared_steps=4,
+                endpoint=f"http://{miner}.example:80",
+                initial_hash=b"i" * 32,
+                schedule_commitment=b"c" * 32,
+                dataset_hash=b"d" * 32,
+                registered_block=1,
+                slashed=0,
+            )
+        )
         c.execute(challenges.insert().values(
             challenge_id=cid, run_id=cid, idx=0, step=3, root=b"r" * 32, size=5, mode="value",
             endpoint=f"http://{miner}.example:80", issued_block=90, opening_deadline=100, commit_deadline=200,
@@ -162,8 +181,9 @@ def _run(node, cid: bytes, stage: str, fn, budget: float = 60.0) -> None:
 
     job = next(j for j in node._work_jobs() if bytes(j.challenge_id) == cid)
     owners = node._owners(job)
-    node.tasks[cid] = _Task(Stage(stage), _run_on_thread("t", fn), owners, time.time(), time.monotonic() + budget,
-                            budget)
+    node.tasks[cid] = _Task(
+        Stage(stage), _run_on_thread("t", fn), owners, time.time(), time.monotonic() + budget, budget
+    )
     node.in_flight.add(owners)
 
 
@@ -191,7 +211,12 @@ def test_an_input_error_refuses_its_job_once_and_a_bug_is_retried_a_bounded_numb
     for cid, miner in ((bad, "a"), (buggy, "b"), (other, "c")):
         _add_job(node, cid, "validate", miner)
     # A parser's ValueError on the opening (e.g. an integer too long to print): one refusal.
-    _run(node, bad, "validate", _raise(ValueError("Exceeds the limit (4300 digits) for integer string conversion")))
+    _run(
+        node,
+        bad,
+        "validate",
+        _raise(ValueError("Exceeds the limit (4300 digits) for integer string conversion")),
+    )
     _collect_until(node, lambda: bad not in node.tasks)
     job = _job(node, bad)
     assert (job.stage, job.refusal_class) == ("witness", "malformed") and "ValueError" in job.refusal_reason
@@ -199,7 +224,9 @@ def test_an_input_error_refuses_its_job_once_and_a_bug_is_retried_a_bounded_numb
     _run(node, buggy, "validate", _raise(AttributeError("'NoneType' object has no attribute 'x'")))
     _collect_until(node, lambda: buggy not in node.tasks)
     job = _job(node, buggy)
-    assert job.stage == "validate" and job.next_attempt_at > time.time() - 1 and "AttributeError" in job.status
+    assert (
+        job.stage == "validate" and job.next_attempt_at > time.time() - 1 and "AttributeError" in job.status
+    )
     _run(node, buggy, "validate", _raise(AttributeError("'NoneType' object has no attribute 'x'")))
     _collect_until(node, lambda: buggy not in node.tasks)
     job = _job(node, buggy)
@@ -219,7 +246,10 @@ def test_work_past_its_budget_ends_its_job_as_the_stage_requires(node):
     _collect_until(node, lambda: not node.tasks)
     fetch, validate, losschecks = (_job(node, cid) for cid in jobs)
     # The prover did not deliver in time: refused as unavailable, committed like any refusal.
-    assert (fetch.stage, fetch.refusal_class) == ("witness", "unavailable") and "fetch budget" in fetch.refusal_reason
+    assert (fetch.stage, fetch.refusal_class) == (
+        "witness",
+        "unavailable",
+    ) and "fetch budget" in fetch.refusal_reason
     # Nothing can be said of an opening whose validation did not finish: missed.
     assert validate.stage == "missed" and "budget" in validate.status
     # The loss checks only flag: the replay goes ahead with a finding.
@@ -315,7 +345,10 @@ def test_slowloris_miner_delays_only_its_own_jobs(tmp_path):
         assert all(a[1] <= b[0] + 0.5 for a, b in zip(spans, spans[1:], strict=False)), spans
         view = net.wait_resolved(first, 120)
         assert "v1" in view.state.challenges[first].reveals
-        assert any(isinstance(c, RevealWitnessValue) and c.challenge_id == first for _, _, c in chain_calls(net, "v1"))
+        assert any(
+            isinstance(c, RevealWitnessValue) and c.challenge_id == first
+            for _, _, c in chain_calls(net, "v1")
+        )
         assert '"stage_overran"' in net.log("v1") and '"loop_error"' not in net.log("v1")
     finally:
         net.close()
@@ -356,9 +389,17 @@ def test_a_replay_past_its_budget_ends_as_missed_and_the_node_goes_on(tmp_path):
         net.start_node("v1", net.node_config("v1", replay={"timeout_s": 0.5}, schedule={"block_time_s": 0.5}))
         run = net.start_run(steps=STEPS)
         assert run.opened.wait(120), "the miner never saw its challenge"
-        jobs, logs = _wait(lambda: (lambda j, lg: (j, lg) if run.challenge_id in j
-                                    and j[run.challenge_id].stage == "missed" else None)(*_jobs(tmp_path, "v1")),
-                           90, "the replay was not cut at its budget", net, "v1")
+        jobs, logs = _wait(
+            lambda: (
+                lambda j, lg: (
+                    (j, lg) if run.challenge_id in j and j[run.challenge_id].stage == "missed" else None
+                )
+            )(*_jobs(tmp_path, "v1")),
+            90,
+            "the replay was not cut at its budget",
+            net,
+            "v1",
+        )
         job = jobs[run.challenge_id]
         assert "budget" in job.status and logs[run.challenge_id][-1].stage == "replay"
         assert '"loop_error"' not in net.log("v1")

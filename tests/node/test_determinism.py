@@ -79,7 +79,10 @@ def test_a_changed_witness_is_never_sent_and_raises_the_alarm(node, caplog):
         row = c.execute(sa.select(challenges).where(challenges.c.challenge_id == cid)).one()
         assert (row.stage, bytes(row.value_hash), row.norm_bucket) == ("commit", journaled, REFUSED_BUCKET)
         assert bytes(row.proof_hash) == journaled  # the refused pair is (v, v)
-        assert c.execute(sa.select(sa.func.count()).select_from(txs).where(txs.c.challenge_id == cid)).scalar() == 2
+        assert (
+            c.execute(sa.select(sa.func.count()).select_from(txs).where(txs.c.challenge_id == cid)).scalar()
+            == 2
+        )
         last = c.execute(sa.select(stage_log.c.detail).where(stage_log.c.challenge_id == cid)
                          .order_by(stage_log.c.id.desc()).limit(1)).scalar()
     assert "DETERMINISM CONFLICT" in last
@@ -98,7 +101,11 @@ def test_a_changed_witness_is_never_sent_and_raises_the_alarm(node, caplog):
 
         # Before this node's reveal is on chain the alarm shows, but neither value (the log has them).
         sealed = client.get("/readyz").json()["checks"]["determinism"]
-        assert sealed["ok"] is False and cid.hex() in sealed["detail"] and journaled.hex() not in sealed["detail"]
+        assert (
+            sealed["ok"] is False
+            and cid.hex() in sealed["detail"]
+            and journaled.hex() not in sealed["detail"]
+        )
         assert journaled.hex()[:12] not in client.get(f"/challenges/{cid.hex()}").text
         with node.engine.begin() as conn:
             journal.confirm_tx(conn, cid, "v1", "reveal", 60)
@@ -106,7 +113,9 @@ def test_a_changed_witness_is_never_sent_and_raises_the_alarm(node, caplog):
         r = client.get("/readyz")
         check = r.json()["checks"]["determinism"]
         assert r.status_code == 503 and r.json()["ready"] is False
-        assert check["ok"] is False and check["data"]["conflicts"] == 1 and check["data"]["unacknowledged"] == 1
+        assert (
+            check["ok"] is False and check["data"]["conflicts"] == 1 and check["data"]["unacknowledged"] == 1
+        )
         assert cid.hex() in check["detail"] and journaled.hex() in check["detail"]
         assert all(c["ok"] for name, c in r.json()["checks"].items() if name != "determinism")
 
@@ -122,7 +131,9 @@ def test_a_changed_witness_is_never_sent_and_raises_the_alarm(node, caplog):
         assert 'id="conflicts"' in page and f'data-conflict="{cid.hex()}"' in page
         assert journaled.hex()[:20] in page and recomputed.hex()[:20] in page
         other = client.get(f"/challenges/{seeded.honest.hex()}").text
-        assert 'id="conflicts"' not in other and 'id="determinism-alarm"' in other  # the banner is on every page
+        assert (
+            'id="conflicts"' not in other and 'id="determinism-alarm"' in other
+        )  # the banner is on every page
 
         # An operator looks, then acknowledges: readiness passes, the counter keeps its count.
         assert client.post("/api/v1/admin/witness-conflicts/acknowledge").status_code == 401

@@ -94,14 +94,46 @@ def no_connections(monkeypatch):
 # --- the address rule ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("addr", [
-    "127.0.0.1", "127.8.9.10", "10.1.2.3", "172.16.0.1", "172.31.255.255", "192.168.1.1", "100.64.0.1",
-    "100.127.255.254", "169.254.169.254", "169.254.0.1", "224.0.0.1", "239.255.255.250", "0.0.0.0", "240.0.0.1",
-    "255.255.255.255", "192.0.2.1", "198.18.0.1",
-    "::1", "::", "fc00::1", "fd12:3456::1", "fe80::1", "ff02::1", "::ffff:127.0.0.1", "::ffff:10.0.0.1",
-    "::ffff:169.254.169.254", "64:ff9b::a00:1", "64:ff9b::7f00:1", "64:ff9b::a9fe:a9fe", "2002:a00:1::1",
-    "2002:7f00:1::", "::127.0.0.1", "2001:db8::1", "fec0::1", "2001::1",
-])
+@pytest.mark.parametrize(
+    "addr",
+    [
+        "127.0.0.1",
+        "127.8.9.10",
+        "10.1.2.3",
+        "172.16.0.1",
+        "172.31.255.255",
+        "192.168.1.1",
+        "100.64.0.1",
+        "100.127.255.254",
+        "169.254.169.254",
+        "169.254.0.1",
+        "224.0.0.1",
+        "239.255.255.250",
+        "0.0.0.0",
+        "240.0.0.1",
+        "255.255.255.255",
+        "192.0.2.1",
+        "198.18.0.1",
+        "::1",
+        "::",
+        "fc00::1",
+        "fd12:3456::1",
+        "fe80::1",
+        "ff02::1",
+        "::ffff:127.0.0.1",
+        "::ffff:10.0.0.1",
+        "::ffff:169.254.169.254",
+        "64:ff9b::a00:1",
+        "64:ff9b::7f00:1",
+        "64:ff9b::a9fe:a9fe",
+        "2002:a00:1::1",
+        "2002:7f00:1::",
+        "::127.0.0.1",
+        "2001:db8::1",
+        "fec0::1",
+        "2001::1",
+    ],
+)
 def test_addresses_inside_networks_are_refused_by_default(addr):
     assert forbidden(ipaddress.ip_address(addr)) is not None, addr
 
@@ -264,8 +296,15 @@ def run(tmp_path_factory):
 
 
 def _opening(run, t=2) -> bytes:
-    return build_opening(spec=run.spec, run_id=RUN_ID, step=t, pre_state=run.states[t - 1], dataset=run.dataset,
-                         schedule=run.schedule, leaves=run.leaves)
+    return build_opening(
+        spec=run.spec,
+        run_id=RUN_ID,
+        step=t,
+        pre_state=run.states[t - 1],
+        dataset=run.dataset,
+        schedule=run.schedule,
+        leaves=run.leaves,
+    )
 
 
 def _facts(run, data: bytes, t=2) -> ChainFacts:
@@ -298,7 +337,9 @@ def test_an_opening_larger_than_its_spec_is_cut_at_its_size(run, serve, tmp_path
         while True:
             yield bytes(64 * 1024)
 
-    s = serve({"/o": (200, {}, padded), "/announced": (200, {"Content-Length": str(len(data) + 1)}, [data + b"\0"])})
+    s = serve(
+        {"/o": (200, {}, padded), "/announced": (200, {"Content-Length": str(len(data) + 1)}, [data + b"\0"])}
+    )
     out = _fetch(s, "/o", tmp_path, _facts(run, data))
     assert not out.ok and out.refusal_class == "unavailable"
     assert out.reason.startswith("too_large") and f"cap of {len(data)} bytes" in out.reason
@@ -342,20 +383,36 @@ def test_a_manifest_not_on_chain_is_refused_before_the_payload(run, serve, tmp_p
 def test_every_download_failure_reveals_the_same_class(run, serve, tmp_path):
     data = _opening(run)
     facts = _facts(run, data)
-    s = serve({"/gz": (200, {"Content-Encoding": "gzip"}, [b"x"]), "/302": (302, {"Location": "http://10.0.0.1/"}, [b""]),
-               "/500": (500, {}, [b""]), "/404": (404, {}, [b""])})
+    s = serve(
+        {
+            "/gz": (200, {"Content-Encoding": "gzip"}, [b"x"]),
+            "/302": (302, {"Location": "http://10.0.0.1/"}, [b""]),
+            "/500": (500, {}, [b""]),
+            "/404": (404, {}, [b""]),
+        }
+    )
     outs = {}
     for name, uri in {"address": "http://169.254.169.254/o", "dns": "http://no-such-host.invalid/o",
                       "closed": "http://127.0.0.1:9/o", "gzip": s.url + "/gz", "redirect": s.url + "/302",
                       "500": s.url + "/500", "404": s.url + "/404", "scheme": "file:///etc/passwd"}.items():
-        out = stage_fetch(uri=uri, endpoint="", run_id=RUN_ID, dest=tmp_path / f"{name}.opening",
-                          leaves_dest=tmp_path / f"{name}.cbor", max_opening_bytes=1 << 20, max_leaves_bytes=1 << 20,
-                          policy=OPEN, facts=facts)
+        out = stage_fetch(
+            uri=uri,
+            endpoint="",
+            run_id=RUN_ID,
+            dest=tmp_path / f"{name}.opening",
+            leaves_dest=tmp_path / f"{name}.cbor",
+            max_opening_bytes=1 << 20,
+            max_leaves_bytes=1 << 20,
+            policy=OPEN,
+            facts=facts,
+        )
         outs[name] = out
     assert {o.refusal_class for o in outs.values()} == {"unavailable"}
     # The detail stays with the node: its log and database say which failure it was.
     assert outs["address"].reason.startswith("refused_address") and outs["dns"].reason.startswith("dns")
-    assert outs["gzip"].reason.startswith("content_encoding") and outs["redirect"].reason.startswith("redirect")
+    assert outs["gzip"].reason.startswith("content_encoding") and outs["redirect"].reason.startswith(
+        "redirect"
+    )
     assert fetch_refusal_class("too_large") == "unavailable"
 
 
@@ -380,14 +437,23 @@ def test_a_full_openings_folder_stops_new_fetches_only(run, serve, tmp_path):
     # A disk whose free space is at its reserve.
     with pytest.raises(OpeningsFull, match="reserve"):
         _fetch(s, "/o", tmp_path, _facts(run, data), store=OpeningsStore(folder, reserve_bytes=1 << 62))
-    out = _fetch(s, "/o", tmp_path, _facts(run, data), store=OpeningsStore(folder, quota_bytes=10 * len(data)))
+    out = _fetch(
+        s, "/o", tmp_path, _facts(run, data), store=OpeningsStore(folder, quota_bytes=10 * len(data))
+    )
     assert out.ok and (folder / "c.opening").read_bytes() == data
 
 
 def test_prune_removes_the_downloads_of_finished_challenges(tmp_path):
     store = OpeningsStore(tmp_path)
     (tmp_path / "leaves").mkdir()
-    for name in ("aa.opening", "bb.opening", "bb.opening.part", "leaves/aa.cbor", "leaves/bb.cbor", "notes.txt"):
+    for name in (
+        "aa.opening",
+        "bb.opening",
+        "bb.opening.part",
+        "leaves/aa.cbor",
+        "leaves/bb.cbor",
+        "notes.txt",
+    ):
         (tmp_path / name).write_bytes(b"x")
     assert store.prune({"aa"}) == 3
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()) == [
@@ -428,7 +494,9 @@ def test_a_trickling_prover_is_cut_at_the_total_budget(where, tmp_path):
                 conn.close()
 
     threading.Thread(target=trickle, daemon=True).start()
-    policy = FetchPolicy(connect_timeout_s=2, read_timeout_s=5, total_timeout_s=1.0, attempts=1, egress=LOOPBACK)
+    policy = FetchPolicy(
+        connect_timeout_s=2, read_timeout_s=5, total_timeout_s=1.0, attempts=1, egress=LOOPBACK
+    )
     try:
         started = _time.monotonic()
         with pytest.raises(FetchError) as exc:
@@ -454,7 +522,9 @@ def test_stop_cuts_a_stalled_attempt(tmp_path):
     threading.Thread(target=lambda: held.append(srv.accept()), daemon=True).start()  # accepts, never answers
     flag = threading.Event()
     threading.Timer(0.3, flag.set).start()
-    policy = FetchPolicy(connect_timeout_s=2, read_timeout_s=30, total_timeout_s=60, attempts=1, egress=LOOPBACK)
+    policy = FetchPolicy(
+        connect_timeout_s=2, read_timeout_s=30, total_timeout_s=60, attempts=1, egress=LOOPBACK
+    )
     try:
         with pytest.raises(FetchStopped):
             fetch_to_file(f"http://127.0.0.1:{port}/o", tmp_path / "x", max_bytes=10**6, policy=policy,
@@ -467,8 +537,11 @@ def test_a_configured_proxy_gets_the_checked_address(serve, tmp_path):
     proxy = serve({})
     port = 47  # never connected: the proxy answers for it
     proxy.routes[f"http://127.0.0.1:{port}/f"] = (200, {"Content-Length": "9"}, [b"via-proxy"])
-    policy = FetchPolicy(**FAST, proxy=proxy.url,
-                         egress=EgressPolicy.from_allow(["prover.test"], resolver=lambda host, p: ["127.0.0.1"]))
+    policy = FetchPolicy(
+        **FAST,
+        proxy=proxy.url,
+        egress=EgressPolicy.from_allow(["prover.test"], resolver=lambda host, p: ["127.0.0.1"]),
+    )
     assert fetch_bytes(f"http://prover.test:{port}/f", max_bytes=100, policy=policy) == b"via-proxy"
     assert proxy.requests[0]["path"] == f"http://127.0.0.1:{port}/f"
     assert proxy.requests[0]["headers"]["Host"] == f"prover.test:{port}"
@@ -486,7 +559,9 @@ def test_config_gives_the_allow_list_proxy_and_openings_folder(tmp_path):
                  '[fetch]\nallow = ["127.0.0.1"]\n')
     cfg = load_config(p, env={"POT_FETCH_PROXY": "http://proxy.lan:3128"})
     assert cfg.fetch.allow == ["127.0.0.1"] and cfg.fetch.proxy == "http://proxy.lan:3128"
-    assert cfg.openings_store().path.as_posix() == "/mnt/openings" and cfg.openings_store().quota_bytes == 1000
+    assert (
+        cfg.openings_store().path.as_posix() == "/mnt/openings" and cfg.openings_store().quota_bytes == 1000
+    )
     policy = cfg.fetch.policy()
     assert policy.egress.resolve("127.0.0.1", 80) and policy.proxy == "http://proxy.lan:3128"
     env = load_config(p, env={"POT_FETCH_ALLOW": "10.1.0.0/16, prover.lan", "POT_NODE_OPENINGS_DIR": "o"})
@@ -522,8 +597,26 @@ def test_https_goes_to_the_checked_address_with_the_name_in_sni(tmp_path):
     if shutil.which("openssl") is None:
         pytest.skip("no openssl to make a certificate")
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
-                    "/CN=prover.test", "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=prover.test",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(cert, key)
     names: list = []
@@ -541,8 +634,10 @@ def test_https_goes_to_the_checked_address_with_the_name_in_sni(tmp_path):
             conn.close()
 
     threading.Thread(target=accept, daemon=True).start()
-    policy = FetchPolicy(**{**FAST, "attempts": 1},
-                         egress=EgressPolicy.from_allow(["prover.test"], resolver=lambda host, p: ["127.0.0.1"]))
+    policy = FetchPolicy(
+        **{**FAST, "attempts": 1},
+        egress=EgressPolicy.from_allow(["prover.test"], resolver=lambda host, p: ["127.0.0.1"]),
+    )
     try:
         with pytest.raises(FetchError) as exc:
             fetch_bytes(f"https://prover.test:{port}/runs/x/leaves", max_bytes=100, policy=policy)

@@ -68,7 +68,9 @@ def test_a_stalling_miner_holds_only_its_own_lookup_slots():
         latencies = []
         for i in range(20):
             started = time.monotonic()
-            assert policy.resolve(f"prover{i}.b.example", 80, "miner:b") == [ipaddress.ip_address("127.0.0.1")]
+            assert policy.resolve(f"prover{i}.b.example", 80, "miner:b") == [
+                ipaddress.ip_address("127.0.0.1")
+            ]
             latencies.append(time.monotonic() - started)
         assert max(latencies) < 0.5, latencies
         # A never holds more than its own two threads, whatever it asks for.
@@ -199,7 +201,9 @@ def test_a_public_ipv4_is_allowed_in_its_translated_forms(form):
 
 @pytest.mark.parametrize("form", ["IPv4-compatible", "Teredo", "local-use NAT64"])
 def test_deprecated_and_local_forms_are_refused_whatever_they_embed(form):
-    assert forbidden(ipaddress.ip_address(FORMS[form]("93.184.216.34"))) == f"{form} (embedding 93.184.216.34)"
+    assert (
+        forbidden(ipaddress.ip_address(FORMS[form]("93.184.216.34"))) == f"{form} (embedding 93.184.216.34)"
+    )
 
 
 def test_an_allowed_ipv4_network_opens_its_translated_forms_only():
@@ -228,7 +232,9 @@ def test_a_name_resolving_to_the_siit_form_of_the_metadata_address_is_refused():
     ("64:ff9b::/96", "NAT64 prefix"),
 ])
 def test_an_allow_list_network_covering_the_internal_space_is_refused(entry, why):
-    with pytest.raises(ValueError, match=rf"allow-list entry '{entry}' is too broad: .*{why}.*fetch.allow_broad"):
+    with pytest.raises(
+        ValueError, match=rf"allow-list entry '{entry}' is too broad: .*{why}.*fetch.allow_broad"
+    ):
         parse_allow([entry])
     nets, _ = parse_allow([entry], broad=True)  # the explicit opt-in
     assert nets == (ipaddress.ip_network(entry),)
@@ -306,15 +312,26 @@ def test_one_miners_downloads_hold_at_most_its_share(body_server, tmp_path):
                          room=a.room_for(tmp_path / "ac.opening")) == 900
 
 
-def test_the_fetch_stage_refuses_an_opening_over_the_share_and_waits_beside_the_miners_files(body_server, tmp_path):
+def test_the_fetch_stage_refuses_an_opening_over_the_share_and_waits_beside_the_miners_files(
+    body_server, tmp_path
+):
     from node.pipeline import stage_fetch
 
     store = OpeningsStore(tmp_path, quota_bytes=10_000, miner_share=0.3)  # 3,000 bytes a miner
 
     def fetch(body: bytes, cid: str, share):
-        return stage_fetch(uri=body_server(body), endpoint="", run_id=RUN_ID, dest=tmp_path / f"{cid}.opening",
-                           leaves_dest=None, max_opening_bytes=1 << 20, max_leaves_bytes=1 << 20, policy=OPEN,
-                           store=share, owner="miner:a")
+        return stage_fetch(
+            uri=body_server(body),
+            endpoint="",
+            run_id=RUN_ID,
+            dest=tmp_path / f"{cid}.opening",
+            leaves_dest=None,
+            max_opening_bytes=1 << 20,
+            max_leaves_bytes=1 << 20,
+            policy=OPEN,
+            store=share,
+            owner="miner:a",
+        )
 
     out = fetch(bytes(3_500), "aa", store.for_miner("miner:a", ["aa", "ab"]))
     assert not out.ok and out.refusal_class == "unavailable" and out.data["retryable"] is False
@@ -344,8 +361,14 @@ def test_a_miners_downloads_running_at_once_cannot_pass_its_share_together(tmp_p
 
 
 def test_retries_stop_at_the_latest_safe_moment():
-    budgets = Budgets(margin_blocks=2, fetch_share=0.5, fetch_max_s=900, validate_max_s=60, losschecks_max_s=60,
-                      replay_max_s=600)
+    budgets = Budgets(
+        margin_blocks=2,
+        fetch_share=0.5,
+        fetch_max_s=900,
+        validate_max_s=60,
+        losschecks_max_s=60,
+        replay_max_s=600,
+    )
     clock = BlockClock(1.0)
     from commitments.retry import Backoff
 
@@ -354,7 +377,10 @@ def test_retries_stop_at_the_latest_safe_moment():
     assert delay is not None and delay <= 20 - 4 / 0.5
     assert budgets.budget("fetch", head=int(delay), commit_deadline=22, clock=clock) >= 4.0
     # Too little left for a retry's budget: the failure stands now.
-    assert budgets.retry_delay(head=13, commit_deadline=22, clock=clock, attempt=0, backoff=wide, min_s=4.0) is None
+    assert (
+        budgets.retry_delay(head=13, commit_deadline=22, clock=clock, attempt=0, backoff=wide, min_s=4.0)
+        is None
+    )
 
 
 @pytest.fixture(scope="module")
@@ -397,22 +423,54 @@ class FlakyProver:
 def _fetch_job(tmp_path, run, prover: FlakyProver, commit_deadline: int):
     data = build_opening(spec=run.spec, run_id=RUN_ID, step=2, pre_state=run.states[1], dataset=run.dataset,
                          schedule=run.schedule, leaves=run.leaves)
-    node, engine = in_process_node(tmp_path, tmp_path / "c.db", '[fetch]\nallow = ["127.0.0.1"]\nattempts = 1\n'
-                                   'connect_timeout_s = 1.0\n[schedule]\nblock_time_s = 1.0\n')
+    node, engine = in_process_node(
+        tmp_path,
+        tmp_path / "c.db",
+        '[fetch]\nallow = ["127.0.0.1"]\nattempts = 1\n'
+        'connect_timeout_s = 1.0\n[schedule]\nblock_time_s = 1.0\n',
+    )
     node.head = 100
     cid = b"\x42" * 32
     now = time.time()
     with engine.begin() as c:
-        c.execute(runs.insert().values(run_id=RUN_ID, miner="flaky", spec_digest=run.spec.digest(), mode="value",
-                                       declared_steps=3, endpoint=prover.url, initial_hash=run.states[0].digest(),
-                                       schedule_commitment=run.schedule.commitment,
-                                       dataset_hash=run.dataset.dataset_hash, registered_block=1, slashed=0))
-        c.execute(challenges.insert().values(
-            challenge_id=cid, run_id=RUN_ID, idx=0, step=2, root=merkle.root(run.leaves), size=len(run.leaves),
-            mode="value", endpoint=prover.url, issued_block=90, opening_deadline=100, commit_deadline=commit_deadline,
-            reveal_deadline=commit_deadline + 10, stage="fetch", opening_uri=f"{prover.url}/o",
-            opening_digest=load_opening(data).digest, attempts=0, next_attempt_at=0.0, created_at=now,
-            updated_at=now))
+        c.execute(
+            runs.insert().values(
+                run_id=RUN_ID,
+                miner="flaky",
+                spec_digest=run.spec.digest(),
+                mode="value",
+                declared_steps=3,
+                endpoint=prover.url,
+                initial_hash=run.states[0].digest(),
+                schedule_commitment=run.schedule.commitment,
+                dataset_hash=run.dataset.dataset_hash,
+                registered_block=1,
+                slashed=0,
+            )
+        )
+        c.execute(
+            challenges.insert().values(
+                challenge_id=cid,
+                run_id=RUN_ID,
+                idx=0,
+                step=2,
+                root=merkle.root(run.leaves),
+                size=len(run.leaves),
+                mode="value",
+                endpoint=prover.url,
+                issued_block=90,
+                opening_deadline=100,
+                commit_deadline=commit_deadline,
+                reveal_deadline=commit_deadline + 10,
+                stage="fetch",
+                opening_uri=f"{prover.url}/o",
+                opening_digest=load_opening(data).digest,
+                attempts=0,
+                next_attempt_at=0.0,
+                created_at=now,
+                updated_at=now,
+            )
+        )
     return node, engine, cid
 
 
@@ -464,7 +522,9 @@ def test_a_failure_that_lasts_is_refused_at_the_latest_safe_moment(tmp_path, run
     try:
         _drive(node, engine, cid, lambda j: j.stage != "fetch", advance_head=3)
         job = _job(engine, cid)
-        assert job.stage == "witness" and job.refusal_class == "unavailable" and "HTTP 503" in job.refusal_reason
+        assert (
+            job.stage == "witness" and job.refusal_class == "unavailable" and "HTTP 503" in job.refusal_reason
+        )
         assert prover.requests == 4, "refused without retrying, or retried past the window"
         assert "retried until the commit window's last safe moment" in job.refusal_reason
         # It left the fetch while the window still had its commit margin, never as missed.
@@ -483,7 +543,9 @@ def test_a_failure_that_cannot_pass_is_refused_at_once(tmp_path, run):
     try:
         _drive(node, engine, cid, lambda j: j.stage != "fetch")
         job = _job(engine, cid)
-        assert job.stage == "witness" and job.refusal_class == "unavailable" and "HTTP 404" in job.refusal_reason
+        assert (
+            job.stage == "witness" and job.refusal_class == "unavailable" and "HTTP 404" in job.refusal_reason
+        )
         assert prover.requests == 1 and cid not in node.fetch_retries
     finally:
         node.shutdown()

@@ -37,7 +37,9 @@ def test_one_transaction_stores_salt_value_commitment_and_both_payloads(engine):
     entry, inserted = journal(engine, b"\x11" * 32, bucket=7)
     assert inserted and entry.proof_hash == PROOF
     assert verify_witness(entry.commitment, CID, b"\x11" * 32, 7, entry.salt, "v1", proof_hash=PROOF)
-    assert not verify_witness(entry.commitment, CID, b"\x11" * 32, 7, entry.salt, "v1", proof_hash=b"\x78" * 32)
+    assert not verify_witness(
+        entry.commitment, CID, b"\x11" * 32, 7, entry.salt, "v1", proof_hash=b"\x78" * 32
+    )
     commit, reveal = get_tx(engine, CID, "v1", "commit"), get_tx(engine, CID, "v1", "reveal")
     assert commit.state == reveal.state == "unstarted"
     assert decode_call(commit.payload) == CommitWitness(CID, entry.commitment)
@@ -140,8 +142,9 @@ def test_different_value_repeat_is_recorded_and_alarmed(engine, caplog, value, b
         again, inserted = journal(engine, value, bucket=bucket, proof=proof)
     # Nothing different is sent: the journaled entry and its two txs stay the only ones.
     assert not inserted and again == first
-    assert decode_call(get_tx(engine, CID, "v1", "reveal").payload) == RevealWitnessValue(CID, b"\x11" * 32, PROOF,
-                                                                                          4, first.salt)
+    assert decode_call(get_tx(engine, CID, "v1", "reveal").payload) == RevealWitnessValue(
+        CID, b"\x11" * 32, PROOF, 4, first.salt
+    )
     with engine.connect() as c:
         assert c.execute(sa.select(sa.func.count()).select_from(txs)).scalar() == 2
     [row] = _conflicts(engine)

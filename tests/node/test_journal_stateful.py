@@ -31,12 +31,22 @@ class JournalMachine(RuleBasedStateMachine):
         self.engine.dispose()
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    @rule(cid=st.sampled_from(CIDS), verifier=st.sampled_from(VERIFIERS), value=st.binary(min_size=32, max_size=32),
-          bucket=st.integers(-(2**31), 2**31 - 1))
+    @rule(
+        cid=st.sampled_from(CIDS),
+        verifier=st.sampled_from(VERIFIERS),
+        value=st.binary(min_size=32, max_size=32),
+        bucket=st.integers(-(2**31), 2**31 - 1),
+    )
     def attempt(self, cid, verifier, value, bucket):
-        entry, inserted = journal.check_and_insert_witness(self.engine, challenge_id=cid, verifier=verifier,
-                                                           value_hash=value, norm_bucket=bucket, salt=os.urandom(32),
-                                                           proof_hash=value[::-1])
+        entry, inserted = journal.check_and_insert_witness(
+            self.engine,
+            challenge_id=cid,
+            verifier=verifier,
+            value_hash=value,
+            norm_bucket=bucket,
+            salt=os.urandom(32),
+            proof_hash=value[::-1],
+        )
         key = (cid, verifier)
         assert inserted == (key not in self.first)
         self.first.setdefault(key, entry.commitment)
@@ -58,7 +68,12 @@ class JournalMachine(RuleBasedStateMachine):
         else:
             with self.engine.begin() as c:
                 (journal.confirm_tx if to == "confirmed" else journal.fail_tx)(
-                    c, tx.challenge_id, tx.verifier, tx.kind, *([5] if to == "confirmed" else ["window closed"]))
+                    c,
+                    tx.challenge_id,
+                    tx.verifier,
+                    tx.kind,
+                    *([5] if to == "confirmed" else ["window closed"]),
+                )
 
     @invariant()
     def one_witness_per_key_and_states_move_forward(self):
@@ -69,7 +84,9 @@ class JournalMachine(RuleBasedStateMachine):
             if before in ("confirmed", "failed"):
                 assert tx.state == before, f"a final tx moved from {before} to {tx.state}"
             elif before is not None:
-                assert ORDER[tx.state] >= ORDER[before] or (before == "unconfirmed" and tx.state == "in_progress")
+                assert ORDER[tx.state] >= ORDER[before] or (
+                    before == "unconfirmed" and tx.state == "in_progress"
+                )
             self.seen_state[tx.id] = tx.state
 
 

@@ -68,5 +68,8 @@ def test_node_commands_refuse_a_missing_dev_chain_and_create_none(tmp_path, comm
     cfg = _config(tmp_path, chain_db)
     r = CliRunner().invoke(node_app, [*command, "--config", cfg])
     assert r.exit_code == 2, r.output
-    assert f"no dev chain at {chain_db}" in r.stderr and f"`pot chain dev --db {chain_db} --interval 1`" in r.stderr
+    assert (
+        f"no dev chain at {chain_db}" in r.stderr
+        and f"`pot chain dev --db {chain_db} --interval 1`" in r.stderr
+    )
     assert not chain_db.exists() and not chain_db.parent.exists()

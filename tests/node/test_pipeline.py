@@ -26,8 +26,15 @@ def runs(tmp_path_factory):
 
 def opening_file(runs, kind: str, name: str):
     w = runs[kind]
-    data = build_opening(spec=w.spec, run_id=RUN_ID, step=STEP, pre_state=w.states[STEP - 1], dataset=w.dataset,
-                         schedule=w.schedule, leaves=w.leaves)
+    data = build_opening(
+        spec=w.spec,
+        run_id=RUN_ID,
+        step=STEP,
+        pre_state=w.states[STEP - 1],
+        dataset=w.dataset,
+        schedule=w.schedule,
+        leaves=w.leaves,
+    )
     path = runs["dir"] / name
     path.write_bytes(data)
     return path, load_opening(data).digest
@@ -128,7 +135,9 @@ def test_warm_up_loads_what_validation_imports():
             "mods = ('torch', 'oracle.state', 'challenges.opening', 'commitments.tensors'); "
             "before = [m in sys.modules for m in mods]; s = warm_up(); "
             "print(json.dumps([before, [m in sys.modules for m in mods], s]))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
     before, after, seconds = json.loads(out.stdout.strip().splitlines()[-1])
     assert before[0] is False  # importing the pipeline does not load torch ...
     assert after == [True, True, True, True] and seconds > 0  # ... the warm-up does

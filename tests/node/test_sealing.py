@@ -52,31 +52,82 @@ def _sealed_challenge(engine, c: bytes, *, refused: bool) -> None:
             sends, error = 3, "the node is not connected"
         else:
             value, proof, bucket = bytes([0xD1]) * 32, bytes([0xD2]) * 32, 424242
-            api_data._challenge(conn, c, RUN_B, step=4, block=45, stage="reveal", now=NOW, **public,
-                                opening_bytes=5000, opening_path="/data/openings/x", updated_at=NOW - 12,
-                                opening_source="http://127.0.0.1:8800/openings/x",
-                                loss_checks=json.dumps({"steps": 8, "ok": True, "findings": [],
-                                                        "losses": [5.0, 4.0, 3.5, 3.0]}),
-                                matches_leaf=True, replay_leaf=bytes([0xD3]) * 40, replay_state_digest=bytes([0xD4]) * 32,
-                                replay_loss_bits=1085507584, replay_proof_hash=proof, value_hash=value, proof_hash=proof,
-                                norm_bucket=bucket)
+            api_data._challenge(
+                conn,
+                c,
+                RUN_B,
+                step=4,
+                block=45,
+                stage="reveal",
+                now=NOW,
+                **public,
+                opening_bytes=5000,
+                opening_path="/data/openings/x",
+                updated_at=NOW - 12,
+                opening_source="http://127.0.0.1:8800/openings/x",
+                loss_checks=json.dumps(
+                    {"steps": 8, "ok": True, "findings": [], "losses": [5.0, 4.0, 3.5, 3.0]}
+                ),
+                matches_leaf=True,
+                replay_leaf=bytes([0xD3]) * 40,
+                replay_state_digest=bytes([0xD4]) * 32,
+                replay_loss_bits=1085507584,
+                replay_proof_hash=proof,
+                value_hash=value,
+                proof_hash=proof,
+                norm_bucket=bucket,
+            )
             log = [("awaiting_opening", "opening on chain at block 47"), ("fetch", "5000 bytes"),
                    ("validate", None), ("losschecks", "ok"), ("replay", "matches leaf t"),
                    ("witness", f"value {value.hex()[:16]}"), ("commit", "commit in block 48")]
             sends, error = 1, None
         t = NOW - 60
         for st, detail in log:
-            conn.execute(stage_log.insert().values(challenge_id=c, stage=st, started_at=t, finished_at=t + 1.5,
-                                                   detail=detail))
+            conn.execute(
+                stage_log.insert().values(
+                    challenge_id=c, stage=st, started_at=t, finished_at=t + 1.5, detail=detail
+                )
+            )
             t += 7 if st == "replay" else 1.5
-        conn.execute(witnesses.insert().values(challenge_id=c, verifier="v1", salt=bytes(32), value_hash=value,
-                                               norm_bucket=REFUSED_BUCKET if refused else 424242,
-                                               commitment=bytes(32), created_at=t))
-        conn.execute(txs.insert().values(challenge_id=c, verifier="v1", kind="commit", origin="v1", payload=b"x",
-                                         state="confirmed", block=48, sends=sends, created_at=t, updated_at=t + 1))
-        conn.execute(txs.insert().values(challenge_id=c, verifier="v1", kind="reveal", origin="v1", payload=b"y",
-                                         state="unconfirmed", sends=sends, last_error=error, created_at=t + 2,
-                                         updated_at=t + 3))
+        conn.execute(
+            witnesses.insert().values(
+                challenge_id=c,
+                verifier="v1",
+                salt=bytes(32),
+                value_hash=value,
+                norm_bucket=REFUSED_BUCKET if refused else 424242,
+                commitment=bytes(32),
+                created_at=t,
+            )
+        )
+        conn.execute(
+            txs.insert().values(
+                challenge_id=c,
+                verifier="v1",
+                kind="commit",
+                origin="v1",
+                payload=b"x",
+                state="confirmed",
+                block=48,
+                sends=sends,
+                created_at=t,
+                updated_at=t + 1,
+            )
+        )
+        conn.execute(
+            txs.insert().values(
+                challenge_id=c,
+                verifier="v1",
+                kind="reveal",
+                origin="v1",
+                payload=b"y",
+                state="unconfirmed",
+                sends=sends,
+                last_error=error,
+                created_at=t + 2,
+                updated_at=t + 3,
+            )
+        )
 
 
 def _node(db_url: str, monkeypatch, *, refused: bool):
@@ -168,7 +219,9 @@ def _differences(a: dict[str, str], b: dict[str, str]) -> list[str]:
     out = []
     for url in a:
         if a[url] != b[url]:
-            diff = difflib.unified_diff(a[url].splitlines(), b[url].splitlines(), "refused", "replayed", n=0, lineterm="")
+            diff = difflib.unified_diff(
+                a[url].splitlines(), b[url].splitlines(), "refused", "replayed", n=0, lineterm=""
+            )
             out.append(f"{url}:\n" + "\n".join(list(diff)[2:12]))
     return out
 
@@ -178,16 +231,36 @@ def test_a_refused_and_a_replayed_challenge_look_the_same_before_the_reveal(node
     with TestClient(create_app(refused_db, NodeConfig()), base_url=BASE) as ca, \
             TestClient(create_app(replayed_db, NodeConfig()), base_url=BASE) as cb:
         urls = _routes(ca.app)
-        assert {"/api/v1/challenges/{challenge_id}", f"/api/v1/runs/{RUN_B.hex()}", "/api/v1/status", "/metrics",
-                "/challenges/{challenge_id}", f"/runs/{RUN_B.hex()}", "/", "/api/v1/challenges?stage=replay"} <= set(urls)
+        assert {
+            "/api/v1/challenges/{challenge_id}",
+            f"/api/v1/runs/{RUN_B.hex()}",
+            "/api/v1/status",
+            "/metrics",
+            "/challenges/{challenge_id}",
+            f"/runs/{RUN_B.hex()}",
+            "/",
+            "/api/v1/challenges?stage=replay",
+        } <= set(urls)
         a, b = _views(ca, urls, REFUSED), _views(cb, urls, REPLAYED)
         assert not _differences(a, b), "\n\n".join(_differences(a, b))
         # What both show is the sealed view, not an empty one.
         d = ca.get(f"/api/v1/challenges/{REFUSED.hex()}").json()
-        assert d["witness_disclosed"] is False and d["stage"] == "reveal" and d["committee"] == api_data.COMMITTEE
+        assert (
+            d["witness_disclosed"] is False
+            and d["stage"] == "reveal"
+            and d["committee"] == api_data.COMMITTEE
+        )
         assert {e["state"] for e in d["timeline"]} == {"sealed"} and d["opening"]["block"] == 47
-        assert d["txs"] == [{"kind": "commit", "state": "confirmed", "sends": None, "block": 48, "tx_hash": None,
-                             "last_error": None}]
+        assert d["txs"] == [
+            {
+                "kind": "commit",
+                "state": "confirmed",
+                "sends": None,
+                "block": 48,
+                "tx_hash": None,
+                "last_error": None,
+            }
+        ]
 
         # This node's reveal lands on chain: the seal lifts, and the two differ where they really do.
         confirm_reveal(refused_db, REFUSED)
@@ -215,16 +288,44 @@ def test_the_stage_filter_finds_a_sealed_job_by_its_shown_stage_only(nodes):
 def test_a_new_field_is_sealed_by_default():
     from node.queries import seal_challenge
 
-    view = {"challenge_id": "ab", "stage": "replay", "added_later": 5000, "nested_later": {"a": 1},
-            "list_later": [1], "opening": {"digest": "cd", "bytes": 5000, "source_later": "x"},
-            "timeline": [{"stage": "fetch", "label": "opening fetched", "state": "done", "detail": "5000 bytes",
-                          "started_at": 1.0}],
-            "txs": [{"kind": "commit", "state": "confirmed", "block": 3, "sends": 2},
-                    {"kind": "reveal", "state": "unconfirmed", "block": None}]}
+    view = {
+        "challenge_id": "ab",
+        "stage": "replay",
+        "added_later": 5000,
+        "nested_later": {"a": 1},
+        "list_later": [1],
+        "opening": {"digest": "cd", "bytes": 5000, "source_later": "x"},
+        "timeline": [
+            {
+                "stage": "fetch",
+                "label": "opening fetched",
+                "state": "done",
+                "detail": "5000 bytes",
+                "started_at": 1.0,
+            }
+        ],
+        "txs": [
+            {"kind": "commit", "state": "confirmed", "block": 3, "sends": 2},
+            {"kind": "reveal", "state": "unconfirmed", "block": None},
+        ],
+    }
     out = seal_challenge(view, sealed=True, stage="sealed")
-    assert out == {"challenge_id": "ab", "stage": "sealed", "added_later": None, "nested_later": None,
-                   "list_later": [], "opening": {"digest": "cd", "bytes": None, "source_later": None},
-                   "timeline": [{"stage": "fetch", "label": "opening fetched", "state": "sealed", "detail": None,
-                                 "started_at": None}],
-                   "txs": [{"kind": "commit", "state": "confirmed", "block": 3, "sends": None}]}
+    assert out == {
+        "challenge_id": "ab",
+        "stage": "sealed",
+        "added_later": None,
+        "nested_later": None,
+        "list_later": [],
+        "opening": {"digest": "cd", "bytes": None, "source_later": None},
+        "timeline": [
+            {
+                "stage": "fetch",
+                "label": "opening fetched",
+                "state": "sealed",
+                "detail": None,
+                "started_at": None,
+            }
+        ],
+        "txs": [{"kind": "commit", "state": "confirmed", "block": 3, "sends": None}],
+    }
     assert seal_challenge(view, sealed=False, stage="sealed") is view

@@ -41,7 +41,9 @@ def test_a_real_daemon_is_a_node_status_and_the_api_reports_its_snapshot(node):
     assert live.account == "v1" and live.workers == 2 and live.busy == 0 and not live.stopping
     with TestClient(create_app(node.engine, node.cfg, node=node), base_url="http://127.0.0.1:8700") as client:
         pool = client.get("/readyz").json()["checks"]["worker_pool"]
-        assert pool["data"]["workers"] == 2 and pool["data"]["busy"] == 0 and pool["data"]["stopping"] is False
+        assert (
+            pool["data"]["workers"] == 2 and pool["data"]["busy"] == 0 and pool["data"]["stopping"] is False
+        )
         metrics = client.get("/metrics").text
         assert _gauge(metrics, "pot_replay_workers", "idle") == 2
         assert _gauge(metrics, "pot_replay_workers", "busy") == 0
