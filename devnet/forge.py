@@ -176,8 +176,10 @@ def _schedule(lab: Lab) -> Attempt:
                             lab.spec.batch.batch_size)
 
     def change(m: dict[str, Any]) -> None:
-        m["samples"] = [[int(i), lab.dataset.sample(int(i)).astype("<u2").tobytes(), lab.dataset.sample_proof(int(i))]
-                        for i in other.batch(CHALLENGED)]
+        m["samples"] = [
+            [int(i), lab.dataset.sample(int(i)).astype("<u2").tobytes(), lab.dataset.sample_proof(int(i))]
+            for i in other.batch(CHALLENGED)
+        ]
         m["schedule_proof"] = other.proof(CHALLENGED)
         m["schedule_commitment"] = other.commitment
 
@@ -186,7 +188,9 @@ def _schedule(lab: Lab) -> Attempt:
 
 @edit("pre-state-weight-one-ulp", "one ulp changed in one weight")
 def _pre_ulp(lab: Lab) -> Attempt:
-    return _opening_edit(lab, lab.rebuild(lab.opening(), pre_state=state_bytes(ulp_up(lab.states[CHALLENGED - 1]))))
+    return _opening_edit(
+        lab, lab.rebuild(lab.opening(), pre_state=state_bytes(ulp_up(lab.states[CHALLENGED - 1])))
+    )
 
 
 @edit("committed-weight-one-ulp", "one ulp changed in one weight")
@@ -207,7 +211,9 @@ def _committed_noop(lab: Lab) -> Attempt:
 
 @edit("pre-state-moments-swapped", "a swapped optimizer moment")
 def _pre_moments(lab: Lab) -> Attempt:
-    return _opening_edit(lab, lab.rebuild(lab.opening(), pre_state=state_bytes(swap_moments(lab.states[CHALLENGED - 1]))))
+    return _opening_edit(
+        lab, lab.rebuild(lab.opening(), pre_state=state_bytes(swap_moments(lab.states[CHALLENGED - 1])))
+    )
 
 
 @edit("committed-moments-swapped", "a swapped optimizer moment")
@@ -337,7 +343,9 @@ def _length_bomb(lab: Lab) -> Attempt:
 @edit("safetensors-header-bomb", "an oversized or zip-bomb payload")
 def _header_bomb(lab: Lab) -> Attempt:
     # A safetensors header that claims 2^40 float32 values backed by a few bytes.
-    header = json.dumps({"param/x": {"dtype": "F32", "shape": [1 << 20, 1 << 20], "data_offsets": [0, 1 << 42]}})
+    header = json.dumps(
+        {"param/x": {"dtype": "F32", "shape": [1 << 20, 1 << 20], "data_offsets": [0, 1 << 42]}}
+    )
     raw = header.encode()
     blob = struct.pack("<Q", len(raw)) + raw + b"\0" * 64
     return _opening_edit(lab, lab.rebuild(lab.opening(), pre_state=blob))
@@ -371,7 +379,9 @@ def _reencoded(lab: Lab) -> Attempt:
 
 @edit("pre-state-nan", "an opening with NaNs")
 def _pre_nan(lab: Lab) -> Attempt:
-    return _opening_edit(lab, lab.rebuild(lab.opening(), pre_state=state_bytes(with_nan(lab.states[CHALLENGED - 1]))))
+    return _opening_edit(
+        lab, lab.rebuild(lab.opening(), pre_state=state_bytes(with_nan(lab.states[CHALLENGED - 1])))
+    )
 
 
 @edit("committed-nan-pre-state", "an opening with NaNs")
@@ -381,7 +391,9 @@ def _committed_nan(lab: Lab) -> Attempt:
     prev = parse_step_leaf(lab.leaves[CHALLENGED - 1])
     leaves = lab.leaves[:CHALLENGED - 1] + [step_leaf(CHALLENGED - 1, pre.digest(), prev.loss_bits)]
     try:
-        after, loss = step(pre, lab.dataset.batch(lab.honest.schedule.batch(CHALLENGED)), lab.spec, CHALLENGED)
+        after, loss = step(
+            pre, lab.dataset.batch(lab.honest.schedule.batch(CHALLENGED)), lab.spec, CHALLENGED
+        )
         leaves += lab.continue_from(after, CHALLENGED, loss_bits(loss))[CHALLENGED:]
     except StepError:
         leaves += lab.leaves[CHALLENGED:]

@@ -131,18 +131,40 @@ def read_chain(path: Path) -> dict[str, Any]:
         view.sync()
     except Exception as exc:  # what a node's loop would meet: report it, with where the cursor stopped
         error = f"{type(exc).__name__}: {str(exc)[:200]}"
-    return {"head": head, "cursor": view.cursor, "seconds": round(time.monotonic() - started, 3), "error": error,
-            "events": [{"block": e.block, "name": type(e).__name__, "code": getattr(e, "code", None),
-                        "reason": str(getattr(e, "reason", ""))[:160]} for e in view.events],
-            "runs": sorted(r.hex() for r in view.state.runs)}
+    return {
+        "head": head,
+        "cursor": view.cursor,
+        "seconds": round(time.monotonic() - started, 3),
+        "error": error,
+        "events": [
+            {
+                "block": e.block,
+                "name": type(e).__name__,
+                "code": getattr(e, "code", None),
+                "reason": str(getattr(e, "reason", ""))[:160],
+            }
+            for e in view.events
+        ],
+        "runs": sorted(r.hex() for r in view.state.runs),
+    }
 
 
 def read_chain_bounded(path: Path, budget_s: float = READ_BUDGET_S) -> dict[str, Any]:
     """`read_chain` in a child process, killed `budget_s` after its imports are done."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
     # Unbuffered: a buffered readline would take the answer too, out of communicate()'s sight.
-    proc = subprocess.Popen([sys.executable, "-m", "devnet.hostile", "read-chain", str(path)], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, bufsize=0)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "devnet.hostile", "read-chain", str(path)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        bufsize=0,
+    )
     try:
         assert proc.stdout is not None
         ready = proc.stdout.readline()  # printed once the imports are done: the budget is for the reading
@@ -211,13 +233,23 @@ def _skipped_and_advanced(lab: Lab, name: str, payload: bytes) -> tuple[bool, st
     if r.get("died"):
         return False, "chain", r["error"]
     if r.get("error") and r.get("cursor", 0) < r.get("head", 0):
-        return False, "chain", f"block {r['cursor'] + 1} raised {r['error']}; the cursor stays at {r['cursor']}"
+        return (
+            False,
+            "chain",
+            f"block {r['cursor'] + 1} raised {r['error']}; the cursor stays at {r['cursor']}",
+        )
     if r["cursor"] != r["head"]:
         return False, "chain", f"the cursor stopped at {r['cursor']} of {r['head']}"
     ignored = _ignored_in(r["events"], 1)
     if len(ignored) != 1:
-        return False, "chain", (f"read to the head in {r['seconds']:g} s, but block 1 left {len(ignored)} ignored "
-                                "records (one is due: the remark is skipped visibly)")
+        return (
+            False,
+            "chain",
+            (
+                f"read to the head in {r['seconds']:g} s, but block 1 left {len(ignored)} ignored "
+                "records (one is due: the remark is skipped visibly)"
+            ),
+        )
     if run_id.hex() not in r["runs"]:
         return False, "chain", "the honest registration after the remark was not applied"
     return True, "chain", (f"skipped with {ignored[0]['code']} and read to the head in {r['seconds']:g} s; "
@@ -259,11 +291,17 @@ def _oversized_spec(lab: Lab) -> tuple[bool, str, str]:
         return False, "chain", f"the chain view did not reach the head: {r.get('error')}"
     if run_id.hex() in r["runs"]:
         return False, "chain", f"a {len(spec)}-byte spec was registered and is kept in the protocol state"
-    refused = [e for e in r["events"] if e["block"] == 1 and (e["name"] == "CallRefused" or _ignored_in([e], 1))]
+    refused = [
+        e for e in r["events"] if e["block"] == 1 and (e["name"] == "CallRefused" or _ignored_in([e], 1))
+    ]
     if not refused:
         return False, "chain", "the registration left no refusal or ignored record"
     if refused[0]["code"] == "RunIdNotOwned":
-        return False, "chain", "refused for its run id, before its spec was looked at: the probe proves nothing"
+        return (
+            False,
+            "chain",
+            "refused for its run id, before its spec was looked at: the probe proves nothing",
+        )
     if honest_id.hex() not in r["runs"]:
         return False, "chain", "the honest registration after it was not applied"
     return True, "chain", f"refused with {refused[0]['code']}: {refused[0]['reason'][:80]}"
@@ -329,7 +367,11 @@ def _control(lab: Lab) -> str | None:
     also stop honest work proves nothing."""
     uri = lab.prover.put("/openings/control", lab.opening())
     out = _fetch(lab, uri, "control", loopback_allowed=True)
-    return None if out.ok else f"the honest opening was refused on the same path: [{out.refusal_class}] {out.reason}"
+    return (
+        None
+        if out.ok
+        else f"the honest opening was refused on the same path: [{out.refusal_class}] {out.reason}"
+    )
 
 
 def _internal_targets(listener: Prover) -> list[tuple[str, str]]:
@@ -359,7 +401,9 @@ def _internal(lab: Lab, name: str, via_redirect: bool) -> tuple[bool, str, str]:
         for label, target in _internal_targets(listener):
             uri = target
             if via_redirect:
-                uri = lab.prover.serve(f"/openings/redirect-{len(classes)}-{label.split()[0]}", Serve(redirect=target))
+                uri = lab.prover.serve(
+                    f"/openings/redirect-{len(classes)}-{label.split()[0]}", Serve(redirect=target)
+                )
             hits = listener.requests
             with _Connects() as seen:
                 out = _fetch(lab, uri, f"{name}-{label.split()[0]}", loopback_allowed=via_redirect)
@@ -376,10 +420,18 @@ def _internal(lab: Lab, name: str, via_redirect: bool) -> tuple[bool, str, str]:
         if bad:
             return False, "fetch", "; ".join(bad)
         if classes != {"unavailable"}:
-            return False, "fetch", f"refused, but with the classes {sorted(map(str, classes))}: they tell networks apart"
+            return (
+                False,
+                "fetch",
+                f"refused, but with the classes {sorted(map(str, classes))}: they tell networks apart",
+            )
         how = "every redirect" if via_redirect else "every address"
-        return True, "fetch", f"{how} refused before connecting ({len(_internal_targets(listener))} targets), " \
-                              "each as [unavailable]"
+        return (
+            True,
+            "fetch",
+            f"{how} refused before connecting ({len(_internal_targets(listener))} targets), "
+            "each as [unavailable]",
+        )
     finally:
         listener.close()
 
@@ -431,13 +483,23 @@ def _gzip_unwritten(lab: Lab) -> tuple[bool, str, str]:
     if out.ok:
         return False, "fetch", f"fetched {out.data.get('bytes')} inflated bytes from {len(bomb)} on the wire"
     if peak[0] > first:
-        return False, "fetch", (f"[{out.refusal_class}] {out.reason[:60]}, but only after writing {peak[0]} inflated "
-                                f"bytes from {first} on the wire")
+        return (
+            False,
+            "fetch",
+            (
+                f"[{out.refusal_class}] {out.reason[:60]}, but only after writing {peak[0]} inflated "
+                f"bytes from {first} on the wire"
+            ),
+        )
     return True, "fetch", f"[{out.refusal_class}] {out.reason[:90]}; {peak[0]} bytes written"
 
 
-@probe("oversize-opening-for-spec", "a hostile endpoint or prover",
-       "refuse at the fetch an opening larger than its spec allows (state + batch + proofs), under the operator cap")
+@probe(
+    "oversize-opening-for-spec",
+    "a hostile endpoint or prover",
+    "refuse at the fetch an opening larger than its spec allows (state + batch + proofs), under the operator "
+    "cap",
+)
 def _oversize_for_spec(lab: Lab) -> tuple[bool, str, str]:
     if (why := _control(lab)) is not None:
         return False, "fetch", why
@@ -447,8 +509,14 @@ def _oversize_for_spec(lab: Lab) -> tuple[bool, str, str]:
     # The chain's facts give the node the digest and spec its opening is sized by.
     out = _fetch(lab, uri, "oversize-for-spec", loopback_allowed=True, max_bytes=opening_cap(lab))
     if out.ok:
-        return False, "fetch", (f"{len(honest) + pad} bytes fetched for a spec whose opening is {len(honest)}: "
-                                "the cap is the operator's, not the spec's")
+        return (
+            False,
+            "fetch",
+            (
+                f"{len(honest) + pad} bytes fetched for a spec whose opening is {len(honest)}: "
+                "the cap is the operator's, not the spec's"
+            ),
+        )
     if out.refusal_class != "unavailable" or not out.reason.startswith("too_large"):
         return False, "fetch", f"[{out.refusal_class}] {out.reason[:100]}"
     return True, "fetch", f"[{out.refusal_class}] {out.reason[:100]}"
@@ -484,7 +552,11 @@ def _slowloris(lab: Lab) -> tuple[bool, str, str]:
                 bad.append(f"{what}: fetched")
         if bad:
             return False, "fetch", "; ".join(bad)
-        return True, "fetch", "ended within the budget: " + ", ".join(f"{w} {s:.1f} s" for w, s in took.items())
+        return (
+            True,
+            "fetch",
+            "ended within the budget: " + ", ".join(f"{w} {s:.1f} s" for w, s in took.items()),
+        )
     finally:
         slow.close()
 
@@ -502,7 +574,9 @@ def _poison(lab: Lab) -> tuple[bool, str, str]:
     if mb.count(step_field) != 1:
         return False, "validate", "cannot place the poison: the manifest's step field is not unique"
     poisoned = mb.replace(step_field, cbor.encode("step") + bignum())
-    data = MAGIC_OPENING + struct.pack(">I", len(poisoned)) + poisoned + opening[len(MAGIC_OPENING) + 4 + mlen:]
+    data = (
+        MAGIC_OPENING + struct.pack(">I", len(poisoned)) + poisoned + opening[len(MAGIC_OPENING) + 4 + mlen :]
+    )
     dest = lab.dir / "verifier" / "poison.opening"
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_bytes(data)
@@ -528,24 +602,68 @@ def _api(lab: Lab) -> tuple[Any, dict[str, bytes]]:
     db.unlink(missing_ok=True)
     engine = open_database(f"sqlite:///{db}", init=True)
     now = time.time()
-    secret = {"value_hash": bytes([0xD1]) * 32, "leaf": bytes([0xD2]) * 80, "state_digest": bytes([0xD3]) * 32}
+    secret = {
+        "value_hash": bytes([0xD1]) * 32,
+        "leaf": bytes([0xD2]) * 80,
+        "state_digest": bytes([0xD3]) * 32,
+    }
     cid, run_id = bytes([0xC7]) * 32, lab.honest.run_id
     with engine.begin() as conn:
-        conn.execute(runs.insert().values(
-            run_id=run_id, miner="miner", spec_digest=lab.spec.digest(), mode="value", declared_steps=lab.spec.steps,
-            endpoint=lab.prover.endpoint, initial_hash=lab.honest.initial_hash,
-            schedule_commitment=lab.honest.schedule.commitment, dataset_hash=lab.dataset.dataset_hash,
-            registered_block=1, slashed=0))
-        conn.execute(challenges.insert().values(
-            challenge_id=cid, run_id=run_id, idx=0, step=CHALLENGED, root=bytes(32), size=len(lab.leaves),
-            mode="value", endpoint=lab.prover.endpoint, issued_block=3, opening_deadline=9, commit_deadline=60,
-            reveal_deadline=90, stage="reveal", opening_digest=bytes([4]) * 32, leaf=lab.leaves[CHALLENGED],
-            leaf_hash=bytes([5]) * 32, matches_leaf=True, replay_leaf=secret["leaf"],
-            replay_state_digest=secret["state_digest"], value_hash=secret["value_hash"], norm_bucket=12,
-            attempts=0, next_attempt_at=0.0, created_at=now, updated_at=now))
-        conn.execute(witnesses.insert().values(
-            challenge_id=cid, verifier="verifier", salt=bytes(16), value_hash=secret["value_hash"], norm_bucket=12,
-            commitment=bytes([6]) * 32, created_at=now))
+        conn.execute(
+            runs.insert().values(
+                run_id=run_id,
+                miner="miner",
+                spec_digest=lab.spec.digest(),
+                mode="value",
+                declared_steps=lab.spec.steps,
+                endpoint=lab.prover.endpoint,
+                initial_hash=lab.honest.initial_hash,
+                schedule_commitment=lab.honest.schedule.commitment,
+                dataset_hash=lab.dataset.dataset_hash,
+                registered_block=1,
+                slashed=0,
+            )
+        )
+        conn.execute(
+            challenges.insert().values(
+                challenge_id=cid,
+                run_id=run_id,
+                idx=0,
+                step=CHALLENGED,
+                root=bytes(32),
+                size=len(lab.leaves),
+                mode="value",
+                endpoint=lab.prover.endpoint,
+                issued_block=3,
+                opening_deadline=9,
+                commit_deadline=60,
+                reveal_deadline=90,
+                stage="reveal",
+                opening_digest=bytes([4]) * 32,
+                leaf=lab.leaves[CHALLENGED],
+                leaf_hash=bytes([5]) * 32,
+                matches_leaf=True,
+                replay_leaf=secret["leaf"],
+                replay_state_digest=secret["state_digest"],
+                value_hash=secret["value_hash"],
+                norm_bucket=12,
+                attempts=0,
+                next_attempt_at=0.0,
+                created_at=now,
+                updated_at=now,
+            )
+        )
+        conn.execute(
+            witnesses.insert().values(
+                challenge_id=cid,
+                verifier="verifier",
+                salt=bytes(16),
+                value_hash=secret["value_hash"],
+                norm_bucket=12,
+                commitment=bytes([6]) * 32,
+                created_at=now,
+            )
+        )
     client = TestClient(create_app(engine, NodeConfig()), base_url="http://127.0.0.1:8700")
     return client, {**secret, "challenge_id": cid}
 

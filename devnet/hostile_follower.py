@@ -1,4 +1,5 @@
-"""Hostile-input probes, second round: a block or snapshot that would stop the chain follower. Registered in devnet.hostile."""
+"""Hostile-input probes, second round: a block or snapshot that would stop the chain follower.
+Registered in devnet.hostile."""
 
 from __future__ import annotations
 
@@ -36,10 +37,13 @@ def _two_runs(lab: Lab, name: str) -> tuple[Path, bytes, bytes]:
     return path, ids[0], ids[1]
 
 
-@probe("on-block-failure-contained", KIND,
-       "record a failure inside a block's own protocol work (one run's challenge issuance crashing halfway) as "
-       "BlockWorkFailed, undo it, advance the cursor, keep the other runs' work, and derive the same bytes on "
-       "every follower")
+@probe(
+    "on-block-failure-contained",
+    KIND,
+    "record a failure inside a block's own protocol work (one run's challenge issuance crashing halfway) as "
+    "BlockWorkFailed, undo it, advance the cursor, keep the other runs' work, and derive the same bytes on "
+    "every follower",
+)
 def _on_block_failure(lab: Lab) -> tuple[bool, str, str]:
     path, poisoned_id, other_id = _two_runs(lab, "on-block-failure")
     real = rules._issue_first
@@ -68,17 +72,29 @@ def _on_block_failure(lab: Lab) -> tuple[bool, str, str]:
         return False, "chain", f"the cursor stopped at {one.cursor} of {head}"
     failed = one.of(BlockWorkFailed)
     if not failed or {(e.stage, e.subject) for e in failed} != {("issuance", poisoned_id.hex())}:
-        return False, "chain", f"the failure left {len(failed)} BlockWorkFailed records, not one per block for the run"
+        return (
+            False,
+            "chain",
+            f"the failure left {len(failed)} BlockWorkFailed records, not one per block for the run",
+        )
     state = one.state
     if state.runs[poisoned_id].drawn or state.runs[poisoned_id].challenges:
         return False, "chain", "the failed issuance was not undone: the run kept a half-made draw"
     if not state.runs[other_id].challenges:
         return False, "chain", "the other run was not challenged: one failure stopped the stage"
-    if state.to_cbor() != two.state.to_cbor() or [e.to_json() for e in one.events] != [e.to_json() for e in two.events]:
+    if state.to_cbor() != two.state.to_cbor() or [e.to_json() for e in one.events] != [
+        e.to_json() for e in two.events
+    ]:
         return False, "chain", "two followers of the same chain derived different states or events"
-    return True, "chain", (f"{len(failed)} BlockWorkFailed (issuance, {failed[0].error_type}) from block "
-                           f"{failed[0].block}, undone; cursor at the head {head}; the other run got "
-                           f"{len(state.runs[other_id].challenges)} challenge(s); two followers byte-identical")
+    return (
+        True,
+        "chain",
+        (
+            f"{len(failed)} BlockWorkFailed (issuance, {failed[0].error_type}) from block "
+            f"{failed[0].block}, undone; cursor at the head {head}; the other run got "
+            f"{len(state.runs[other_id].challenges)} challenge(s); two followers byte-identical"
+        ),
+    )
 
 
 @probe("tampered-snapshot-rederived", KIND,
@@ -120,4 +136,8 @@ def _tampered_snapshot(lab: Lab) -> tuple[bool, str, str]:
         if view.state.to_cbor() != honest.state.to_cbor() or view.cursor != honest.cursor:
             return False, "chain", f"after the {name} snapshot the follower derived another state"
         reasons.append(f"{name}: {view.discarded.split('snapshot: ')[-1][:60]}")
-    return True, "chain", "each refused and derived again from genesis to the same bytes; " + "; ".join(reasons)
+    return (
+        True,
+        "chain",
+        "each refused and derived again from genesis to the same bytes; " + "; ".join(reasons),
+    )

@@ -1,4 +1,5 @@
-"""Hostile-input probes, second round: one miner starving a resource every miner shares (resolver, fetch slots, disk). Registered in devnet.hostile."""
+"""Hostile-input probes, second round: one miner starving a resource every miner shares (resolver,
+fetch slots, disk). Registered in devnet.hostile."""
 
 from __future__ import annotations
 
@@ -51,10 +52,20 @@ def _dns_staller(lab: Lab) -> tuple[bool, str, str]:
 
     def stall(i: int) -> None:
         dest = lab.dir / "verifier" / f"stall-{i}.opening"
-        staller.append(stage_fetch(uri=f"http://p{i}.stall.test:{port}/openings/x", endpoint="", run_id=lab.honest.run_id,
-                                   dest=dest, leaves_dest=None, max_opening_bytes=max_opening_bytes(lab),
-                                   max_leaves_bytes=1 << 20, policy=policy, facts=_honest_facts(lab),
-                                   owner="miner:staller"))
+        staller.append(
+            stage_fetch(
+                uri=f"http://p{i}.stall.test:{port}/openings/x",
+                endpoint="",
+                run_id=lab.honest.run_id,
+                dest=dest,
+                leaves_dest=None,
+                max_opening_bytes=max_opening_bytes(lab),
+                max_leaves_bytes=1 << 20,
+                policy=policy,
+                facts=_honest_facts(lab),
+                owner="miner:staller",
+            )
+        )
 
     threads = [threading.Thread(target=stall, args=(i,), daemon=True) for i in range(STALLED_FETCHES)]
     try:
@@ -76,21 +87,39 @@ def _dns_staller(lab: Lab) -> tuple[bool, str, str]:
     finally:
         resolver.release.set()
     if held < slots.per_owner:
-        return False, "fetch", f"the staller's lookups never held its slots ({held}): the probe proves nothing"
+        return (
+            False,
+            "fetch",
+            f"the staller's lookups never held its slots ({held}): the probe proves nothing",
+        )
     if not out.ok:
-        return False, "fetch", f"the honest opening was refused while another miner stalled: [{out.refusal_class}] " \
-                               f"{out.reason[:120]}"
+        return (
+            False,
+            "fetch",
+            f"the honest opening was refused while another miner stalled: [{out.refusal_class}] "
+            f"{out.reason[:120]}",
+        )
     if took > STALL_DNS_S / 2:
         return False, "fetch", f"the honest fetch took {took:.2f} s behind the staller's lookups"
     if peak > slots.per_owner:
         return False, "fetch", f"the staller held {peak} lookup threads, over its {slots.per_owner}"
     stalled = [o for o in staller if not o.ok and "dns:" in (o.reason or "")]
     if len(stalled) != STALLED_FETCHES or not all(o.data.get("retryable") for o in stalled):
-        return False, "fetch", f"{len(stalled)} of the staller's {STALLED_FETCHES} fetches ended as a lookup failure " \
-                               "that may pass"
-    return True, "fetch", (f"the honest opening fetched in {took:.2f} s while {STALLED_FETCHES} stalled fetches held "
-                           f"{held} lookup slots of their own miner; each ended [unavailable] by its {STALL_DNS_S:g} s "
-                           "deadline")
+        return (
+            False,
+            "fetch",
+            f"{len(stalled)} of the staller's {STALLED_FETCHES} fetches ended as a lookup failure "
+            "that may pass",
+        )
+    return (
+        True,
+        "fetch",
+        (
+            f"the honest opening fetched in {took:.2f} s while {STALLED_FETCHES} stalled fetches held "
+            f"{held} lookup slots of their own miner; each ended [unavailable] by its {STALL_DNS_S:g} s "
+            "deadline"
+        ),
+    )
 
 
 def _siit_targets() -> list[tuple[str, str]]:
@@ -101,25 +130,40 @@ def _siit_targets() -> list[tuple[str, str]]:
             ("Teredo private", "[2001:0:4136:e378:8000:63bf:f5ff:fffe]")]
 
 
-@probe("siit-metadata-address", KIND,
-       "refuse the IPv4-translated (SIIT) and every other IPv6 form of a forbidden IPv4 address, as an address "
-       "and as a name's answer, without connecting")
+@probe(
+    "siit-metadata-address",
+    KIND,
+    "refuse the IPv4-translated (SIIT) and every other IPv6 form of a forbidden IPv4 address, as an address "
+    "and as a name's answer, without connecting",
+)
 def _siit(lab: Lab) -> tuple[bool, str, str]:
     bad, seen_classes = [], set()
     with _Connects() as seen:
         for label, host in _siit_targets():
-            out = _fetch(lab, f"http://{host}/latest/meta-data/", f"siit-{label.split()[0]}-{label.split()[1]}",
-                         loopback_allowed=False)
+            out = _fetch(
+                lab,
+                f"http://{host}/latest/meta-data/",
+                f"siit-{label.split()[0]}-{label.split()[1]}",
+                loopback_allowed=False,
+            )
             seen_classes.add(out.refusal_class)
             if out.ok or not (out.reason or "").startswith("refused_address"):
                 bad.append(f"{label}: {'fetched' if out.ok else out.reason[:80]}")
         # A name whose answer is the SIIT form of the metadata address, beside a public one.
         policy = FetchPolicy(connect_timeout_s=1, attempts=1, egress=EgressPolicy(
             resolver=lambda h, p: ["93.184.216.34", "::ffff:0:a9fe:a9fe"], slots=ResolverSlots()))
-        out = stage_fetch(uri="http://rebind.example/latest/meta-data/", endpoint="", run_id=lab.honest.run_id,
-                          dest=lab.dir / "verifier" / "siit-name.opening", leaves_dest=None,
-                          max_opening_bytes=max_opening_bytes(lab), max_leaves_bytes=1 << 20, policy=policy,
-                          facts=_honest_facts(lab), owner="miner:siit")
+        out = stage_fetch(
+            uri="http://rebind.example/latest/meta-data/",
+            endpoint="",
+            run_id=lab.honest.run_id,
+            dest=lab.dir / "verifier" / "siit-name.opening",
+            leaves_dest=None,
+            max_opening_bytes=max_opening_bytes(lab),
+            max_leaves_bytes=1 << 20,
+            policy=policy,
+            facts=_honest_facts(lab),
+            owner="miner:siit",
+        )
         seen_classes.add(out.refusal_class)
         if out.ok or "cloud metadata" not in (out.reason or ""):
             bad.append(f"a name answering ::ffff:0:a9fe:a9fe: {'fetched' if out.ok else out.reason[:80]}")
@@ -129,12 +173,19 @@ def _siit(lab: Lab) -> tuple[bool, str, str]:
         return False, "fetch", "; ".join(bad)
     if seen_classes != {"unavailable"}:
         return False, "fetch", f"refused with the classes {sorted(map(str, seen_classes))}"
-    return True, "fetch", f"{len(_siit_targets()) + 1} IPv6 forms refused before any connection, each [unavailable]"
+    return (
+        True,
+        "fetch",
+        f"{len(_siit_targets()) + 1} IPv6 forms refused before any connection, each [unavailable]",
+    )
 
 
-@probe("endpoint-spellings-one-owner", KIND,
-       "count every spelling of one prover server (case, trailing dot, default port, IPv4-mapped and translated "
-       "forms, a name resolving to it) against one endpoint cap")
+@probe(
+    "endpoint-spellings-one-owner",
+    KIND,
+    "count every spelling of one prover server (case, trailing dot, default port, IPv4-mapped and translated "
+    "forms, a name resolving to it) against one endpoint cap",
+)
 def _spellings(lab: Lab) -> tuple[bool, str, str]:
     port = urlsplit(lab.prover.endpoint).port
     policy = FetchPolicy(egress=EgressPolicy.from_allow(["127.0.0.1"], resolver=lambda h, p: ["127.0.0.1"],
@@ -161,13 +212,22 @@ def _spellings(lab: Lab) -> tuple[bool, str, str]:
         bad.append("another server was counted as the same one")
     if bad:
         return False, "fetch", "; ".join(bad)
-    return True, "fetch", (f"{len(spellings)} spellings of 127.0.0.1:{port} and {len(defaults)} of a name on its "
-                           "default port each counted as one server (cap 1: every other spelling waited)")
+    return (
+        True,
+        "fetch",
+        (
+            f"{len(spellings)} spellings of 127.0.0.1:{port} and {len(defaults)} of a name on its "
+            "default port each counted as one server (cap 1: every other spelling waited)"
+        ),
+    )
 
 
-@probe("broad-allow-list-refused", "a hostile endpoint or prover",
-       "refuse a fetch.allow entry that covers the internal address space (0.0.0.0/0, ::/0, a /4), naming it, "
-       "unless fetch.allow_broad opts in; a narrow entry still loads")
+@probe(
+    "broad-allow-list-refused",
+    "a hostile endpoint or prover",
+    "refuse a fetch.allow entry that covers the internal address space (0.0.0.0/0, ::/0, a /4), naming it, "
+    "unless fetch.allow_broad opts in; a narrow entry still loads",
+)
 def _broad_allow(lab: Lab) -> tuple[bool, str, str]:
     from node.config import load_config
 
@@ -175,7 +235,9 @@ def _broad_allow(lab: Lab) -> tuple[bool, str, str]:
     folder.mkdir(parents=True, exist_ok=True)
     bad = []
     for i, entry in enumerate(("0.0.0.0/0", "::/0", "0.0.0.0/4", "::ffff:0:0/96")):
-        problem = config_refusal(folder / f"broad-{i}.toml", f'[fetch]\nallow = ["{entry}"]\n'.encode(), entry)
+        problem = config_refusal(
+            folder / f"broad-{i}.toml", f'[fetch]\nallow = ["{entry}"]\n'.encode(), entry
+        )
         if problem is not None:
             bad.append(f"{entry}: {problem}")
     for name, text in (("a narrow entry", '[fetch]\nallow = ["10.1.2.0/24"]\n'),

@@ -1,4 +1,5 @@
-"""Hostile-input probes, second round: decoder memory amplification (leaf lists, manifests). Registered in devnet.hostile.
+"""Hostile-input probes, second round: decoder memory amplification (leaf lists, manifests).
+Registered in devnet.hostile.
 
 Each payload is 8 MiB of containers that cost tens of bytes of Python objects per byte; a real
 prover serves it and the node's own fetch and decoding run on it under tracemalloc, whose peak
@@ -74,7 +75,9 @@ def _serve_and_run(lab: Lab, tag: str, opening: bytes, leaves: bytes | None) -> 
                               policy=fetch_policy(loopback_allowed=True), facts=facts)
             checks = None
             if out.ok and leaves is not None:
-                checks = stage_losschecks(leaves_dest, root=facts.root, size=facts.size, config=LossCheckConfig())
+                checks = stage_losschecks(
+                    leaves_dest, root=facts.root, size=facts.size, config=LossCheckConfig()
+                )
             return out, checks
 
         (out, checks), peak = _traced(path)
@@ -83,13 +86,21 @@ def _serve_and_run(lab: Lab, tag: str, opening: bytes, leaves: bytes | None) -> 
         prover.close()
 
 
-@probe("leaf-list-of-empty-arrays", KIND,
-       "refuse a served leaf list of 8 MiB of empty arrays, its fetch and decoding peaking within 4x the payload")
+@probe(
+    "leaf-list-of-empty-arrays",
+    KIND,
+    "refuse a served leaf list of 8 MiB of empty arrays, its fetch and decoding peaking within 4x the "
+    "payload",
+)
 def _leaf_list(lab: Lab) -> tuple[bool, str, str]:
     payload = empty_arrays()
     out, checks, peak = _serve_and_run(lab, "amplified-leaves", lab.opening(), payload)
     if not out.ok:
-        return False, "fetch", f"the honest opening beside the leaf list was refused: [{out.refusal_class}] {out.reason}"
+        return (
+            False,
+            "fetch",
+            f"the honest opening beside the leaf list was refused: [{out.refusal_class}] {out.reason}",
+        )
     if out.data.get("leaves_bytes") != len(payload):
         return False, "fetch", f"the leaf list was not fetched whole: {out.data.get('leaves_error')}"
     ratio = peak / len(payload)
@@ -98,7 +109,11 @@ def _leaf_list(lab: Lab) -> tuple[bool, str, str]:
     if ratio > MAX_RATIO:
         return False, "losschecks", (f"refused ({checks.data['error'][:60]}), but the fetch and decoding "
                                      f"peaked at {ratio:.1f}x the {len(payload)} bytes")
-    return True, "losschecks", f"{checks.data['error'][:90]}; traced peak {ratio:.2f}x of {len(payload)} bytes"
+    return (
+        True,
+        "losschecks",
+        f"{checks.data['error'][:90]}; traced peak {ratio:.2f}x of {len(payload)} bytes",
+    )
 
 
 @probe("manifest-of-empty-arrays", KIND,
@@ -106,7 +121,10 @@ def _leaf_list(lab: Lab) -> tuple[bool, str, str]:
        "decoding peaking within 4x the payload")
 def _manifest(lab: Lab) -> tuple[bool, str, str]:
     results = []
-    for shape, body in (("flat", empty_arrays(PAYLOAD_BYTES - 20)), ("triples", triples_of_empty_arrays(PAYLOAD_BYTES - 20))):
+    for shape, body in (
+        ("flat", empty_arrays(PAYLOAD_BYTES - 20)),
+        ("triples", triples_of_empty_arrays(PAYLOAD_BYTES - 20)),
+    ):
         manifest = b"\xa1" + cbor.encode("samples") + body
         opening = MAGIC + struct.pack(">I", len(manifest)) + manifest
         out, _, peak = _serve_and_run(lab, f"amplified-manifest-{shape}", opening, None)
@@ -117,4 +135,8 @@ def _manifest(lab: Lab) -> tuple[bool, str, str]:
             return False, "fetch", (f"[{out.refusal_class}] {out.reason[:60]}, but the download and decoding "
                                     f"peaked at {ratio:.1f}x the {len(opening)} bytes")
         results.append((shape, out, ratio))
-    return True, "fetch", "; ".join(f"{s}: [{o.refusal_class}] {o.reason[-60:]}, peak {r:.2f}x" for s, o, r in results)
+    return (
+        True,
+        "fetch",
+        "; ".join(f"{s}: [{o.refusal_class}] {o.reason[-60:]}, peak {r:.2f}x" for s, o, r in results),
+    )

@@ -1,4 +1,5 @@
-"""Hostile-input probes, second round: an out-of-range or unpinned configure_network record. Registered in devnet.hostile."""
+"""Hostile-input probes, second round: an out-of-range or unpinned configure_network record.
+Registered in devnet.hostile."""
 
 from __future__ import annotations
 
@@ -57,7 +58,10 @@ def _follow(path: Path) -> tuple[ChainView | None, str]:
         view.sync()
         again = ProtocolState.from_cbor(view.state.to_cbor())
     except Exception as exc:  # what a node's loop would meet
-        return None, f"the follower stopped at block {view.cursor + 1}: {type(exc).__name__}: {str(exc)[:120]}"
+        return (
+            None,
+            f"the follower stopped at block {view.cursor + 1}: {type(exc).__name__}: {str(exc)[:120]}",
+        )
     if view.cursor != t.finalized_head():
         return None, f"the cursor stopped at {view.cursor} of {t.finalized_head()}"
     if again.params != view.state.params:
@@ -83,30 +87,43 @@ def _refused_in_range(lab: Lab, name: str, **changes: int) -> tuple[bool, str, s
                            f"{view.cursor} and its snapshot round-trips")
 
 
-@probe("opening-deadline-out-of-range", KIND,
-       "refuse a configure_network record with opening_deadline = 2^63 as ParamOutOfRange and follow the chain "
-       "past it")
+@probe(
+    "opening-deadline-out-of-range",
+    KIND,
+    "refuse a configure_network record with opening_deadline = 2^63 as ParamOutOfRange and follow the chain "
+    "past it",
+)
 def _opening_deadline(lab: Lab) -> tuple[bool, str, str]:
     return _refused_in_range(lab, "opening-deadline-out-of-range", opening_deadline=1 << 63)
 
 
-@probe("unbonding-delay-out-of-range", KIND,
-       "refuse a configure_network record with unbonding_delay = 2^64 - 1 as ParamOutOfRange; the follower and "
-       "its snapshot go on")
+@probe(
+    "unbonding-delay-out-of-range",
+    KIND,
+    "refuse a configure_network record with unbonding_delay = 2^64 - 1 as ParamOutOfRange; the follower and "
+    "its snapshot go on",
+)
 def _unbonding_delay(lab: Lab) -> tuple[bool, str, str]:
     return _refused_in_range(lab, "unbonding-delay-out-of-range", unbonding_delay=(1 << 64) - 1)
 
 
-@probe("max-rounds-out-of-range", KIND,
-       "refuse a configure_network record with max_rounds = 2^31 (a challenge's round is an INTEGER column of the "
-       "node database) as ParamOutOfRange and follow the chain past it")
+@probe(
+    "max-rounds-out-of-range",
+    KIND,
+    "refuse a configure_network record with max_rounds = 2^31 (a challenge's round is an INTEGER column of "
+    "the "
+    "node database) as ParamOutOfRange and follow the chain past it",
+)
 def _max_rounds(lab: Lab) -> tuple[bool, str, str]:
     return _refused_in_range(lab, "max-rounds-out-of-range", max_rounds=1 << 31)
 
 
-@probe("unpinned-authority-record", KIND,
-       "refuse a stranger's first configure_network record on a chain whose authority is unpinned in the node "
-       "config (NotAuthority: the chain names its creator); the creator's record still configures it")
+@probe(
+    "unpinned-authority-record",
+    KIND,
+    "refuse a stranger's first configure_network record on a chain whose authority is unpinned in the node "
+    "config (NotAuthority: the chain names its creator); the creator's record still configures it",
+)
 def _stranger(lab: Lab) -> tuple[bool, str, str]:
     taken = ProtocolParams.from_dict({**lab.params.to_dict(), "commit_window": lab.params.commit_window + 7,
                                       "slash_amount": 0})
@@ -123,9 +140,17 @@ def _stranger(lab: Lab) -> tuple[bool, str, str]:
     if not refused or (refused[0].origin, refused[0].refusal) != ("mallory", "NotAuthority"):
         return False, "chain", "the stranger's record was not refused as NotAuthority"
     if view.state.authority != OPERATOR or view.state.params == taken:
-        return False, "chain", f"the network's authority is {view.state.authority}, parameters {view.state.params}"
+        return (
+            False,
+            "chain",
+            f"the network's authority is {view.state.authority}, parameters {view.state.params}",
+        )
     if not any(isinstance(e, NetworkConfigured) and e.authority == OPERATOR for e in view.events):
         return False, "chain", "the creator's own record was not accepted"
     if run_id not in view.state.runs:
         return False, "chain", "the honest registration after the record was not applied"
-    return True, "chain", "refused with NotAuthority; the chain's creator configures it and the follower read on"
+    return (
+        True,
+        "chain",
+        "refused with NotAuthority; the chain's creator configures it and the follower read on",
+    )

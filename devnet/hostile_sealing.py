@@ -34,12 +34,31 @@ def _sealed_node(lab: Lab, name: str, cid: bytes, *, refused: bool, now: float):
     db.unlink(missing_ok=True)
     engine = open_database(f"sqlite:///{db}", init=True)
     run_id = lab.honest.run_id
-    common = dict(challenge_id=cid, run_id=run_id, idx=0, step=CHALLENGED, root=bytes(32), size=len(lab.leaves),
-                  mode="value", endpoint=lab.prover.endpoint, issued_block=3, opening_deadline=9,
-                  commit_deadline=60, reveal_deadline=90, stage="reveal", opening_digest=bytes([4]) * 32,
-                  opening_uri=f"{lab.prover.endpoint}/openings/x", opening_block=5, leaf=lab.leaves[CHALLENGED],
-                  leaf_hash=bytes([5]) * 32, committee=json.dumps(["verifier", "other"]), on_committee=True,
-                  round=1, next_attempt_at=0.0, created_at=now - 100)
+    common = dict(
+        challenge_id=cid,
+        run_id=run_id,
+        idx=0,
+        step=CHALLENGED,
+        root=bytes(32),
+        size=len(lab.leaves),
+        mode="value",
+        endpoint=lab.prover.endpoint,
+        issued_block=3,
+        opening_deadline=9,
+        commit_deadline=60,
+        reveal_deadline=90,
+        stage="reveal",
+        opening_digest=bytes([4]) * 32,
+        opening_uri=f"{lab.prover.endpoint}/openings/x",
+        opening_block=5,
+        leaf=lab.leaves[CHALLENGED],
+        leaf_hash=bytes([5]) * 32,
+        committee=json.dumps(["verifier", "other"]),
+        on_committee=True,
+        round=1,
+        next_attempt_at=0.0,
+        created_at=now - 100,
+    )
     if refused:
         value, proof = refused_pair(cid)
         bucket = REFUSED_BUCKET
@@ -49,33 +68,90 @@ def _sealed_node(lab: Lab, name: str, cid: bytes, *, refused: bool, now: float):
                ("witness", "refused"), ("commit", "commit in block 7")]
     else:
         value, proof, bucket = bytes([0xD1]) * 32, bytes([0xD2]) * 32, 12
-        row = dict(opening_bytes=len(lab.opening()), opening_source=f"{lab.prover.endpoint}/openings/x",
-                   loss_checks=json.dumps({"steps": len(lab.leaves) - 1, "ok": True, "findings": [], "losses": [1.0]}),
-                   matches_leaf=True, replay_leaf=bytes([0xD3]) * 40, replay_state_digest=bytes([0xD4]) * 32,
-                   replay_proof_hash=proof, attempts=0, updated_at=now - 10)
+        row = dict(
+            opening_bytes=len(lab.opening()),
+            opening_source=f"{lab.prover.endpoint}/openings/x",
+            loss_checks=json.dumps(
+                {"steps": len(lab.leaves) - 1, "ok": True, "findings": [], "losses": [1.0]}
+            ),
+            matches_leaf=True,
+            replay_leaf=bytes([0xD3]) * 40,
+            replay_state_digest=bytes([0xD4]) * 32,
+            replay_proof_hash=proof,
+            attempts=0,
+            updated_at=now - 10,
+        )
         log = [("awaiting_opening", "opening on chain at block 5"), ("fetch", f"{len(lab.opening())} bytes"),
                ("validate", None), ("losschecks", "ok"), ("replay", "matches leaf t"), ("witness", "value"),
                ("commit", "commit in block 7")]
     with engine.begin() as conn:
-        conn.execute(runs.insert().values(
-            run_id=run_id, miner="miner", spec_digest=lab.spec.digest(), mode="value", declared_steps=lab.spec.steps,
-            endpoint=lab.prover.endpoint, initial_hash=lab.honest.initial_hash,
-            schedule_commitment=lab.honest.schedule.commitment, dataset_hash=lab.dataset.dataset_hash,
-            registered_block=1, slashed=0))
-        conn.execute(challenges.insert().values(**common, **row, value_hash=value, proof_hash=proof, norm_bucket=bucket))
+        conn.execute(
+            runs.insert().values(
+                run_id=run_id,
+                miner="miner",
+                spec_digest=lab.spec.digest(),
+                mode="value",
+                declared_steps=lab.spec.steps,
+                endpoint=lab.prover.endpoint,
+                initial_hash=lab.honest.initial_hash,
+                schedule_commitment=lab.honest.schedule.commitment,
+                dataset_hash=lab.dataset.dataset_hash,
+                registered_block=1,
+                slashed=0,
+            )
+        )
+        conn.execute(
+            challenges.insert().values(
+                **common, **row, value_hash=value, proof_hash=proof, norm_bucket=bucket
+            )
+        )
         t = now - 90
         for stage, detail in log:
-            conn.execute(stage_log.insert().values(challenge_id=cid, stage=stage, started_at=t, finished_at=t + 2,
-                                                   detail=detail))
+            conn.execute(
+                stage_log.insert().values(
+                    challenge_id=cid, stage=stage, started_at=t, finished_at=t + 2, detail=detail
+                )
+            )
             t += 2
-        conn.execute(witnesses.insert().values(challenge_id=cid, verifier="verifier", salt=bytes(16), value_hash=value,
-                                               norm_bucket=bucket, commitment=bytes([6]) * 32, created_at=t))
-        conn.execute(txs.insert().values(challenge_id=cid, verifier="verifier", kind="commit", origin="verifier",
-                                         payload=b"c", state="confirmed", block=7, sends=3 if refused else 1,
-                                         created_at=t, updated_at=t))
-        conn.execute(txs.insert().values(challenge_id=cid, verifier="verifier", kind="reveal", origin="verifier",
-                                         payload=b"r", state="unconfirmed", sends=1, created_at=t, updated_at=t,
-                                         last_error="timed out" if refused else None))
+        conn.execute(
+            witnesses.insert().values(
+                challenge_id=cid,
+                verifier="verifier",
+                salt=bytes(16),
+                value_hash=value,
+                norm_bucket=bucket,
+                commitment=bytes([6]) * 32,
+                created_at=t,
+            )
+        )
+        conn.execute(
+            txs.insert().values(
+                challenge_id=cid,
+                verifier="verifier",
+                kind="commit",
+                origin="verifier",
+                payload=b"c",
+                state="confirmed",
+                block=7,
+                sends=3 if refused else 1,
+                created_at=t,
+                updated_at=t,
+            )
+        )
+        conn.execute(
+            txs.insert().values(
+                challenge_id=cid,
+                verifier="verifier",
+                kind="reveal",
+                origin="verifier",
+                payload=b"r",
+                state="unconfirmed",
+                sends=1,
+                created_at=t,
+                updated_at=t,
+                last_error="timed out" if refused else None,
+            )
+        )
     return engine
 
 
@@ -85,7 +161,10 @@ def _get_routes(app: Any, run_id: str) -> list[str]:
     urls = []
     for path, ops in app.openapi()["paths"].items():
         op = ops.get("get")
-        if op is None or {p["name"] for p in op.get("parameters", []) if p["in"] == "path"} - {"challenge_id", "run_id"}:
+        if op is None or {p["name"] for p in op.get("parameters", []) if p["in"] == "path"} - {
+            "challenge_id",
+            "run_id",
+        }:
             continue
         url = path.replace("{run_id}", run_id)
         urls.append(url)
@@ -117,8 +196,11 @@ def _normal(text: str, cid: bytes) -> str:
     return json.dumps(mask(doc), sort_keys=True)
 
 
-@probe("sealed-refused-looks-replayed", "a hostile API request",
-       "show a refused and a replayed challenge identically in every route, page and metric before the reveal")
+@probe(
+    "sealed-refused-looks-replayed",
+    "a hostile API request",
+    "show a refused and a replayed challenge identically in every route, page and metric before the reveal",
+)
 def _refused_vs_replayed(lab: Lab) -> tuple[bool, str, str]:
     now = time.time()
     ids = {"refused": bytes([0xE1]) * 32, "replayed": bytes([0xE2]) * 32}
@@ -161,8 +243,12 @@ def _range_digits(lab: Lab) -> tuple[bool, str, str]:
     return True, "api", "the prover answers 5,000-digit ranges without a server error"
 
 
-@probe("hostile-config-file", "a hostile API request",
-       "refuse an unreadable config file (invalid UTF-8, deep nesting, a huge integer) with a config error naming it")
+@probe(
+    "hostile-config-file",
+    "a hostile API request",
+    "refuse an unreadable config file (invalid UTF-8, deep nesting, a huge integer) with a config error "
+    "naming it",
+)
 def _hostile_config(lab: Lab) -> tuple[bool, str, str]:
     folder = lab.dir / "hostile" / "config"
     folder.mkdir(parents=True, exist_ok=True)

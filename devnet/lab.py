@@ -129,7 +129,9 @@ class Prover:
         self.files: dict[str, Serve] = {}
         self.hits: dict[str, int] = {}
         self.closing = threading.Event()
-        handler = type("Handler", (_Served,), {"files": self.files, "hits": self.hits, "closing": self.closing})
+        handler = type(
+            "Handler", (_Served,), {"files": self.files, "hits": self.hits, "closing": self.closing}
+        )
         self.http = http.server.ThreadingHTTPServer((host, 0), handler)
         self.http.daemon_threads = True
         self.thread = threading.Thread(target=self.http.serve_forever, daemon=True)
@@ -172,9 +174,16 @@ class Lab:
         # when a committee's seats are free (each reserves verifier_stake of a bond until its round
         # is settled): one seat a committee, and one bonded account backing LAB_SEATS of them, so the
         # challenges of every run the probes register sit side by side.
-        self.params = ProtocolParams(challenges_per_run=STEPS, challenge_delay=1, opening_deadline=50,
-                                     commit_window=50, reveal_window=50, quorum_min_reveals=1, committee_size=1,
-                                     forced_challenge_steps=(CHALLENGED,))
+        self.params = ProtocolParams(
+            challenges_per_run=STEPS,
+            challenge_delay=1,
+            opening_deadline=50,
+            commit_window=50,
+            reveal_window=50,
+            quorum_min_reveals=1,
+            committee_size=1,
+            forced_challenge_steps=(CHALLENGED,),
+        )
         chain_path = workdir / "chain.db"
         self.chain = DevTransport(chain_path, "miner", sealing="instant")
         self.chain.record_params(self.params)
@@ -182,8 +191,17 @@ class Lab:
         self.prover = Prover()
         self.served = 0
         log(f"training the honest run ({STEPS} steps, tiny MLP) with the real trainer")
-        self.honest = Trainer(self.spec, self.dataset, workdir / "honest", self.chain, endpoint=self.prover.endpoint,
-                              keep_every=2, progress=False, log=log, params=self.params)
+        self.honest = Trainer(
+            self.spec,
+            self.dataset,
+            workdir / "honest",
+            self.chain,
+            endpoint=self.prover.endpoint,
+            keep_every=2,
+            progress=False,
+            log=log,
+            params=self.params,
+        )
         self.honest.run(follow=False)
         log("training a second run whose step "
             f"{CHALLENGED} trains on a substituted batch (the trainer's fault injection)")
@@ -221,9 +239,17 @@ class Lab:
         """What the verifier reads from the chain for the challenge of `step` in `run_id`."""
         reg = next(e for e in view.of(P.RunRegistered) if e.run_id == run_id)
         ch = next(e for e in view.of(P.ChallengeIssued) if e.run_id == run_id and e.step == step)
-        return ChainFacts(expected_digest=expected_digest, run_id=run_id, step=step, spec_digest=reg.spec_digest,
-                          dataset_hash=reg.dataset_hash, schedule_commitment=reg.schedule_commitment,
-                          initial_hash=reg.initial_hash, root=ch.root, size=ch.size)
+        return ChainFacts(
+            expected_digest=expected_digest,
+            run_id=run_id,
+            step=step,
+            spec_digest=reg.spec_digest,
+            dataset_hash=reg.dataset_hash,
+            schedule_commitment=reg.schedule_commitment,
+            initial_hash=reg.initial_hash,
+            root=ch.root,
+            size=ch.size,
+        )
 
     # --- openings -----------------------------------------------------------------------------
     def opening(self, t: int = CHALLENGED, *, run: Any = None) -> bytes:
@@ -251,9 +277,20 @@ class Lab:
         nonce = digest("pot/redteam/run-nonce/v1", tag, merkle.root(leaves))[:16]
         run_id = derive_run_id(self.chain.account, nonce)
         init = initial_hash if initial_hash is not None else parse_step_leaf(leaves[0]).state_digest
-        self.chain.submit([StartTrainingCommitment(
-            run_id, nonce, init, self.honest.schedule.commitment, self.dataset.dataset_hash, self.spec.to_cbor(),
-            self.spec.steps, self.prover.endpoint)])
+        self.chain.submit(
+            [
+                StartTrainingCommitment(
+                    run_id,
+                    nonce,
+                    init,
+                    self.honest.schedule.commitment,
+                    self.dataset.dataset_hash,
+                    self.spec.to_cbor(),
+                    self.spec.steps,
+                    self.prover.endpoint,
+                )
+            ]
+        )
         self.chain.submit([SubmitCheckpointRoot(run_id, merkle.root(leaves), len(leaves), ())])
         return run_id
 
@@ -265,7 +302,9 @@ class Lab:
         self.forged += 1
         return self.register(leaves, initial_hash=initial_hash, tag=f"forged-{self.forged}")
 
-    def forged_opening(self, run_id: bytes, leaves: list[bytes], pre_state: Any, t: int = CHALLENGED) -> bytes:
+    def forged_opening(
+        self, run_id: bytes, leaves: list[bytes], pre_state: Any, t: int = CHALLENGED
+    ) -> bytes:
         return build_opening(spec=self.spec, run_id=run_id, step=t, pre_state=pre_state, dataset=self.dataset,
                              schedule=self.honest.schedule, leaves=leaves)
 

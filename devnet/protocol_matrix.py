@@ -79,7 +79,9 @@ class Net:
 
     def _leaf(self, t: int, *, honest: bool) -> bytes:
         kind = "true" if honest else "forged"
-        return step_leaf(t, digest("pot/matrix/state/v1", kind if t else "true", t), 0x40000000 + t if t else 0)
+        return step_leaf(
+            t, digest("pot/matrix/state/v1", kind if t else "true", t), 0x40000000 + t if t else 0
+        )
 
     # --- blocks --------------------------------------------------------------------------------
     def block(self, *calls: tuple[str, Any], block_hash: bytes | None = None) -> list[P.Event]:
@@ -105,9 +107,15 @@ class Net:
 
     def registration(self, spec: Spec | None = None) -> StartTrainingCommitment:
         return StartTrainingCommitment(
-            run_id=self.run_id, nonce=self.nonce, initial_hash=digest("pot/matrix/init/v1"),
-            schedule_commitment=digest("pot/matrix/schedule/v1"), dataset_hash=digest("pot/matrix/dataset/v1"),
-            spec=(spec or self.spec()).to_cbor(), declared_steps=self.steps, endpoint="http://miner.matrix:8000")
+            run_id=self.run_id,
+            nonce=self.nonce,
+            initial_hash=digest("pot/matrix/init/v1"),
+            schedule_commitment=digest("pot/matrix/schedule/v1"),
+            dataset_hash=digest("pot/matrix/dataset/v1"),
+            spec=(spec or self.spec()).to_cbor(),
+            declared_steps=self.steps,
+            endpoint="http://miner.matrix:8000",
+        )
 
     def full_root(self) -> SubmitCheckpointRoot:
         return SubmitCheckpointRoot(self.run_id, merkle.root(self.leaves), len(self.leaves), ())
@@ -132,8 +140,10 @@ class Net:
         salt = digest("pot/matrix/salt/v1", who, ch.challenge_id)
         value, proof = pair
         com = witness_commitment(ch.challenge_id, value, bucket, salt, who, proof_hash=proof)
-        return (who, CommitWitness(ch.challenge_id, com)), (who, RevealWitnessValue(ch.challenge_id, value, proof,
-                                                                                     bucket, salt))
+        return (who, CommitWitness(ch.challenge_id, com)), (
+            who,
+            RevealWitnessValue(ch.challenge_id, value, proof, bucket, salt),
+        )
 
     def issued(self) -> list[P.ChallengeIssued]:
         return [e for e in self.events if isinstance(e, P.ChallengeIssued)]
@@ -202,7 +212,9 @@ def _acts(net: Net, ch: P.ChallengeIssued, behave: Behaviour
     return commits, reveals
 
 
-def _escalations(net: Net, ch: P.ChallengeIssued, escalate: Escalation) -> list[tuple[str, EscalateChallenge]]:
+def _escalations(
+    net: Net, ch: P.ChallengeIssued, escalate: Escalation
+) -> list[tuple[str, EscalateChallenge]]:
     if ch.escalate_deadline <= ch.reveal_deadline:  # the dispute round: nothing to escalate to
         return []
     return [(who, EscalateChallenge(ch.challenge_id)) for who in dict.fromkeys(ch.committee)
@@ -234,7 +246,9 @@ def play_challenge(net: Net, first: P.ChallengeIssued, behave_by_round: Callable
     """Every round of a challenge until one ends it (no re-challenge, no escalation)."""
     rounds, ch = [], first
     while True:
-        res = play_round(net, ch, behave_by_round(ch.round), open_it=open_by_round(ch.round), escalate=escalate)
+        res = play_round(
+            net, ch, behave_by_round(ch.round), open_it=open_by_round(ch.round), escalate=escalate
+        )
         rounds.append(res)
         if res.rechallenge is None:
             return rounds
@@ -317,7 +331,9 @@ def books(net: Net) -> list[str]:
             seats = s.challenges[e.challenge_id].committee.count(e.verifier)
             rule = (p.outlier_penalty if e.why == "outlier" else p.no_show_penalty) * seats
             if e.amount != rule:
-                out.append(f"{e.verifier} paid {e.amount} for {e.why} on {seats} seat(s); the rule says {rule}")
+                out.append(
+                    f"{e.verifier} paid {e.amount} for {e.why} on {seats} seat(s); the rule says {rule}"
+                )
     if all(r.settled for r in s.runs.values()) and s.reserved:
         out.append(f"every run is settled, yet {s.reserved} stays reserved")
     return out
@@ -365,14 +381,21 @@ def _finish(row: Row, net: Net, rounds: list[P.ChallengeResolved], *, verdict: s
     broken = row.record(net)
     row.expected_payers = tuple(sorted(payers))
     row.detail = "; ".join([*broken, *(f"round {r.round}: {r.verdict} ({r.reason})" for r in rounds)])[:600]
-    row.ok = (row.verdict == verdict and set(row.penalized) == payers and (row.miner_slashed > 0) == miner_pays
-              and not broken)
+    row.ok = (
+        row.verdict == verdict
+        and set(row.penalized) == payers
+        and (row.miner_slashed > 0) == miner_pays
+        and not broken
+    )
     return row
 
 
 def row_lazy_verifier() -> Row:
-    row = Row("lazy verifier", "one committee member reveals H(leaf t) read off the chain, with a made-up proof",
-              "honest; the lazy verifier is outside the winning cluster and pays")
+    row = Row(
+        "lazy verifier",
+        "one committee member reveals H(leaf t) read off the chain, with a made-up proof",
+        "honest; the lazy verifier is outside the winning cluster and pays",
+    )
     net = Net(_params())
     vs = {f"v{i}": 100 for i in range(5)}
     first = setup(net, vs)
@@ -383,25 +406,37 @@ def row_lazy_verifier() -> Row:
 
 
 def row_sybil_garbage() -> Row:
-    row = Row("Sybil garbage", "three fresh accounts, each with the least bond, reveal the same garbage pair "
-              "against four honest replayers holding more stake (every seat unit sits: 12 honest seats, 3 Sybil)",
-              "honest; every Sybil pays")
+    row = Row(
+        "Sybil garbage",
+        "three fresh accounts, each with the least bond, reveal the same garbage pair "
+        "against four honest replayers holding more stake (every seat unit sits: 12 honest seats, 3 Sybil)",
+        "honest; every Sybil pays",
+    )
     net = Net(_params(committee_size=15))
     bonds = {f"h{i}": 300 for i in range(4)} | {f"s{i}": 100 for i in range(3)}
     first = setup(net, bonds)
     garbage = (digest("pot/matrix/garbage/v1"), digest("pot/matrix/garbage-proof/v1"))
-    rounds = play_challenge(net, first, lambda r: lambda n, ch, who: garbage if who.startswith("s") else n.honest_pair(ch))
+    rounds = play_challenge(
+        net, first, lambda r: lambda n, ch, who: garbage if who.startswith("s") else n.honest_pair(ch)
+    )
     return _finish(row, net, rounds, verdict="honest", payers={"s0", "s1", "s2"}, miner_pays=False)
 
 
 def row_lazy_sybils_on_fraud() -> Row:
-    row = Row("lazy Sybils on a fraudulent step", "the miner forged leaf t; three lazy accounts agree with the "
-              "forged leaf, two honest replayers do not", "fraud (after re-challenges); the lazy accounts pay")
+    row = Row(
+        "lazy Sybils on a fraudulent step",
+        "the miner forged leaf t; three lazy accounts agree with the "
+        "forged leaf, two honest replayers do not",
+        "fraud (after re-challenges); the lazy accounts pay",
+    )
     net = Net(_params(forced_challenge_steps=(5,)), faked=frozenset({5}))
     bonds = {"h0": 100, "h1": 100, "l0": 100, "l1": 100, "l2": 100}
     first = setup(net, bonds)
-    rounds = play_challenge(net, first, lambda r: lambda n, ch, who: n.lazy_pair(ch, who) if who.startswith("l")
-                            else n.honest_pair(ch))
+    rounds = play_challenge(
+        net,
+        first,
+        lambda r: lambda n, ch, who: n.lazy_pair(ch, who) if who.startswith("l") else n.honest_pair(ch),
+    )
     return _finish(row, net, rounds, verdict="fraud", payers={"l0", "l1", "l2"}, miner_pays=True)
 
 
@@ -415,20 +450,32 @@ def _refused_in_both_windows(row: Row) -> Row:
 
 
 def row_split_refusals() -> Row:
-    return _refused_in_both_windows(Row(
-        "split refusals", "the miner serves each verifier a different malformed opening, in both opening windows",
-        "fraud after the second opening window; no verifier pays"))
+    return _refused_in_both_windows(
+        Row(
+            "split refusals",
+            "the miner serves each verifier a different malformed opening, in both opening windows",
+            "fraud after the second opening window; no verifier pays",
+        )
+    )
 
 
 def row_stalled_opening() -> Row:
-    return _refused_in_both_windows(Row(
-        "stalled opening", "the miner serves the opening a byte at a time: every download times out (the node "
-        "reveals the one refused value)", "fraud after the second opening window; no verifier pays"))
+    return _refused_in_both_windows(
+        Row(
+            "stalled opening",
+            "the miner serves the opening a byte at a time: every download times out (the node "
+            "reveals the one refused value)",
+            "fraud after the second opening window; no verifier pays",
+        )
+    )
 
 
 def row_prover_offline() -> Row:
-    row = Row("prover knocked offline for one window", "an honest miner's prover is unreachable for the first "
-              "opening window, then back", "honest in the second window; nobody pays")
+    row = Row(
+        "prover knocked offline for one window",
+        "an honest miner's prover is unreachable for the first opening window, then back",
+        "honest in the second window; nobody pays",
+    )
     net = Net(_params())
     first = setup(net, {f"v{i}": 100 for i in range(5)})
     rounds = play_challenge(net, first, lambda r: (lambda n, ch, who: "refuse") if r == 1 else HONEST)
@@ -436,10 +483,13 @@ def row_prover_offline() -> Row:
 
 
 def row_block_grinding(resealings: int = 16) -> Row:
-    row = Row("block-hash grinding", f"the miner forged half the steps and authors the first challenge block, "
-              f"re-sealing it up to {resealings} times until its draw misses a forged step; the other seven "
-              f"challenge blocks are honest (all seven miss with probability 2^-7)",
-              "the ground draw misses, a draw from an honest block lands on a forged step: fraud")
+    row = Row(
+        "block-hash grinding",
+        f"the miner forged half the steps and authors the first challenge block, "
+        f"re-sealing it up to {resealings} times until its draw misses a forged step; the other seven "
+        f"challenge blocks are honest (all seven miss with probability 2^-7)",
+        "the ground draw misses, a draw from an honest block lands on a forged step: fraud",
+    )
     faked = frozenset(range(2, 17, 2))
     net = Net(_params(challenges_per_run=8), faked=faked)
     root, size = merkle.root(net.leaves), len(net.leaves)
@@ -457,9 +507,14 @@ def row_block_grinding(resealings: int = 16) -> Row:
     row.verdict = "fraud" if any(r.verdict == "fraud" for r in rounds) else rounds[-1].verdict
     row.rounds = len(rounds)
     broken = row.record(net)
-    row.detail = "; ".join([*broken, f"steps {[c.step for c in issued]}; ground draw "
-                            f"{'missed' if ground else 'could not miss'}; "
-                            + ", ".join(f"step {c.step}: {net.resolved(c.challenge_id).verdict}" for c in issued)])
+    row.detail = "; ".join(
+        [
+            *broken,
+            f"steps {[c.step for c in issued]}; ground draw "
+            f"{'missed' if ground else 'could not miss'}; "
+            + ", ".join(f"step {c.step}: {net.resolved(c.challenge_id).verdict}" for c in issued),
+        ]
+    )
     row.ok = (ground is not None and issued[0].step not in faked and row.verdict == "fraud"
               and row.miner_slashed > 0 and not row.penalized and len(issued) == 8
               and len({c.block for c in issued}) == 8 and not broken)
@@ -486,14 +541,20 @@ def row_copied_commitment() -> Row:
     net.block(*reveals, (copier, victim_reveal))
     net.until(first.escalate_deadline + 1)
     rejected = any(isinstance(e, P.RevealRejected) and e.verifier == copier for e in net.events)
-    row = _finish(row, net, [net.resolved(first.challenge_id)], verdict="honest", payers={copier}, miner_pays=False)
+    row = _finish(
+        row, net, [net.resolved(first.challenge_id)], verdict="honest", payers={copier}, miner_pays=False
+    )
     row.ok = row.ok and rejected
     return row
 
 
 def row_front_run() -> Row:
-    row = Row("front-run registration", "an account copies the miner's pending registration out of the pool "
-              "and gets it into an earlier block", "the copy is refused (RunIdNotOwned); the miner's run registers")
+    row = Row(
+        "front-run registration",
+        "an account copies the miner's pending registration out of the pool "
+        "and gets it into an earlier block",
+        "the copy is refused (RunIdNotOwned); the miner's run registers",
+    )
     net = Net(_params())
     net.block(("thief", net.registration()))
     net.block((MINER, net.registration()))
@@ -506,20 +567,29 @@ def row_front_run() -> Row:
 
 
 def row_committee_no_show() -> Row:
-    row = Row("committee no-show", "three of five committee members never commit", "re-challenged with a larger "
-              "committee, then honest; the absent members pay")
+    row = Row(
+        "committee no-show",
+        "three of five committee members never commit",
+        "re-challenged with a larger committee, then honest; the absent members pay",
+    )
     net = Net(_params())
     first = setup(net, {f"v{i}": 100 for i in range(5)})
     absent = set(first.committee[:3])
-    rounds = play_challenge(net, first, lambda r: (lambda n, ch, who: "absent" if who in absent else n.honest_pair(ch))
-                            if r == 1 else HONEST)
+    rounds = play_challenge(
+        net,
+        first,
+        lambda r: (lambda n, ch, who: "absent" if who in absent else n.honest_pair(ch)) if r == 1 else HONEST,
+    )
     return _finish(row, net, rounds, verdict="honest", payers=absent, miner_pays=False)
 
 
 def row_slow_spec() -> Row:
-    row = Row("slow spec", "a miner registers a spec whose one-step replay cannot fit in the protocol's window",
-              "refused at registration (ReplayTooSlow); an admissible large spec gets a commit window sized "
-              "from its replay cost")
+    row = Row(
+        "slow spec",
+        "a miner registers a spec whose one-step replay cannot fit in the protocol's window",
+        "refused at registration (ReplayTooSlow); an admissible large spec gets a commit window sized "
+        "from its replay cost",
+    )
     net = Net(_params())
     huge = net.spec(kind="gpt", vocab_size=50257, block_size=1024, n_layer=96, n_head=96, n_embd=12288)
     net.block((MINER, net.registration(huge)))
@@ -533,8 +603,10 @@ def row_slow_spec() -> Row:
     ch = net2.issued()[0]
     window = ch.commit_deadline - ch.opening_deadline
     need = net2.state.runs[net2.run_id].replay_blocks
-    row.detail = (f"{refused[0].reason if refused else 'not refused'}; GPT-2 small: commit window {window} blocks "
-                  f"(replay needs {need})")
+    row.detail = (
+        f"{refused[0].reason if refused else 'not refused'}; GPT-2 small: commit window {window} blocks "
+        f"(replay needs {need})"
+    )
     row.ok = row.verdict == "refused" and window >= need > net2.params.commit_window
     return row
 
@@ -545,16 +617,20 @@ GARBAGE = (digest("pot/matrix/garbage/v1"), digest("pot/matrix/garbage-proof/v1"
 
 
 def row_commit_flood() -> Row:
-    row = Row("Sybils flood the dispute round's commitments",
-              "twelve least-bond accounts seated in the dispute round beside three honest replayers holding more "
-              "stake send their commitments before the opening is on chain, then first in the next block; an "
-              "account bonded after the draw commits too",
-              "every seated account's commitment is taken whatever the order (the early ones refused NoOpening, "
-              "the unseated one NotInCommittee); honest; every Sybil pays")
+    row = Row(
+        "Sybils flood the dispute round's commitments",
+        "twelve least-bond accounts seated in the dispute round beside three honest replayers holding more "
+        "stake send their commitments before the opening is on chain, then first in the next block; an "
+        "account bonded after the draw commits too",
+        "every seated account's commitment is taken whatever the order (the early ones refused NoOpening, "
+        "the unseated one NotInCommittee); honest; every Sybil pays",
+    )
     net = Net(_params(max_rounds=1))  # the first round is the dispute round: every seat unit sits
     bonds = {f"h{i}": 500 for i in range(3)} | {f"s{i:02d}": 100 for i in range(12)}
     first = setup(net, bonds)
-    commits, reveals = _acts(net, first, lambda n, ch, who: GARBAGE if who.startswith("s") else n.honest_pair(ch))
+    commits, reveals = _acts(
+        net, first, lambda n, ch, who: GARBAGE if who.startswith("s") else n.honest_pair(ch)
+    )
     sybils = [c for c in commits if c[0].startswith("s")]
     late = ("late", BondVerifier(amount=100))
     net.block(*sybils, (MINER, net.opening(first)), late)  # in block order: the commitments come first
@@ -563,8 +639,14 @@ def row_commit_flood() -> Row:
     net.until(first.commit_deadline)
     net.block(*reveals)
     net.until(first.escalate_deadline + 1)
-    row = _finish(row, net, [net.resolved(first.challenge_id)], verdict="honest", payers={f"s{i:02d}" for i in range(12)},
-                  miner_pays=False)
+    row = _finish(
+        row,
+        net,
+        [net.resolved(first.challenge_id)],
+        verdict="honest",
+        payers={f"s{i:02d}" for i in range(12)},
+        miner_pays=False,
+    )
     taken = set(net.state.challenges[first.challenge_id].commitments)
     early, unseated = net.refusals("NoOpening"), net.refusals("NotInCommittee")
     row.detail = (f"{len(first.committee)} seats of {len(bonds)} accounts, {len(taken)} commitments taken; "
@@ -575,12 +657,14 @@ def row_commit_flood() -> Row:
 
 
 def row_half_served_dispute() -> Row:
-    row = Row("forger serves half the dispute round",
-              "the miner forged leaf t, stalls its first opening window, then serves exactly half the seats of "
-              "every later round (the other half reveal the one refused value)",
-              "a tie in the second window, re-challenged; fraud in the dispute round: the seats backing the "
-              "miner's value hold no more than dispute_honest_share of its revealed seats (a refusal counts "
-              "against the miner); no verifier pays")
+    row = Row(
+        "forger serves half the dispute round",
+        "the miner forged leaf t, stalls its first opening window, then serves exactly half the seats of "
+        "every later round (the other half reveal the one refused value)",
+        "a tie in the second window, re-challenged; fraud in the dispute round: the seats backing the "
+        "miner's value hold no more than dispute_honest_share of its revealed seats (a refusal counts "
+        "against the miner); no verifier pays",
+    )
     net = Net(_params(committee_size=4, forced_challenge_steps=(5,)), faked=frozenset({5}))
     first = setup(net, {f"v{i}": 100 for i in range(4)})
 
@@ -590,18 +674,24 @@ def row_half_served_dispute() -> Row:
 
     rounds = play_challenge(net, first, lambda r: (lambda n, ch, who: "refuse") if r == 1 else half)
     row = _finish(row, net, rounds, verdict="fraud", payers=set(), miner_pays=True)
-    row.ok = row.ok and [r.verdict for r in rounds] == ["inconclusive"] * 2 + ["fraud"] and "not more than the share" in rounds[-1].reason
+    row.ok = (
+        row.ok
+        and [r.verdict for r in rounds] == ["inconclusive"] * 2 + ["fraud"]
+        and "not more than the share" in rounds[-1].reason
+    )
     return row
 
 
 def row_dust_bonds() -> Row:
     vs = _params().verifier_stake
-    row = Row("dust bonds against the registry",
-              f"accounts bond 1 unit each to fill the verifier registry; then {MAX_VERIFIERS} accounts bond the "
-              f"least stake ({vs}), one tries to unbond down to dust, one leaves",
-              "dust bonds refused (BondBelowMinimum, also an unbond leaving dust); a full registry costs "
-              f"{MAX_VERIFIERS} x verifier_stake and refuses a newcomer (TooMany) only until an account empties: "
-              "its slot is free again")
+    row = Row(
+        "dust bonds against the registry",
+        f"accounts bond 1 unit each to fill the verifier registry; then {MAX_VERIFIERS} accounts bond the "
+        f"least stake ({vs}), one tries to unbond down to dust, one leaves",
+        "dust bonds refused (BondBelowMinimum, also an unbond leaving dust); a full registry costs "
+        f"{MAX_VERIFIERS} x verifier_stake and refuses a newcomer (TooMany) only until an account empties: "
+        "its slot is free again",
+    )
     net = Net(_params(unbonding_delay=2))
     net.block(*[(f"dust{i}", BondVerifier(amount=1)) for i in range(16)])
     dust = net.refusals("BondBelowMinimum")
@@ -617,9 +707,11 @@ def row_dust_bonds() -> Row:
     joined = "newcomer" in net.state.verifiers
     row.verdict = "refused" if len(dust) == 16 else "taken"
     row.record(net)
-    row.detail = (f"{len(dust)} dust bonds refused; registry {len(net.state.verifiers)} of {MAX_VERIFIERS}; "
-                  f"newcomer refused while full: {[e.origin for e in full]}; dust unbond refused: "
-                  f"{[e.origin for e in below]}; the emptied account left: {left}; the newcomer joined: {joined}")
+    row.detail = (
+        f"{len(dust)} dust bonds refused; registry {len(net.state.verifiers)} of {MAX_VERIFIERS}; "
+        f"newcomer refused while full: {[e.origin for e in full]}; dust unbond refused: "
+        f"{[e.origin for e in below]}; the emptied account left: {left}; the newcomer joined: {joined}"
+    )
     row.ok = (len(dust) == 16 and not any(a.startswith("dust") for a in net.state.verifiers)
               and [e.origin for e in full] == ["newcomer"] and [e.origin for e in below] == ["f0001"]
               and still and left and joined and len(net.state.verifiers) == MAX_VERIFIERS)
@@ -627,11 +719,13 @@ def row_dust_bonds() -> Row:
 
 
 def row_one_bond_many_committees() -> Row:
-    row = Row("one bond on many committees",
-              "an account bonded 3 x verifier_stake is drawn for four challenges sitting side by side and never "
-              "commits, against five honest replayers",
-              "it never holds more seats at once than its free bond backs (bond // verifier_stake); every "
-              "absence is paid in full from its seats' collateral; every challenge honest")
+    row = Row(
+        "one bond on many committees",
+        "an account bonded 3 x verifier_stake is drawn for four challenges sitting side by side and never "
+        "commits, against five honest replayers",
+        "it never holds more seats at once than its free bond backs (bond // verifier_stake); every "
+        "absence is paid in full from its seats' collateral; every challenge honest",
+    )
     p = _params(challenges_per_run=4)
     net = Net(p)
     most = [0]
@@ -645,7 +739,9 @@ def row_one_bond_many_committees() -> Row:
 
     setup(net, {"w": 3 * p.verifier_stake} | {f"h{i}": 400 for i in range(5)})
     watch(net)
-    rounds = play_run(net, lambda r: lambda n, ch, who: "absent" if who == "w" else n.honest_pair(ch), watch=watch)
+    rounds = play_run(
+        net, lambda r: lambda n, ch, who: "absent" if who == "w" else n.honest_pair(ch), watch=watch
+    )
     finals = [r for r in rounds if r.rechallenge is None]
     row.verdict = "honest" if finals and all(r.verdict == "honest" for r in finals) else "not honest"
     row.rounds = len(rounds)
@@ -654,8 +750,15 @@ def row_one_bond_many_committees() -> Row:
     seats = sum(ch.committee.count("w") for ch in net.state.challenges.values())
     row.detail = "; ".join([*broken, f"w held {seats} seat(s) in all, at most {most[0]} at once; "
                             f"{len(finals)} challenges: {[r.verdict for r in finals]}"])
-    row.ok = (row.verdict == "honest" and len(finals) == 4 and set(row.penalized) == {"w"} and 1 <= most[0] <= 3
-              and row.penalized["w"] == p.no_show_penalty * seats and not row.miner_slashed and not broken)
+    row.ok = (
+        row.verdict == "honest"
+        and len(finals) == 4
+        and set(row.penalized) == {"w"}
+        and 1 <= most[0] <= 3
+        and row.penalized["w"] == p.no_show_penalty * seats
+        and not row.miner_slashed
+        and not broken
+    )
     return row
 
 
@@ -671,12 +774,14 @@ def _unlucky_hash(net: Net, bonds: dict[str, int], seats: int, want: Callable[[l
 
 
 def row_lazy_majority_escalated() -> Row:
-    row = Row("coordinated lazy majority, escalated",
-              "the miner forged leaf t; two lazy accounts holding the least bond share one made-up value agreeing "
-              "with the forged leaf and hold two of round 1's three seats; the honest seat escalates",
-              "round 1 would pass the forged leaf; the dispute round (the whole stake) judges fraud; the lazy "
-              "accounts pay an outlier penalty a seat in round 1 and in the dispute; the escalator gets its stake "
-              "back")
+    row = Row(
+        "coordinated lazy majority, escalated",
+        "the miner forged leaf t; two lazy accounts holding the least bond share one made-up value agreeing "
+        "with the forged leaf and hold two of round 1's three seats; the honest seat escalates",
+        "round 1 would pass the forged leaf; the dispute round (the whole stake) judges fraud; the lazy "
+        "accounts pay an outlier penalty a seat in round 1 and in the dispute; the escalator gets its stake "
+        "back",
+    )
     p = _params(committee_size=3, quorum_min_reveals=2, forced_challenge_steps=(5,))
     net = Net(p, faked=frozenset({5}))
     bonds = {"h0": 1000, "h1": 1000, "h2": 1000, "l0": 100, "l1": 100}
@@ -697,11 +802,13 @@ def row_lazy_majority_escalated() -> Row:
 
 
 def row_split_stake_dispute(samples: int = 256) -> Row:
-    row = Row("stake split for dispute seats",
-              "a coalition holds 1000 seat units of 5000 (the dispute round's 4096 seats are proportional): once "
-              "as one account, once split over 1000 least-bond accounts",
-              "the same seats either way: floor or ceiling of its exact share 819.2 at every draw, the share on "
-              "average (proportional seats, one systematic lottery for the remainders)")
+    row = Row(
+        "stake split for dispute seats",
+        "a coalition holds 1000 seat units of 5000 (the dispute round's 4096 seats are proportional): once "
+        "as one account, once split over 1000 least-bond accounts",
+        "the same seats either way: floor or ceiling of its exact share 819.2 at every draw, the share on "
+        "average (proportional seats, one systematic lottery for the remainders)",
+    )
     vs = _params().verifier_stake
     exact = Fraction(1000 * MAX_DISPUTE_SEATS, 5000)
     coalitions = {"one account": {"c": 1000 * vs}, "split": {f"c{i:04d}": vs for i in range(1000)}}
@@ -711,15 +818,25 @@ def row_split_stake_dispute(samples: int = 256) -> Row:
         first = setup(net, {"h": 4000 * vs} | coalition)
         seats[how] = sum(1 for a in first.committee if a.startswith("c"))
         units = seat_units(sorted(({"h": 4000 * vs} | coalition).items()), vs)
-        draws = [sum(1 for a in dispute_seats(digest("pot/matrix/lottery/v1", k), first.challenge_id, units,
-                                              MAX_DISPUTE_SEATS) if a.startswith("c")) for k in range(samples)]
+        draws = [
+            sum(
+                1
+                for a in dispute_seats(
+                    digest("pot/matrix/lottery/v1", k), first.challenge_id, units, MAX_DISPUTE_SEATS
+                )
+                if a.startswith("c")
+            )
+            for k in range(samples)
+        ]
         means[how] = Fraction(sum(draws), samples)
         seats[how + " range"] = (min(draws), max(draws))
         assert len(first.committee) == MAX_DISPUTE_SEATS
     row.verdict = "no gain"
-    row.detail = (f"seats on chain: one account {seats['one account']}, split {seats['split']}; over {samples} draws "
-                  f"one account {seats['one account range']} mean {float(means['one account']):.3f}, split "
-                  f"{seats['split range']} mean {float(means['split']):.3f}; exact share {float(exact)}")
+    row.detail = (
+        f"seats on chain: one account {seats['one account']}, split {seats['split']}; over {samples} draws "
+        f"one account {seats['one account range']} mean {float(means['one account']):.3f}, split "
+        f"{seats['split range']} mean {float(means['split']):.3f}; exact share {float(exact)}"
+    )
     lo, hi = exact.numerator // exact.denominator, -(-exact.numerator // exact.denominator)
     row.ok = (all(lo <= seats[k] <= hi for k in coalitions)
               and all(lo <= a and b <= hi for a, b in (seats[k + " range"] for k in coalitions))
@@ -735,7 +852,9 @@ def row_seat_withholder() -> Row:
               "not more; the withholder pays for its seat")
     net = Net(_params(committee_size=4, quorum_min_reveals=3))
     first = setup(net, {"a": 200, "b": 100, "w": 100})
-    rounds = play_challenge(net, first, lambda r: lambda n, ch, who: "silent" if who == "w" else n.honest_pair(ch))
+    rounds = play_challenge(
+        net, first, lambda r: lambda n, ch, who: "silent" if who == "w" else n.honest_pair(ch)
+    )
     row = _finish(row, net, rounds, verdict="honest", payers={"w"}, miner_pays=False)
     row.ok = (row.ok and sorted(first.committee) == ["a", "a", "b", "w"] and rounds[0].cluster_size == 3
               and row.penalized == {"w": net.params.no_show_penalty})

@@ -60,7 +60,8 @@ class RayCluster:
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
 
     def worker_pids(self, title: str) -> list[int]:
-        """PIDs of this cluster's worker processes whose title is `title` (e.g. ray::pot-replay-: a replay task of node.cluster)."""
+        """PIDs of this cluster's worker processes whose title is `title` (e.g. ray::pot-replay-: a
+        replay task of node.cluster)."""
         sids = {os.getsid(p.pid) for p in self.procs.values() if p.poll() is None}
         out = []
         for d in Path("/proc").iterdir():
@@ -146,8 +147,13 @@ def _wait_nodes(cluster: RayCluster, n: int, timeout: float, log_dir: Path) -> N
             if p.poll() is not None:
                 raise RuntimeError(f"ray {name} exited with {p.returncode}: "
                                    f"{(log_dir / f'ray-{name}.log').read_text(errors='replace')[-2000:]}")
-        r = subprocess.run([_ray_bin(), "status", "--address", cluster.address], capture_output=True, text=True,
-                           timeout=60, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+        r = subprocess.run(
+            [_ray_bin(), "status", "--address", cluster.address],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"},
+        )
         if r.returncode == 0 and r.stdout.count("node_") >= n:
             return
         time.sleep(1.0)

@@ -89,8 +89,15 @@ def verify(lab: Lab, view: Any, attempt: Attempt, tag: str) -> tuple[str, str, s
     served = attempt.data
     uri = lab.prover.put(f"/openings/{tag}", served, gz=attempt.gzip)
     dest = lab.dir / "verifier" / f"{tag}.opening"
-    policy = FetchPolicy(connect_timeout_s=5, read_timeout_s=10, total_timeout_s=30, attempts=2, backoff_base_s=0.05,
-                         backoff_max_s=0.2, egress=EgressPolicy.from_allow(["127.0.0.1"]))
+    policy = FetchPolicy(
+        connect_timeout_s=5,
+        read_timeout_s=10,
+        total_timeout_s=30,
+        attempts=2,
+        backoff_base_s=0.05,
+        backoff_max_s=0.2,
+        egress=EgressPolicy.from_allow(["127.0.0.1"]),
+    )
     fetched = stage_fetch(uri=uri, endpoint=lab.prover.endpoint, run_id=attempt.run_id, dest=dest,
                           leaves_dest=dest.with_suffix(".leaves"), max_opening_bytes=cap,
                           max_leaves_bytes=1 << 20, policy=policy, facts=facts)
@@ -145,14 +152,21 @@ def run_redteam(workdir: Path, *, log: Callable[[str], None] = lambda s: None,
             try:
                 held, stage, reason = p.check(lab)
             except Exception as exc:  # a probe that breaks the verifier's part is a finding, not a crash
-                held, stage, reason = False, "probe", f"the probe raised {type(exc).__name__}: {str(exc)[:160]}"
-            results.append(EditResult(p.name, p.kind, "refused" if held else "missed", stage, reason, must=p.must))
+                held, stage, reason = (
+                    False,
+                    "probe",
+                    f"the probe raised {type(exc).__name__}: {str(exc)[:160]}",
+                )
+            results.append(
+                EditResult(p.name, p.kind, "refused" if held else "missed", stage, reason, must=p.must)
+            )
             log(f"{p.name}: {'held' if held else 'MISSED'} at {stage}: {reason[:120]}")
         flagged = []
         for t in range(1, STEPS + 1):
             data = lab.opening(t)
-            outcome, stage, reason = verify(lab, view, Attempt(data, lab.honest.run_id, step=t, changed=False),
-                                            f"honest-{t}")
+            outcome, stage, reason = verify(
+                lab, view, Attempt(data, lab.honest.run_id, step=t, changed=False), f"honest-{t}"
+            )
             if outcome != "passed":
                 flagged.append((t, f"{stage}: {reason}"))
         return Report(results, STEPS, flagged)
@@ -174,8 +188,10 @@ def format_table(report: Report) -> str:
     if probes:
         lines += [f"{'hostile input':<{w}}  {'must':<70}  {'outcome':<6}  reason", "-" * (w + 140)]
         for e in probes:
-            lines.append(f"{e.name:<{w}}  {e.must[:70]:<70}  {'held' if e.outcome == 'refused' else 'MISSED':<6}  "
-                         f"[{e.stage}] {e.reason[:110]}")
+            lines.append(
+                f"{e.name:<{w}}  {e.must[:70]:<70}  {'held' if e.outcome == 'refused' else 'MISSED':<6}  "
+                f"[{e.stage}] {e.reason[:110]}"
+            )
         lines.append("")
     counts = {o: sum(e.outcome == o for e in edits) for o in OUTCOMES}
     lines.append(f"{len(edits)} edits: " + ", ".join(f"{counts[o]} {LABELS[o]}" for o in OUTCOMES))
@@ -187,5 +203,17 @@ def format_table(report: Report) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["CHALLENGED", "EDITS", "OUTCOMES", "PROBES", "SPEC", "Attempt", "Lab", "RedTeamError", "Report", "format_table",
-           "run_redteam", "verify"]
+__all__ = [
+    "CHALLENGED",
+    "EDITS",
+    "OUTCOMES",
+    "PROBES",
+    "SPEC",
+    "Attempt",
+    "Lab",
+    "RedTeamError",
+    "Report",
+    "format_table",
+    "run_redteam",
+    "verify",
+]

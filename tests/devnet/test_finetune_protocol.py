@@ -56,7 +56,9 @@ def _import(tmp_path):
                                    bos_token_id=0, eos_token_id=0)
     transformers.LlamaForCausalLM(cfg).save_pretrained(tmp_path / "hf")
     init = tmp_path / "init.safetensors"
-    r = CliRunner().invoke(model_app, ["import", str(tmp_path / "hf"), "--from", "hf-llama", "--out", str(init)])
+    r = CliRunner().invoke(
+        model_app, ["import", str(tmp_path / "hf"), "--from", "hf-llama", "--out", str(init)]
+    )
     assert r.exit_code == 0, r.output
     tables = r.stdout[r.stdout.index("[model]"):]
     (tmp_path / "spec.toml").write_text(f"steps = {STEPS}\n{tables}\n[batch]\nbatch_size = 4\nseq_len = 16\n"

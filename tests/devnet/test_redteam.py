@@ -17,28 +17,62 @@ from tests.node.harness import REPO
 pytestmark = pytest.mark.slow
 
 KINDS = {
-    "a changed spec field", "a changed dataset byte", "a changed batch index", "a changed schedule",
-    "one ulp changed in one weight", "a swapped optimizer moment", "a changed step counter", "changed loss bits",
-    "a forged inclusion proof", "an opening from another run or another step",
-    "a substituted trajectory with its own consistent hashes", "a truncated safetensors file",
-    "an oversized or zip-bomb payload", "a malformed CBOR manifest", "an opening with NaNs",
+    "a changed spec field",
+    "a changed dataset byte",
+    "a changed batch index",
+    "a changed schedule",
+    "one ulp changed in one weight",
+    "a swapped optimizer moment",
+    "a changed step counter",
+    "changed loss bits",
+    "a forged inclusion proof",
+    "an opening from another run or another step",
+    "a substituted trajectory with its own consistent hashes",
+    "a truncated safetensors file",
+    "an oversized or zip-bomb payload",
+    "a malformed CBOR manifest",
+    "an opening with NaNs",
 }
-HOSTILE_KINDS = {"a hostile remark", "a hostile registration", "a hostile endpoint or prover", "a poison manifest",
-                 "a hostile API request", "a miner starving a shared resource",
-                 "a block or snapshot the follower chokes on", "a hostile authority record",
-                 "an amplification payload"}
+HOSTILE_KINDS = {
+    "a hostile remark",
+    "a hostile registration",
+    "a hostile endpoint or prover",
+    "a poison manifest",
+    "a hostile API request",
+    "a miner starving a shared resource",
+    "a block or snapshot the follower chokes on",
+    "a hostile authority record",
+    "an amplification payload",
+}
 # Where each hostile input must be stopped.
 HOSTILE_STAGES = {
-    "bignum-remark": "chain", "value-sharing-remark": "chain", "deep-nesting-remark": "chain",
-    "oversized-spec-registration": "chain", "ssrf-endpoint": "fetch", "redirect-to-internal": "fetch",
-    "gzip-bomb-unwritten": "fetch", "oversize-opening-for-spec": "fetch", "slowloris-prover": "fetch",
-    "poison-manifest": "validate", "early-disclosure-get": "api", "host-header-rebinding": "api",
-    "dns-staller-one-miner": "fetch", "siit-metadata-address": "fetch", "endpoint-spellings-one-owner": "fetch", "broad-allow-list-refused": "config",
-    "on-block-failure-contained": "chain", "tampered-snapshot-rederived": "chain",
-    "sealed-refused-looks-replayed": "api", "range-5000-digits": "api", "hostile-config-file": "api",
-    "opening-deadline-out-of-range": "chain", "unbonding-delay-out-of-range": "chain",
-    "max-rounds-out-of-range": "chain", "unpinned-authority-record": "chain",
-    "leaf-list-of-empty-arrays": "losschecks", "manifest-of-empty-arrays": "fetch",
+    "bignum-remark": "chain",
+    "value-sharing-remark": "chain",
+    "deep-nesting-remark": "chain",
+    "oversized-spec-registration": "chain",
+    "ssrf-endpoint": "fetch",
+    "redirect-to-internal": "fetch",
+    "gzip-bomb-unwritten": "fetch",
+    "oversize-opening-for-spec": "fetch",
+    "slowloris-prover": "fetch",
+    "poison-manifest": "validate",
+    "early-disclosure-get": "api",
+    "host-header-rebinding": "api",
+    "dns-staller-one-miner": "fetch",
+    "siit-metadata-address": "fetch",
+    "endpoint-spellings-one-owner": "fetch",
+    "broad-allow-list-refused": "config",
+    "on-block-failure-contained": "chain",
+    "tampered-snapshot-rederived": "chain",
+    "sealed-refused-looks-replayed": "api",
+    "range-5000-digits": "api",
+    "hostile-config-file": "api",
+    "opening-deadline-out-of-range": "chain",
+    "unbonding-delay-out-of-range": "chain",
+    "max-rounds-out-of-range": "chain",
+    "unpinned-authority-record": "chain",
+    "leaf-list-of-empty-arrays": "losschecks",
+    "manifest-of-empty-arrays": "fetch",
 }
 
 
@@ -59,10 +93,24 @@ def test_pot_redteam_json_contract(tmp_path):
     assert len(edits) - len(hostile) == 34
     # Where each forgery must be stopped: tampering with a committed run never reaches compute; a
     # forger's own consistent trajectory is stopped by the replay alone.
-    for name in ("spec-lr-changed", "dataset-byte-changed", "dataset-byte-changed-rehashed", "batch-index-changed",
-                 "schedule-reseeded", "pre-state-weight-one-ulp", "pre-state-moments-swapped", "pre-state-step-counter",
-                 "forged-leaf-proof", "opening-of-another-step", "opening-of-another-run", "truncated-safetensors",
-                 "manifest-length-bomb", "malformed-cbor-manifest", "pre-state-nan", "committed-nan-pre-state"):
+    for name in (
+        "spec-lr-changed",
+        "dataset-byte-changed",
+        "dataset-byte-changed-rehashed",
+        "batch-index-changed",
+        "schedule-reseeded",
+        "pre-state-weight-one-ulp",
+        "pre-state-moments-swapped",
+        "pre-state-step-counter",
+        "forged-leaf-proof",
+        "opening-of-another-step",
+        "opening-of-another-run",
+        "truncated-safetensors",
+        "manifest-length-bomb",
+        "malformed-cbor-manifest",
+        "pre-state-nan",
+        "committed-nan-pre-state",
+    ):
         assert edits[name]["outcome"] == "refused", edits[name]
         # A manifest that is malformed or not the run's spec stops the download itself.
         assert edits[name]["stage"] in ("fetch", "validate"), edits[name]
@@ -71,8 +119,15 @@ def test_pot_redteam_json_contract(tmp_path):
         assert edits[name]["reason"].startswith("[unavailable]"), edits[name]
     assert "too_large" in edits["oversized-opening"]["reason"]
     assert "content_encoding" in edits["gzip-bomb"]["reason"]
-    for name in ("committed-weight-one-ulp", "committed-moments-swapped", "committed-step-counter",
-                 "committed-loss-bits", "substituted-batch-trajectory", "substituted-finished-model", "nan-loss-bits"):
+    for name in (
+        "committed-weight-one-ulp",
+        "committed-moments-swapped",
+        "committed-step-counter",
+        "committed-loss-bits",
+        "substituted-batch-trajectory",
+        "substituted-finished-model",
+        "nan-loss-bits",
+    ):
         assert (edits[name]["outcome"], edits[name]["stage"]) == ("caught", "replay"), edits[name]
         assert "differs" in edits[name]["reason"]
     assert {n for n, e in edits.items() if e["outcome"] == "no-byte-change"} == {
@@ -90,7 +145,9 @@ def test_a_byte_changing_edit_that_passes_fails_the_command(tmp_path, monkeypatc
         data = lab.forged_opening(run_id, lab.leaves, lab.states[redteam.CHALLENGED - 1])
         return redteam.Attempt(data, run_id, changed=data != lab.opening())
 
-    monkeypatch.setattr(redteam, "EDITS", [*redteam.EDITS, ("reregistered-run", "a changed spec field", reregistered)])
+    monkeypatch.setattr(
+        redteam, "EDITS", [*redteam.EDITS, ("reregistered-run", "a changed spec field", reregistered)]
+    )
     res = CliRunner().invoke(redteam_app, ["--json", "--workdir", str(tmp_path), "--only", "reregistered-run",
                                            "--only", "manifest-reencoded"])
     assert res.exit_code == 1, res.output
