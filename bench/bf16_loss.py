@@ -26,16 +26,37 @@ sys.path.insert(0, str(ROOT))
 def spec_of(dtype: str, steps: int, n_layer: int = 2, n_embd: int = 64):
     from commitments.spec import Spec
 
-    return Spec.from_dict({
-        "profile": "exact-v1", "dtype": dtype, "steps": steps,
-        "model": {"kind": "gpt", "vocab_size": 256, "block_size": 64, "n_layer": n_layer, "n_head": 4, "n_embd": n_embd,
-                  "dropout": 0.0, "tie_weights": True},
-        "optimizer": {"kind": "adamw", "lr": 3e-3, "beta1": 0.9, "beta2": 0.95, "weight_decay": 0.1,
-                      "grad_clip": 1.0, "schedule": "cosine", "warmup_steps": max(1, steps // 20),
-                      "decay_steps": steps, "min_lr": 3e-4},
-        "batch": {"batch_size": 8, "seq_len": 64},
-        "rng": {"seed": 42, "schedule_seed": 7},
-    })
+    return Spec.from_dict(
+        {
+            "profile": "exact-v1",
+            "dtype": dtype,
+            "steps": steps,
+            "model": {
+                "kind": "gpt",
+                "vocab_size": 256,
+                "block_size": 64,
+                "n_layer": n_layer,
+                "n_head": 4,
+                "n_embd": n_embd,
+                "dropout": 0.0,
+                "tie_weights": True,
+            },
+            "optimizer": {
+                "kind": "adamw",
+                "lr": 3e-3,
+                "beta1": 0.9,
+                "beta2": 0.95,
+                "weight_decay": 0.1,
+                "grad_clip": 1.0,
+                "schedule": "cosine",
+                "warmup_steps": max(1, steps // 20),
+                "decay_steps": steps,
+                "min_lr": 3e-4,
+            },
+            "batch": {"batch_size": 8, "seq_len": 64},
+            "rng": {"seed": 42, "schedule_seed": 7},
+        }
+    )
 
 
 def held_out_loss(spec, params, ds, val, ops, batches: int) -> float:
@@ -107,8 +128,14 @@ def main() -> None:
                 ops = profiles.get("exact-v1", ev_dtype).ops
                 ev[f"{d} model, {ev_dtype} eval"] = held_out_loss(s, states[d].params(), ds, val, ops,
                                                                   args.eval_batches)
-    out = {"steps": args.steps, "n_layer": args.n_layer, "n_embd": args.n_embd, "train_loss": curve, "held_out_loss": ev,
-           "step_time_ratio_bf16_over_f32": secs["bf16-mixed"] / max(secs["float32"], 1e-9)}
+    out = {
+        "steps": args.steps,
+        "n_layer": args.n_layer,
+        "n_embd": args.n_embd,
+        "train_loss": curve,
+        "held_out_loss": ev,
+        "step_time_ratio_bf16_over_f32": secs["bf16-mixed"] / max(secs["float32"], 1e-9),
+    }
     if args.json:
         print(json.dumps(out))
         return

@@ -95,14 +95,29 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=2.0, help="time spent per measurement")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    docs = {"opening manifest": manifest(args.batch, args.seq_len, depth=20), "leaf list": leaf_list(args.leaves)}
+    docs = {
+        "opening manifest": manifest(args.batch, args.seq_len, depth=20),
+        "leaf list": leaf_list(args.leaves),
+    }
     rows = []
     for name, data in docs.items():
         assert cbor.decode(data) == previous_decode(data)
         old, new = best_of(previous_decode, data, args.seconds), best_of(cbor.decode, data, args.seconds)
-        rows.append({"document": name, "bytes": len(data), "old_ms": old * 1e3, "new_ms": new * 1e3,
-                     "old_mb_s": len(data) / old / 1e6, "new_mb_s": len(data) / new / 1e6, "speedup": old / new})
-    print(f"{'document':<18}{'bytes':>11}{'old ms':>10}{'new ms':>10}{'old MB/s':>10}{'new MB/s':>10}{'new/old':>9}")
+        rows.append(
+            {
+                "document": name,
+                "bytes": len(data),
+                "old_ms": old * 1e3,
+                "new_ms": new * 1e3,
+                "old_mb_s": len(data) / old / 1e6,
+                "new_mb_s": len(data) / new / 1e6,
+                "speedup": old / new,
+            }
+        )
+    print(
+        f"{'document':<18}{'bytes':>11}{'old ms':>10}{'new ms':>10}"
+        f"{'old MB/s':>10}{'new MB/s':>10}{'new/old':>9}"
+    )
     for r in rows:
         print(f"{r['document']:<18}{r['bytes']:>11}{r['old_ms']:>10.2f}{r['new_ms']:>10.2f}"
               f"{r['old_mb_s']:>10.1f}{r['new_mb_s']:>10.1f}{r['speedup']:>8.2f}x")

@@ -119,9 +119,17 @@ def verifier(job: dict) -> dict:
     dest, leaves_dest = work / "fetched.opening", work / "fetched.leaves"
     _reset_peak()
     cpu = time.process_time()
-    out = stage_fetch(uri=f"openings/{job['digest']}", endpoint=job["endpoint"], run_id=facts.run_id, dest=dest,
-                      leaves_dest=leaves_dest, max_opening_bytes=job["max_bytes"], max_leaves_bytes=64 * MIB,
-                      policy=FetchPolicy(egress=EgressPolicy.from_allow(["127.0.0.1/32"])), facts=facts)
+    out = stage_fetch(
+        uri=f"openings/{job['digest']}",
+        endpoint=job["endpoint"],
+        run_id=facts.run_id,
+        dest=dest,
+        leaves_dest=leaves_dest,
+        max_opening_bytes=job["max_bytes"],
+        max_leaves_bytes=64 * MIB,
+        policy=FetchPolicy(egress=EgressPolicy.from_allow(["127.0.0.1/32"])),
+        facts=facts,
+    )
     if not out.ok:
         raise SystemExit(f"fetch refused the opening: {out.refusal_class}: {out.reason}")
     report["fetch_s"] = out.finished_at - out.started_at
@@ -160,14 +168,22 @@ def verifier(job: dict) -> dict:
     engine = open_database(f"sqlite:///{work / 'node.db'}", init=True)
     started, cpu = time.time(), time.process_time()
     value_hash = witness_value_hash(bytes(msg["result"]["leaf"]))
-    check_and_insert_witness(engine, challenge_id=BENCH_CHALLENGE, verifier="bench-verifier", value_hash=value_hash,
-                             norm_bucket=msg["result"]["norm_bucket"], salt=new_salt(),
-                             proof_hash=bytes(msg["result"]["proof_hash"]), origin="bench-verifier")
+    check_and_insert_witness(
+        engine,
+        challenge_id=BENCH_CHALLENGE,
+        verifier="bench-verifier",
+        value_hash=value_hash,
+        norm_bucket=msg["result"]["norm_bucket"],
+        salt=new_salt(),
+        proof_hash=bytes(msg["result"]["proof_hash"]),
+        origin="bench-verifier",
+    )
     report["witness_s"] = time.time() - started
     report["witness_cpu_s"] = time.process_time() - cpu
     engine.dispose()
-    report["peak_rss_mib"] = max(report["warm_up_peak_mib"], report["fetch_peak_mib"], report["validate_peak_mib"],
-                                 _peak_mib())  # the node process over all its stages
+    report["peak_rss_mib"] = max(
+        report["warm_up_peak_mib"], report["fetch_peak_mib"], report["validate_peak_mib"], _peak_mib()
+    )  # the node process over all its stages
     report["replay_worker_peak_rss_mib"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     return report
 
@@ -213,7 +229,10 @@ def run(args, work: Path) -> int:
         # enough samples for the batch and the validation split, whatever the sequence length
         prepare_default_corpus(corpus, max_bytes=max(400_000, 40 * spec.batch.batch_size * spec.sample_len))
     dataset = Dataset.open(corpus, spec.sample_len)
-    say(f"spec {args.spec}: batch {spec.batch.batch_size}x{spec.batch.seq_len}, schedule of {spec.steps} steps")
+    say(
+        f"spec {args.spec}: batch {spec.batch.batch_size}x{spec.batch.seq_len}, schedule of {spec.steps} "
+        "steps"
+    )
 
     # The miner: initial state, step 1 (exact-v1), the opening of step 1.
     # A --workdir that holds the run already resumes it: the miner's step is not walked again.
@@ -230,11 +249,21 @@ def run(args, work: Path) -> int:
         exact_s = exact_cpu_s = float("nan")
     batch = trainer.batch(1)
     leaves = list(trainer.store.leaves)
-    facts = dict(run_id=trainer.run_id.hex(), step=1, spec_digest=spec.digest().hex(),
-                 dataset_hash=dataset.dataset_hash.hex(), schedule_commitment=trainer.schedule.commitment.hex(),
-                 initial_hash=trainer.initial_hash.hex(), root=merkle.root(leaves).hex(), size=len(leaves))
+    facts = dict(
+        run_id=trainer.run_id.hex(),
+        step=1,
+        spec_digest=spec.digest().hex(),
+        dataset_hash=dataset.dataset_hash.hex(),
+        schedule_commitment=trainer.schedule.commitment.hex(),
+        initial_hash=trainer.initial_hash.hex(),
+        root=merkle.root(leaves).hex(),
+        size=len(leaves),
+    )
     trainer.state = None  # the verifier gets the memory
-    say(f"miner: init {init_s:.1f} s, exact step {exact_s:.1f} s; one torch-native step ({args.threads} thread(s))")
+    say(
+        f"miner: init {init_s:.1f} s, exact step {exact_s:.1f} s; one torch-native step ({args.threads} "
+        "thread(s))"
+    )
     native_s, native_cpu_s = native_step(spec, batch, args.threads)
 
     pre = trainer.store.state(0)
@@ -273,38 +302,66 @@ def run(args, work: Path) -> int:
     rows = [("build (miner)", build_s, build_cpu_s), ("serve over loopback (miner)", serve_s, serve_cpu_s),
             ("fetch", v["fetch_s"], v["fetch_cpu_s"]), ("validate", v["validate_s"], v["validate_cpu_s"]),
             ("replay", v["replay_s"], v["replay_cpu_s"]), ("witness", v["witness_s"], v["witness_cpu_s"])]
-    print(f"spec {args.spec}: {n_params / 1e6:.1f} M parameters, batch {spec.batch.batch_size}x{spec.batch.seq_len}, "
-          f"{args.threads} replay thread(s), {torch.get_num_threads()} core(s) seen")
+    print(
+        f"spec {args.spec}: {n_params / 1e6:.1f} M parameters, batch "
+        f"{spec.batch.batch_size}x{spec.batch.seq_len}, "
+        f"{args.threads} replay thread(s), {torch.get_num_threads()} core(s) seen"
+    )
     print(f"opening: {size} bytes ({size / MIB:.1f} MiB)")
     print(f"  {'stage':<30} {'wall s':>9} {'CPU s':>9}")
     for name, s, c in rows:
         print(f"  {name:<30} {s:9.2f} {c:9.2f}")
     print(f"  (verifier warm-up at start-up {v['warm_up_s']:.2f} s; replay with a cold worker "
           f"{v['replay_with_worker_start_s']:.2f} s)")
-    print(f"verifier peak RSS: {v['peak_rss_mib']:.0f} MiB (node process: fetch {v['fetch_peak_mib']:.0f}, "
-          f"validate {v['validate_peak_mib']:.0f}), {v['replay_worker_peak_rss_mib']:.0f} MiB (replay worker)")
-    print(f"one torch-native step: {native_s:.2f} s wall, {native_cpu_s:.2f} s CPU; one exact-v1 step (miner, "
-          f"{torch.get_num_threads()} threads): {exact_s:.2f} s wall, {exact_cpu_s:.2f} s CPU")
+    print(
+        f"verifier peak RSS: {v['peak_rss_mib']:.0f} MiB (node process: fetch {v['fetch_peak_mib']:.0f}, "
+        f"validate {v['validate_peak_mib']:.0f}), {v['replay_worker_peak_rss_mib']:.0f} MiB (replay worker)"
+    )
+    print(
+        f"one torch-native step: {native_s:.2f} s wall, {native_cpu_s:.2f} s CPU; one exact-v1 step (miner, "
+        f"{torch.get_num_threads()} threads): {exact_s:.2f} s wall, {exact_cpu_s:.2f} s CPU"
+    )
     print(f"replay / torch-native step: {v['replay_s'] / native_s:.2f} (wall), "
           f"{v['replay_cpu_s'] / native_cpu_s:.2f} (CPU)")
     if args.json:
-        print(json.dumps({
-            "spec": str(args.spec), "params": n_params, "batch_size": spec.batch.batch_size,
-            "seq_len": spec.batch.seq_len, "threads": args.threads, "opening_bytes": size,
-            "build_s": round(build_s, 3), "serve_s": round(serve_s, 3), "fetch_s": round(v["fetch_s"], 3),
-            "validate_s": round(v["validate_s"], 3), "replay_s": round(v["replay_s"], 3),
-            "witness_s": round(v["witness_s"], 4),
-            **{f"{k}_cpu_s": round(v[f"{k}_cpu_s"], 3) for k in ("fetch", "validate", "replay", "witness")},
-            "build_cpu_s": round(build_cpu_s, 3), "serve_cpu_s": round(serve_cpu_s, 3), "warm_up_s": round(v["warm_up_s"], 3),
-            "replay_with_worker_start_s": round(v["replay_with_worker_start_s"], 3),
-            "verifier_peak_rss_mib": round(rss), "node_peak_rss_mib": round(v["peak_rss_mib"]),
-            "fetch_peak_rss_mib": round(v["fetch_peak_mib"]), "validate_peak_rss_mib": round(v["validate_peak_mib"]),
-            "replay_worker_peak_rss_mib": round(v["replay_worker_peak_rss_mib"]),
-            "native_step_s": round(native_s, 3), "native_step_cpu_s": round(native_cpu_s, 3),
-            "miner_exact_step_s": None if resumed else round(exact_s, 3),
-            "miner_exact_step_cpu_s": None if resumed else round(exact_cpu_s, 3),
-            "miner_init_s": round(init_s, 3), "replay_to_native": round(v["replay_s"] / native_s, 3),
-            "replay_to_native_cpu": round(v["replay_cpu_s"] / native_cpu_s, 3)}))
+        print(
+            json.dumps(
+                {
+                    "spec": str(args.spec),
+                    "params": n_params,
+                    "batch_size": spec.batch.batch_size,
+                    "seq_len": spec.batch.seq_len,
+                    "threads": args.threads,
+                    "opening_bytes": size,
+                    "build_s": round(build_s, 3),
+                    "serve_s": round(serve_s, 3),
+                    "fetch_s": round(v["fetch_s"], 3),
+                    "validate_s": round(v["validate_s"], 3),
+                    "replay_s": round(v["replay_s"], 3),
+                    "witness_s": round(v["witness_s"], 4),
+                    **{
+                        f"{k}_cpu_s": round(v[f"{k}_cpu_s"], 3)
+                        for k in ("fetch", "validate", "replay", "witness")
+                    },
+                    "build_cpu_s": round(build_cpu_s, 3),
+                    "serve_cpu_s": round(serve_cpu_s, 3),
+                    "warm_up_s": round(v["warm_up_s"], 3),
+                    "replay_with_worker_start_s": round(v["replay_with_worker_start_s"], 3),
+                    "verifier_peak_rss_mib": round(rss),
+                    "node_peak_rss_mib": round(v["peak_rss_mib"]),
+                    "fetch_peak_rss_mib": round(v["fetch_peak_mib"]),
+                    "validate_peak_rss_mib": round(v["validate_peak_mib"]),
+                    "replay_worker_peak_rss_mib": round(v["replay_worker_peak_rss_mib"]),
+                    "native_step_s": round(native_s, 3),
+                    "native_step_cpu_s": round(native_cpu_s, 3),
+                    "miner_exact_step_s": None if resumed else round(exact_s, 3),
+                    "miner_exact_step_cpu_s": None if resumed else round(exact_cpu_s, 3),
+                    "miner_init_s": round(init_s, 3),
+                    "replay_to_native": round(v["replay_s"] / native_s, 3),
+                    "replay_to_native_cpu": round(v["replay_cpu_s"] / native_cpu_s, 3),
+                }
+            )
+        )
     return 0
 
 

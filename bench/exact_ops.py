@@ -156,10 +156,14 @@ def _print(res: dict) -> None:
     print(f"threads: {res['threads']}; CPU integer-GEMM route: {res['gemm_route']}")
     print("exact GEMM throughput / torch fp32 matmul throughput (higher is better; target >= 0.4)")
     for name, r in res["gemm"].items():
-        print(f"  {name:16s} single {r['single_ratio']:.3f} (float64 route {r['single_f64_ratio']:.3f})  "
-              f"hilo {r['hilo_ratio']:.3f}  limit (DGEMM/SGEMM) "
-              f"{r['dgemm_ratio']:.3f}  single/limit {r['single_of_limit']:.2f}  (torch {r['torch_s'] * 1e3:.1f} ms, "
-              f"dgemm {r['dgemm_s'] * 1e3:.1f} ms, single {r['single_s'] * 1e3:.1f} ms, hilo {r['hilo_s'] * 1e3:.1f} ms)")
+        print(
+            f"  {name:16s} single {r['single_ratio']:.3f} (float64 route {r['single_f64_ratio']:.3f})  "
+            f"hilo {r['hilo_ratio']:.3f}  limit (DGEMM/SGEMM) "
+            f"{r['dgemm_ratio']:.3f}  single/limit {r['single_of_limit']:.2f}  (torch "
+            f"{r['torch_s'] * 1e3:.1f} ms, "
+            f"dgemm {r['dgemm_s'] * 1e3:.1f} ms, single {r['single_s'] * 1e3:.1f} ms, hilo "
+            f"{r['hilo_s'] * 1e3:.1f} ms)"
+        )
     print(f"  gemm_ratio (geometric mean, single): {res['gemm_ratio']:.3f}; limit {res['dgemm_ratio']:.3f}; "
           f"single/limit {res['gemm_of_limit']:.2f}")
     print("transcendentals and square roots, ns per element (kernel = numba exact-v1, eager = the torch "

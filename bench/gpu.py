@@ -89,8 +89,14 @@ def walk(spec: Spec, data: list[torch.Tensor], device: str, route: str) -> dict:
             times.append(time.perf_counter() - t0)
             digests.append(state.digest().hex())
             losses.append(f"0x{loss.cpu().view(torch.int32).item() & 0xFFFFFFFF:08x}")
-    return {"device": device, "route": route, "init_s": round(init_s, 3), "step_s": [round(x, 3) for x in times],
-            "digests": digests, "loss_bits": losses}
+    return {
+        "device": device,
+        "route": route,
+        "init_s": round(init_s, 3),
+        "step_s": [round(x, 3) for x in times],
+        "digests": digests,
+        "loss_bits": losses,
+    }
 
 
 def compare(name: str, spec: Spec, steps: int, configs: list[tuple[str, str]], out: dict) -> bool:
@@ -192,8 +198,12 @@ def timing(batch: tuple[int, int], reps: int, out: dict, deadline: float) -> Non
                 samples[key].append(dt)
             log(f"timing {key}: {'warm-up' if not rep else f'rep {rep}'} {dt:.3f} s")
     med = {k: statistics.median(v) for k, v in samples.items() if v}
-    res = {"model": "gpt2-small", "batch": f"{batch[0]}x{batch[1]}", "reps": {k: len(v) for k, v in samples.items()},
-           "step_s": {k: round(v, 4) for k, v in med.items()}}
+    res = {
+        "model": "gpt2-small",
+        "batch": f"{batch[0]}x{batch[1]}",
+        "reps": {k: len(v) for k, v in samples.items()},
+        "step_s": {k: round(v, 4) for k, v in med.items()},
+    }
     if "fp32" in med:
         res["ratio_to_fp32"] = {k: round(v / med["fp32"], 3) for k, v in med.items()}
     if errors:
@@ -208,8 +218,18 @@ def nccl(spec: Spec, steps: int, reference: dict, out: dict) -> bool:
 
     with tempfile.TemporaryDirectory(prefix="pot-nccl-") as tmp:
         result = Path(tmp) / "rank0.json"
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-               str(Path(__file__).resolve()), "--dp-rank", json.dumps(spec.canonical()), str(steps), str(result)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node=2",
+            str(Path(__file__).resolve()),
+            "--dp-rank",
+            json.dumps(spec.canonical()),
+            str(steps),
+            str(result),
+        ]
         log("nccl: gpt-tiny over 2 ranks (torchrun, NCCL) ...")
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -263,14 +283,20 @@ def main(argv=None) -> int:
                  "cpu_threads": torch.get_num_threads(), "quick": a.quick}
     if cuda:
         p = torch.cuda.get_device_properties(0)
-        out["gpu"] = {"name": p.name, "capability": f"{p.major}.{p.minor}", "memory_gib": round(p.total_memory / 2**30, 1),
-                      "cuda_runtime": torch.version.cuda}
+        out["gpu"] = {
+            "name": p.name,
+            "capability": f"{p.major}.{p.minor}",
+            "memory_gib": round(p.total_memory / 2**30, 1),
+            "cuda_runtime": torch.version.cuda,
+        }
     log(f"torch {torch.__version__}, CUDA {'yes: ' + out['gpu']['name'] if cuda else 'no (CPU half only)'}, "
         f"{out['cpu_threads']} CPU threads")
     ok = True
     digests: dict = {}
     tiny_cfgs = [("cpu", "dgemm")]
-    tiny_cfgs += [("cuda", r) for r in ("int7", "int8", "dgemm")] if cuda else [("cpu", "int7"), ("cpu", "int8")]
+    tiny_cfgs += (
+        [("cuda", r) for r in ("int7", "int8", "dgemm")] if cuda else [("cpu", "int7"), ("cpu", "int8")]
+    )
     tiny = "gpt-tiny (2 layers, width 64, 2x32: --quick)" if a.quick else "gpt-tiny"
     ok &= compare(tiny, spec_of("gpt-tiny", narrow=a.quick), 2 if a.quick else 3, tiny_cfgs, digests)
     if not a.quick:
@@ -279,7 +305,9 @@ def main(argv=None) -> int:
     out["digests"] = digests
     if cuda and torch.cuda.device_count() >= 2:
         try:
-            ok &= nccl(spec_of("gpt-tiny", narrow=a.quick), 2 if a.quick else 3, digests[tiny]["runs"][0], out)
+            ok &= nccl(
+                spec_of("gpt-tiny", narrow=a.quick), 2 if a.quick else 3, digests[tiny]["runs"][0], out
+            )
         except Exception as exc:
             out["nccl"] = {"error": repr(exc)[:500]}
             ok = False

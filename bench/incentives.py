@@ -116,7 +116,9 @@ class Run:
         self.seed, self.faked = seed, faked
         self.leaves = [step_leaf(t, digest("pot/bench/state/v1", seed, t), 0 if t == 0 else 0x40000000 + t)
                        for t in range(RUN_STEPS + 1)]
-        self.true_leaves = {t: step_leaf(t, digest("pot/bench/true-state/v1", seed, t), 0x40000000 + t) for t in faked}
+        self.true_leaves = {
+            t: step_leaf(t, digest("pot/bench/true-state/v1", seed, t), 0x40000000 + t) for t in faked
+        }
         self.spec = Spec.from_dict({"steps": RUN_STEPS, "profile": "exact-v1"})
         self.nonce = digest("pot/bench/run-nonce/v1", seed)[:16]
         self.run_id = derive_run_id(MINER, self.nonce)
@@ -243,7 +245,12 @@ def play(sc: Scenario, draw: int, seed: int, params: P.ProtocolParams, replay_co
                                    f"({ev.error_type})")
         return events
 
-    block([(MINER, run.register()), *((a, BondVerifier(amount=b)) for a, b in {**net.honest, **net.group}.items())])
+    block(
+        [
+            (MINER, run.register()),
+            *((a, BondVerifier(amount=b)) for a, b in {**net.honest, **net.group}.items()),
+        ]
+    )
     before = dict(state.vbonds)
     paid_before = dict(state.paid)
     block([(MINER, run.full_root())])
@@ -274,7 +281,9 @@ def play(sc: Scenario, draw: int, seed: int, params: P.ProtocolParams, replay_co
         out.fees = r.escrow - settled.escrow_released - settled.escrow_burned
         out.miner = settled.stake_released + settled.escrow_released - r.stake - r.escrow
         if any(state.reserved.values()):
-            raise RuntimeError(f"{sc.key} draw {draw}: bond still reserved after the run settled: {state.reserved}")
+            raise RuntimeError(
+                f"{sc.key} draw {draw}: bond still reserved after the run settled: {state.reserved}"
+            )
     else:  # still open: the stake and the escrow are not the miner's
         out.stake_lost, out.miner = r.stake, -(r.stake + r.escrow)
     for a in net.group:
@@ -402,20 +411,32 @@ def measure(sc: Scenario, draws: int, seed: int, params: P.ProtocolParams, repla
         gain = profit
     mean, se = _stats(profit)
     gmean, gse = _stats(gain)
-    honest_mean, honest_se = _stats([o.honest / c / o.honest_stake * 1e4 for o, c in zip(rows, per, strict=True)])
+    honest_mean, honest_se = _stats(
+        [o.honest / c / o.honest_stake * 1e4 for o, c in zip(rows, per, strict=True)]
+    )
     return {
-        "strategy": row_name(sc.strategy, sc.fake), "share": share_label(sc.share),
+        "strategy": row_name(sc.strategy, sc.fake),
+        "share": share_label(sc.share),
         "share_of_stake": (net.group_stake if net.group else params.verifier_stake * ACCOUNT_UNITS)
         / (params.verifier_stake * TOTAL_UNITS),
-        "accounts": len(net.group), "stake": stake, "draws": draws,
-        "profit_bp": mean, "se_bp": se, "gain_bp": gmean, "gain_se_bp": gse,
-        "honest_profit_bp": honest_mean, "honest_se_bp": honest_se,
+        "accounts": len(net.group),
+        "stake": stake,
+        "draws": draws,
+        "profit_bp": mean,
+        "se_bp": se,
+        "gain_bp": gmean,
+        "gain_se_bp": gse,
+        "honest_profit_bp": honest_mean,
+        "honest_se_bp": honest_se,
         "miner_profit": sum(o.miner for o in rows) / draws,
         "stake_lost": sum(o.stake_lost for o in rows) / draws,
         "stake_released_in_full": sum(1 for o in rows if o.settled and o.stake_lost == 0) / draws,
-        "fees": sum(o.fees for o in rows) / draws, "escrow_burned": sum(o.escrow_burned for o in rows) / draws,
-        "slashed": sum(o.slashed for o in rows) / draws, "settled": sum(o.settled for o in rows) / draws,
-        "rounds": sum(o.rounds for o in rows) / draws, "disputes": sum(o.disputes for o in rows) / draws,
+        "fees": sum(o.fees for o in rows) / draws,
+        "escrow_burned": sum(o.escrow_burned for o in rows) / draws,
+        "slashed": sum(o.slashed for o in rows) / draws,
+        "settled": sum(o.settled for o in rows) / draws,
+        "rounds": sum(o.rounds for o in rows) / draws,
+        "disputes": sum(o.disputes for o in rows) / draws,
         "escalations": sum(o.escalations for o in rows) / draws,
         "escalations_refused_no_free_bond": sum(o.starved for o in rows) / draws,
         "unresolved": sum(o.unresolved for o in rows) / draws,
@@ -438,7 +459,9 @@ def run_all(draws: int, seed: int, params: P.ProtocolParams, replay_cost_units: 
         r = measure(sc, draws, seed, params, replay_cost_units, cost_per, honest_miner)
         if sc.strategy == "miner" and sc.fake == 0 and sc.share is None:
             honest_miner = r["miner_profit"]
-            r = measure(sc, draws, seed, params, replay_cost_units, cost_per, honest_miner)  # its gain: 0 by construction
+            r = measure(
+                sc, draws, seed, params, replay_cost_units, cost_per, honest_miner
+            )  # its gain: 0 by construction
         results.setdefault(r["strategy"], {})[r["share"]] = r
         if progress:
             print(f"  {sc.key}: {r['profit_bp']:+.3f} +- {r['se_bp']:.3f} bp ({time.time() - t0:.0f} s)",
@@ -461,9 +484,15 @@ def verdicts(results: dict[str, dict[str, Any]], params: P.ProtocolParams) -> li
     out: list[dict[str, Any]] = []
     honest = results["honest"]["alone"]
     ok = honest["profit_bp"] - 2 * honest["se_bp"] > 0
-    out.append({"rule": "honest verification has positive expected profit at the default parameters", "ok": ok,
-                "text": f"honest verifier alone: {honest['profit_bp']:+.3f} ± {honest['se_bp']:.3f} bp of its stake "
-                        f"per challenge ({'positive' if ok else 'NOT positive'} by two standard errors)"})
+    out.append(
+        {
+            "rule": "honest verification has positive expected profit at the default parameters",
+            "ok": ok,
+            "text": f"honest verifier alone: {honest['profit_bp']:+.3f} ± {honest['se_bp']:.3f} bp of its "
+                    "stake "
+            f"per challenge ({'positive' if ok else 'NOT positive'} by two standard errors)",
+        }
+    )
     labels = [share_label(s) for s in SHARES]
     for strategy, rows in results.items():
         if strategy == "honest":
@@ -473,34 +502,57 @@ def verdicts(results: dict[str, dict[str, Any]], params: P.ProtocolParams) -> li
                            math.hypot(rows[lab]["se_bp"], results["honest"][lab]["se_bp"])) for lab in labels}
             first = next((lab for lab in labels if diffs[lab][0] - 2 * diffs[lab][1] > 0), None)
             shown = ", ".join(f"{lab} {d:+.3f} ± {e:.3f}" for lab, (d, e) in diffs.items())
-            out.append({"rule": "sybil: splitting a stake gains nothing over honest play", "ok": first is None,
-                        "first_not_negative": first,
-                        "text": f"sybil, gain over honest play (bp): {shown}; "
-                                + ("no share gains by more than two standard errors" if first is None
-                                   else f"GAINS at {first}")})
+            out.append(
+                {
+                    "rule": "sybil: splitting a stake gains nothing over honest play",
+                    "ok": first is None,
+                    "first_not_negative": first,
+                    "text": f"sybil, gain over honest play (bp): {shown}; "
+                    + (
+                        "no share gains by more than two standard errors"
+                        if first is None
+                        else f"GAINS at {first}"
+                    ),
+                }
+            )
             continue
         # The honest miner alone is the miners' baseline (its gain is 0 by construction): its row
         # measures colluders that take the honest miner's own pair instead of replaying.
         measured = labels[1:] if strategy == "miner fakes 0" else labels
-        name = "colluders of an honest miner (its pair, no replay)" if strategy == "miner fakes 0" else strategy
+        name = (
+            "colluders of an honest miner (its pair, no replay)" if strategy == "miner fakes 0" else strategy
+        )
         first = next((lab for lab in measured if not _negative(rows[lab])), None)
         what = "gain over honest operation" if strategy.startswith("miner") else "profit"
         if first is None:
             text = f"{name}: negative at every measured share (up to s={SHARES[-1]:g})"
         else:
             at = f"{rows[first]['gain_bp']:+.3f} ± {rows[first]['gain_se_bp']:.3f} bp"
-            text = (f"{name}: NOT negative even at the smallest share, {first} ({what} {at})" if first == measured[0]
-                    else f"{name}: negative for coalitions below {first} (at {first} its {what} is {at})")
-        out.append({"rule": f"{name}: negative expected profit below a stake share", "ok": first != measured[0],
-                    "first_not_negative": first, "text": text})
+            text = (
+                f"{name}: NOT negative even at the smallest share, {first} ({what} {at})"
+                if first == measured[0]
+                else f"{name}: negative for coalitions below {first} (at {first} its {what} is {at})"
+            )
+        out.append(
+            {
+                "rule": f"{name}: negative expected profit below a stake share",
+                "ok": first != measured[0],
+                "first_not_negative": first,
+                "text": text,
+            }
+        )
     miner = results["miner fakes 0"]
     full = all(r["stake_released_in_full"] == 1 for r in miner.values())
     lost = max(r["stake_lost"] for r in miner.values())
-    out.append({"rule": "an honest miner's expected loss is zero (its stake is released in full: RunSettled)",
-                "ok": full,
-                "text": f"honest miner, honest or colluding verifiers: stake released in full in "
-                        f"{'every' if full else 'NOT every'} draw at every share (largest mean loss {lost:g}); it pays "
-                        f"{miner['alone']['fees']:g} units of seat fees a run from its escrow"})
+    out.append(
+        {
+            "rule": "an honest miner's expected loss is zero (its stake is released in full: RunSettled)",
+            "ok": full,
+            "text": f"honest miner, honest or colluding verifiers: stake released in full in "
+            f"{'every' if full else 'NOT every'} draw at every share (largest mean loss {lost:g}); it pays "
+            f"{miner['alone']['fees']:g} units of seat fees a run from its escrow",
+        }
+    )
     for strategy in VERIFIER_STRATEGIES:
         rows = results[strategy]
         hit = [lab for lab in labels if rows[lab]["stake_released_in_full"] < 1]
@@ -508,13 +560,18 @@ def verdicts(results: dict[str, dict[str, Any]], params: P.ProtocolParams) -> li
             continue
         first = hit[0]
         r = rows[first]
-        out.append({"rule": f"an honest miner's expected loss is zero against {strategy} verifiers", "ok": False,
-                    "first_not_zero": first,
-                    "text": f"honest miner against {strategy} verifiers: stake NOT released in full from {first} "
-                            f"(there slashed in {r['slashed']:.0%} of runs, {r['unresolved']:.2f} challenges a run "
-                            f"unresolved, mean stake lost {r['stake_lost']:.1f} of {params.miner_stake}; "
-                            f"{r['escalations_refused_no_free_bond']:.2f} escalations a run refused for want of "
-                            f"free bond)"})
+        out.append(
+            {
+                "rule": f"an honest miner's expected loss is zero against {strategy} verifiers",
+                "ok": False,
+                "first_not_zero": first,
+                "text": f"honest miner against {strategy} verifiers: stake NOT released in full from {first} "
+                f"(there slashed in {r['slashed']:.0%} of runs, {r['unresolved']:.2f} challenges a run "
+                f"unresolved, mean stake lost {r['stake_lost']:.1f} of {params.miner_stake}; "
+                f"{r['escalations_refused_no_free_bond']:.2f} escalations a run refused for want of "
+                f"free bond)",
+            }
+        )
     return out
 
 
@@ -545,8 +602,11 @@ def miner_table(res: dict[str, Any]) -> str:
         if not strategy.startswith("miner"):
             continue
         for lab, r in rows.items():
-            lines.append(f"| {strategy} | {lab} | {r['slashed']:.2f} | {r['stake_lost']:.1f} | {r['fees']:.1f} | "
-                         f"{r['escrow_burned']:.1f} | {r['disputes']:.2f} | {-r['gain_bp']:+.2f} ± {r['gain_se_bp']:.2f} |")
+            lines.append(
+                f"| {strategy} | {lab} | {r['slashed']:.2f} | {r['stake_lost']:.1f} | {r['fees']:.1f} | "
+                f"{r['escrow_burned']:.1f} | {r['disputes']:.2f} | {-r['gain_bp']:+.2f} ± "
+                f"{r['gain_se_bp']:.2f} |"
+            )
     return "\n".join(lines)
 
 
@@ -554,9 +614,12 @@ def report(res: dict[str, Any]) -> str:
     """The markdown the bench prints (and docs/protocol.md keeps)."""
     p = P.ProtocolParams.from_dict(res["params"])
     out = [
-        f"{res['draws']} runs per cell, seed {res['seed']}, default parameters: seat fee {res['seat_fee']} units, "
-        f"replay cost {res['replay_cost_units']:g} a {res['cost_per']}, penalties {p.no_show_penalty} (no show) and "
-        f"{p.outlier_penalty} (outlier) a seat, escalation stake {p.escalation_stake}, slash {p.slash_amount} of "
+        f"{res['draws']} runs per cell, seed {res['seed']}, default parameters: seat fee {res['seat_fee']} "
+        "units, "
+        f"replay cost {res['replay_cost_units']:g} a {res['cost_per']}, penalties {p.no_show_penalty} (no "
+        "show) and "
+        f"{p.outlier_penalty} (outlier) a seat, escalation stake {p.escalation_stake}, slash "
+        f"{p.slash_amount} of "
         f"a miner stake of {p.miner_stake}. The network: {TOTAL_UNITS} seat units of {p.verifier_stake}; "
         f"{shares_line(res)}.",
         "",
@@ -591,12 +654,18 @@ def shares_line(res: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--draws", type=int, default=300, help="runs per strategy and share (different block hashes)")
+    ap.add_argument(
+        "--draws", type=int, default=300, help="runs per strategy and share (different block hashes)"
+    )
     ap.add_argument("--seed", type=int, default=1, help="seed of the block hashes and the faked steps")
     ap.add_argument("--replay-cost-units", type=float, default=None,
                     help="a replay's cost in protocol units (default: half the run's seat fee)")
-    ap.add_argument("--cost-per", choices=("seat", "account"), default="seat",
-                    help="charge the replay cost per seat held (default) or once per round an account sits on")
+    ap.add_argument(
+        "--cost-per",
+        choices=("seat", "account"),
+        default="seat",
+        help="charge the replay cost per seat held (default) or once per round an account sits on",
+    )
     ap.add_argument("--json", action="store_true", help="print the results as one JSON object")
     ap.add_argument("--progress", action="store_true", help="one line per scenario on stderr")
     a = ap.parse_args(argv)

@@ -35,12 +35,16 @@ def eager_init_state(spec):
     params = {}
     for p in tqdm(specs, desc="eager init", unit="tensor", leave=False):
         if p.init == "normal":
-            params[p.name] = rng.normal_eager(spec.rng.seed, models.INIT_STEP, "init/" + p.name, p.shape, std=p.std)
+            params[p.name] = rng.normal_eager(
+                spec.rng.seed, models.INIT_STEP, "init/" + p.name, p.shape, std=p.std
+            )
         elif p.init == "zeros":
             params[p.name] = torch.zeros(p.shape, dtype=torch.float32)
         else:
             params[p.name] = torch.ones(p.shape, dtype=torch.float32)
-    moments = {m: {n: torch.zeros_like(t) for n, t in params.items()} for m in optim.moment_names(spec.optimizer)}
+    moments = {
+        m: {n: torch.zeros_like(t) for n, t in params.items()} for m in optim.moment_names(spec.optimizer)
+    }
     return TrainState.assemble(spec, params, moments, step=0, seed=spec.rng.seed)
 
 
@@ -82,11 +86,23 @@ def main() -> int:
     print(f"ratio eager/compiled: wall {slow_wall / fast_wall:.1f}x, cpu {slow_cpu / fast_cpu:.1f}x; "
           f"digests {'equal' if same else 'DIFFER'}")
     if args.json:
-        print(json.dumps({"spec": args.spec, "params": n, "threads": torch.get_num_threads(),
-                          "compiled_wall_s": round(fast_wall, 3), "compiled_cpu_s": round(fast_cpu, 3),
-                          "eager_wall_s": round(slow_wall, 3), "eager_cpu_s": round(slow_cpu, 3),
-                          "ratio_wall": round(slow_wall / fast_wall, 2), "ratio_cpu": round(slow_cpu / fast_cpu, 2),
-                          "digest": fast_digest, "digests_equal": same}))
+        print(
+            json.dumps(
+                {
+                    "spec": args.spec,
+                    "params": n,
+                    "threads": torch.get_num_threads(),
+                    "compiled_wall_s": round(fast_wall, 3),
+                    "compiled_cpu_s": round(fast_cpu, 3),
+                    "eager_wall_s": round(slow_wall, 3),
+                    "eager_cpu_s": round(slow_cpu, 3),
+                    "ratio_wall": round(slow_wall / fast_wall, 2),
+                    "ratio_cpu": round(slow_cpu / fast_cpu, 2),
+                    "digest": fast_digest,
+                    "digests_equal": same,
+                }
+            )
+        )
     return 0 if same else 1
 
 

@@ -125,7 +125,9 @@ class Poller:
 
     def start(self) -> Poller:
         self._stop.clear()
-        self._threads = [threading.Thread(target=self._loop, args=(k,), daemon=True) for k in range(self.clients)]
+        self._threads = [
+            threading.Thread(target=self._loop, args=(k,), daemon=True) for k in range(self.clients)
+        ]
         for t in self._threads:
             t.start()
         return self
@@ -152,7 +154,9 @@ def main() -> None:
     ap.add_argument("--interval", type=float, default=0.5, help="dev chain block interval (s)")
     ap.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     ap.add_argument("--keep", type=Path, default=None, help="work in this folder and keep it")
-    ap.add_argument("--workers", default="1", help="replay workers, or several counts to compare: 1,2 (default 1)")
+    ap.add_argument(
+        "--workers", default="1", help="replay workers, or several counts to compare: 1,2 (default 1)"
+    )
     ap.add_argument("--backend", choices=("local", "ray"), default="local",
                     help="local worker processes, or a Ray cluster on this machine with one node per worker")
     args = ap.parse_args()
@@ -252,9 +256,19 @@ def run(args: argparse.Namespace, tmp: Path, replay: dict[str, Any] | None = Non
 
     n_runs = -(-args.challenges // args.per_run)
     total = n_runs * args.per_run
-    params = ProtocolParams(commit_window=1200, reveal_window=120, opening_deadline=240, challenges_per_run=args.per_run,
-                            challenge_delay=2, quorum_min_reveals=1, committee_size=1)
-    print(f"walking the tiny run; {n_runs} runs x {args.per_run} challenges = {total} in flight", file=sys.stderr)
+    params = ProtocolParams(
+        commit_window=1200,
+        reveal_window=120,
+        opening_deadline=240,
+        challenges_per_run=args.per_run,
+        challenge_delay=2,
+        quorum_min_reveals=1,
+        committee_size=1,
+    )
+    print(
+        f"walking the tiny run; {n_runs} runs x {args.per_run} challenges = {total} in flight",
+        file=sys.stderr,
+    )
     spec, ds, schedule, states, leaves = walk(tmp)
     root = merkle.root(leaves)
     tree = merkle.MerkleTree.from_leaves(list(leaves))
@@ -263,7 +277,9 @@ def run(args: argparse.Namespace, tmp: Path, replay: dict[str, Any] | None = Non
     miner = DevTransport(chain_path, "miner")
     miner.record_params(params)
     stop = threading.Event()
-    sealer = threading.Thread(target=DevChain(chain_path).run_sealer, args=(args.interval, stop.is_set), daemon=True)
+    sealer = threading.Thread(
+        target=DevChain(chain_path).run_sealer, args=(args.interval, stop.is_set), daemon=True
+    )
     sealer.start()
     served = tmp / "served"
     (served / "openings").mkdir(parents=True)
@@ -284,8 +300,13 @@ def run(args: argparse.Namespace, tmp: Path, replay: dict[str, Any] | None = Non
         "verifier": {"bond": BOND},  # bonded on start: the committee of every challenge below
         "protocol": params.to_dict()}))
     log = open(tmp / "node.log", "ab")  # noqa: SIM115 - the process owns it
-    node = subprocess.Popen([sys.executable, "-m", "pot", "node", "run", "--config", str(cfg), "--init"],
-                            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    node = subprocess.Popen(
+        [sys.executable, "-m", "pot", "node", "run", "--config", str(cfg), "--init"],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     base = f"http://127.0.0.1:{api_port}"
     poller = Poller(base, args.clients)
     samples: list[dict[str, float]] = []
@@ -329,11 +350,26 @@ def run(args: argparse.Namespace, tmp: Path, replay: dict[str, Any] | None = Non
         threading.Thread(target=answer, daemon=True).start()
         t_load = time.monotonic()
         for rid, nonce in zip(run_ids, nonces, strict=True):
-            miner.submit([StartTrainingCommitment(rid, nonce, states[0].digest(), schedule.commitment,
-                                                  ds.dataset_hash, spec.to_cbor(), spec.steps, endpoint)], wait=False)
+            miner.submit(
+                [
+                    StartTrainingCommitment(
+                        rid,
+                        nonce,
+                        states[0].digest(),
+                        schedule.commitment,
+                        ds.dataset_hash,
+                        spec.to_cbor(),
+                        spec.steps,
+                        endpoint,
+                    )
+                ],
+                wait=False,
+            )
             miner.submit([SubmitCheckpointRoot(rid, root, len(leaves), ())], wait=False)
-        print(f"load: {total} challenges; polling the API with {args.clients} clients until all are witnessed",
-              file=sys.stderr)
+        print(
+            f"load: {total} challenges; polling the API with {args.clients} clients until all are witnessed",
+            file=sys.stderr,
+        )
         poller.start()
         db = data / "node.db"
         done_at = None
@@ -361,14 +397,22 @@ def run(args: argparse.Namespace, tmp: Path, replay: dict[str, Any] | None = Non
         httpd.shutdown()
         sealer.join(10)
     return {
-        "challenges": total, "runs": n_runs, "clients": args.clients, "cpus": os.cpu_count(),
-        "api_idle": idle, "api_loaded": loaded,
+        "challenges": total,
+        "runs": n_runs,
+        "clients": args.clients,
+        "cpus": os.cpu_count(),
+        "api_idle": idle,
+        "api_loaded": loaded,
         "p99_ratio_loaded_over_idle": {e: loaded[e]["p99_ms"] / idle[e]["p99_ms"] for e in ENDPOINTS},
-        "rss_idle_mib": rss_idle / 2**20, "rss_peak_mib": max(s["rss"] for s in samples) / 2**20,
+        "rss_idle_mib": rss_idle / 2**20,
+        "rss_peak_mib": max(s["rss"] for s in samples) / 2**20,
         "rss_daemon_peak_mib": max(s["rss_daemon"] for s in samples) / 2**20,
         "rss_final_mib": samples[-1]["rss"] / 2**20,
-        "queue_peak": max(s["queue"] for s in samples), "queue_series": [(round(s["t"], 1), s["queue"]) for s in samples],
-        "drained_s": done_at, "witnessed": final.get("witnessed"), "missed": final.get("missed"),
+        "queue_peak": max(s["queue"] for s in samples),
+        "queue_series": [(round(s["t"], 1), s["queue"]) for s in samples],
+        "drained_s": done_at,
+        "witnessed": final.get("witnessed"),
+        "missed": final.get("missed"),
     }
 
 
@@ -382,7 +426,9 @@ def _wait_bonded(chain_path: Path, params: Any, account: str, node: subprocess.P
     deadline = time.monotonic() + timeout
     while view.state.vbonds.get(account, 0) < params.verifier_stake:
         if node.poll() is not None:
-            raise RuntimeError(f"the node exited with {node.returncode} before bonding:\n{log.read_text()[-3000:]}")
+            raise RuntimeError(
+                f"the node exited with {node.returncode} before bonding:\n{log.read_text()[-3000:]}"
+            )
         if time.monotonic() > deadline:
             raise RuntimeError(f"the node's bond was not on chain within {timeout:g} s ([verifier] bond)")
         time.sleep(0.5)
@@ -407,7 +453,15 @@ def _wait_api(base: str, node: subprocess.Popen, log: Path, timeout: float = 180
 
 def _sample(db: Path, pid: int, t: float) -> dict[str, float]:
     """Queue depth (challenges in a work stage), witnessed and missed counts, and RSS, now."""
-    out = {"t": t, "rss": rss_bytes(pid), "rss_daemon": rss_bytes(pid, descendants=False), "queue": 0, "issued": 0, "witnessed": 0, "missed": 0}
+    out = {
+        "t": t,
+        "rss": rss_bytes(pid),
+        "rss_daemon": rss_bytes(pid, descendants=False),
+        "queue": 0,
+        "issued": 0,
+        "witnessed": 0,
+        "missed": 0,
+    }
     if not db.exists():
         return out
     try:
@@ -435,8 +489,11 @@ def report(r: dict[str, Any], as_json: bool) -> None:
         print(f"{e:<22}{i['p50_ms']:>10.1f}{i['p99_ms']:>10.1f}{lo['p50_ms']:>10.1f}{lo['p99_ms']:>10.1f}"
               f"{lo['max_ms']:>10.1f}{lo['n']:>7}{r['p99_ratio_loaded_over_idle'][e]:>8.2f}")
     print(f"API errors: idle {r['api_idle']['errors']}, loaded {r['api_loaded']['errors']}")
-    print(f"RSS (daemon + replay workers): idle {r['rss_idle_mib']:.0f} MiB, peak {r['rss_peak_mib']:.0f} MiB, "
-          f"at the end {r['rss_final_mib']:.0f} MiB; the daemon alone peaked at {r['rss_daemon_peak_mib']:.0f} MiB")
+    print(
+        f"RSS (daemon + replay workers): idle {r['rss_idle_mib']:.0f} MiB, peak {r['rss_peak_mib']:.0f} MiB, "
+        f"at the end {r['rss_final_mib']:.0f} MiB; the daemon alone peaked at {r['rss_daemon_peak_mib']:.0f} "
+        "MiB"
+    )
     series = r["queue_series"]
     step = max(1, len(series) // 12)
     print(f"queue depth: peak {r['queue_peak']}; over time (s, depth): "

@@ -126,7 +126,9 @@ def main() -> None:
             row[f"honest agree: {name}"] = agree / len(ref)
         subs = [s for rep in replays.values() for s in rep["substituted"]]
         refs = ref * len(replays)
-        row["substituted differ"] = sum(bucket_of(x, r) != bucket_of(s, r) for x, s in zip(refs, subs, strict=True)) / len(subs)
+        row["substituted differ"] = sum(
+            bucket_of(x, r) != bucket_of(s, r) for x, s in zip(refs, subs, strict=True)
+        ) / len(subs)
         rows.append(row)
     bits_equal = {name: sum(x == y for x, y in zip(ref, rep["honest"], strict=True)) / len(ref)
                   for name, rep in replays.items()}

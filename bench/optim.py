@@ -63,7 +63,13 @@ def measure(reps: int = 3) -> dict:
     names, roles, params, grads, moments = _problem()
     n = sum(p.numel() for p in params)
     spec = OptimizerSpec(kind="adamw", lr=6e-4, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1)
-    res = {"params": n, "tensors": len(params), "threads": torch.get_num_threads(), "clock": "cpu", "cases": {}}
+    res = {
+        "params": n,
+        "tensors": len(params),
+        "threads": torch.get_num_threads(),
+        "clock": "cpu",
+        "cases": {},
+    }
     for case, max_norm in (("clip_active", 1.0), ("clip_inactive", 1e6)):
         def step(eager=False, max_norm=max_norm):
             with torch.no_grad():
@@ -105,11 +111,17 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     res = measure(a.reps)
-    print(f"{res['params'] / 1e6:.1f} M parameters in {res['tensors']} tensors, {res['threads']} thread, CPU time")
+    print(
+        f"{res['params'] / 1e6:.1f} M parameters in {res['tensors']} tensors, {res['threads']} thread, CPU "
+        "time"
+    )
     for case, r in res["cases"].items():
-        print(f"{case:14s} clip+update: eager {r['eager']:.3f} s, kernels {r['kernels']:.3f} s "
-              f"({r['ratio']:.1f}x); clip alone: eager {r['eager_clip']:.3f} s, kernels {r['kernels_clip']:.3f} s "
-              f"({r['clip_ratio']:.1f}x)")
+        print(
+            f"{case:14s} clip+update: eager {r['eager']:.3f} s, kernels {r['kernels']:.3f} s "
+            f"({r['ratio']:.1f}x); clip alone: eager {r['eager_clip']:.3f} s, kernels "
+            f"{r['kernels_clip']:.3f} s "
+            f"({r['clip_ratio']:.1f}x)"
+        )
     if a.json:
         print(json.dumps(res))
 

@@ -24,7 +24,8 @@
   that of the steps alone (the kernel's mark is reset after loading). --thp asks torch's
   allocator for transparent huge pages (THP_MEM_ALLOC_ENABLE=1) in every process, both profiles.
 
-    .venv/bin/python bench/oracle.py [--json] [--threads N] [--step-threads 1,2] [--steps K] [--warmup W] [--quick]
+    .venv/bin/python bench/oracle.py [--json] [--threads N] [--step-threads 1,2] [--steps K]
+        [--warmup W] [--quick]
 """
 
 from __future__ import annotations
@@ -177,10 +178,20 @@ def child(model: str, profile: str, steps: int, quick: bool, warmup: int, state_
         state, loss = step(state, batch, spec, t)
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
-    print(json.dumps({"profile": profile, "warmup": warmup,
-                      "step_s": statistics.median(times[warmup:]), "step_cpu_s": statistics.median(cpu[warmup:]),
-                      "peak_rss_mib": _peak_rss_mib(), "peak_is_steps_only": reset,
-                      "loss": float(loss), "threads": torch.get_num_threads()}))
+    print(
+        json.dumps(
+            {
+                "profile": profile,
+                "warmup": warmup,
+                "step_s": statistics.median(times[warmup:]),
+                "step_cpu_s": statistics.median(cpu[warmup:]),
+                "peak_rss_mib": _peak_rss_mib(),
+                "peak_is_steps_only": reset,
+                "loss": float(loss),
+                "threads": torch.get_num_threads(),
+            }
+        )
+    )
 
 
 def _child_env(threads: int | None, thp: bool) -> dict:
@@ -200,7 +211,9 @@ def _run(cmd: list[str], env: dict, what: str) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def _run_child(model: str, profile: str, a, threads: int | None, state_path: str, route: str | None = None) -> dict:
+def _run_child(
+    model: str, profile: str, a, threads: int | None, state_path: str, route: str | None = None
+) -> dict:
     cmd = [sys.executable, __file__, "--child", profile, "--model", model, "--steps", str(a.steps),
            "--warmup", str(a.warmup), "--state", state_path]
     cmd += ["--quick"] if a.quick else []
@@ -239,10 +252,14 @@ def step_ratio(model: str, threads: int, a, state_path: str) -> dict:
         return statistics.median(r[key] for r in runs[profile])
 
     step = {
-        "model": STEP_MODELS[model][0] + (" (2 layers: --quick)" if a.quick else ""), "threads": threads,
-        "exact_step_s": med("exact-v1", "step_s"), "native_step_s": med("torch-native", "step_s"),
-        "exact_step_cpu_s": med("exact-v1", "step_cpu_s"), "native_step_cpu_s": med("torch-native", "step_cpu_s"),
-        "limit_step_s": med(LIMIT_STEP, "step_s"), "limit_step_cpu_s": med(LIMIT_STEP, "step_cpu_s"),
+        "model": STEP_MODELS[model][0] + (" (2 layers: --quick)" if a.quick else ""),
+        "threads": threads,
+        "exact_step_s": med("exact-v1", "step_s"),
+        "native_step_s": med("torch-native", "step_s"),
+        "exact_step_cpu_s": med("exact-v1", "step_cpu_s"),
+        "native_step_cpu_s": med("torch-native", "step_cpu_s"),
+        "limit_step_s": med(LIMIT_STEP, "step_s"),
+        "limit_step_cpu_s": med(LIMIT_STEP, "step_cpu_s"),
         "exact_peak_rss_mib": max(r["peak_rss_mib"] for r in runs["exact-v1"]),
         "native_peak_rss_mib": max(r["peak_rss_mib"] for r in runs["torch-native"]),
         "peak_rss_of_steps_only": all(r["peak_is_steps_only"] for rs in runs.values() for r in rs),
@@ -269,13 +286,21 @@ def step_ratio(model: str, threads: int, a, state_path: str) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print a JSON object as the last line")
-    ap.add_argument("--threads", type=int, default=None, help="intra-op threads of the GEMM/kernel measurements")
+    ap.add_argument(
+        "--threads", type=int, default=None, help="intra-op threads of the GEMM/kernel measurements"
+    )
     ap.add_argument("--step-threads", default="1,2", help="comma-separated thread counts of the step ratios")
-    ap.add_argument("--models", default=",".join(STEP_MODELS), help=f"step models, of {', '.join(STEP_MODELS)}")
+    ap.add_argument(
+        "--models", default=",".join(STEP_MODELS), help=f"step models, of {', '.join(STEP_MODELS)}"
+    )
     ap.add_argument("--steps", type=int, default=1, help="timed steps per profile (after the warm-up)")
-    ap.add_argument("--warmup", type=int, default=3,
-                    help="untimed steps before the timed ones (the first steps of a process pay its allocator's "
-                         "transient: fresh pages on every large array; see docs/perf/cpu.md §15.0)")
+    ap.add_argument(
+        "--warmup",
+        type=int,
+        default=3,
+        help="untimed steps before the timed ones (the first steps of a process pay its allocator's "
+        "transient: fresh pages on every large array; see docs/perf/cpu.md §15.0)",
+    )
     ap.add_argument("--rounds", type=int, default=1, help="alternating exact/native child pairs")
     ap.add_argument("--quick", action="store_true", help="2-layer model, one GEMM shape (smoke run)")
     ap.add_argument("--thp", action="store_true",
@@ -293,7 +318,9 @@ def main() -> None:
     models = [m for m in a.models.split(",") if m.strip()]
     unknown = [m for m in models if m not in STEP_MODELS]
     if unknown or any(t < 1 for t in threads_list):
-        raise SystemExit(f"--models takes {', '.join(STEP_MODELS)} (got {unknown}); --step-threads positive ints")
+        raise SystemExit(
+            f"--models takes {', '.join(STEP_MODELS)} (got {unknown}); --step-threads positive ints"
+        )
 
     if a.thp:  # read by torch's allocator once, at its first allocation: set before importing torch
         os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
@@ -329,16 +356,26 @@ def main() -> None:
                 st = step_ratio(model, threads, a, state_path)
                 st["exact_init_s"] = init["init_s"]
                 steps.append(st)
-                print(f"step {st['model']}, {threads} thread(s): wall exact-v1 {st['exact_step_s']:.2f} s, torch-native "
-                      f"{st['native_step_s']:.2f} s (ratio {st['step_ratio_wall']:.2f}); CPU exact "
-                      f"{st['exact_step_cpu_s']:.2f} s, native {st['native_step_cpu_s']:.2f} s (ratio "
-                      f"{st['step_ratio_cpu']:.2f}); step_ratio {st['step_ratio']:.2f}; limit step (native, "
-                      f"float64 GEMMs) {st['limit_step_cpu_s' if threads == 1 else 'limit_step_s']:.2f} s: "
-                      f"limit_step_ratio {st['limit_step_ratio']:.2f}, exact / limit {st['step_of_limit']:.2f}; peak RSS exact "
-                      f"{st['exact_peak_rss_mib']:.0f} MiB, native {st['native_peak_rss_mib']:.0f} MiB "
-                      f"({st['rss_ratio']:.2f}x, steps only: {st['peak_rss_of_steps_only']}); integer-GEMM route "
-                      f"{st['gemm_route']}" + (f", on the float64 route: step_ratio {st['step_ratio_f64_route']:.2f}"
-                                               if "step_ratio_f64_route" in st else ""), flush=True)
+                print(
+                    f"step {st['model']}, {threads} thread(s): wall exact-v1 {st['exact_step_s']:.2f} s, "
+                    "torch-native "
+                    f"{st['native_step_s']:.2f} s (ratio {st['step_ratio_wall']:.2f}); CPU exact "
+                    f"{st['exact_step_cpu_s']:.2f} s, native {st['native_step_cpu_s']:.2f} s (ratio "
+                    f"{st['step_ratio_cpu']:.2f}); step_ratio {st['step_ratio']:.2f}; limit step (native, "
+                    f"float64 GEMMs) {st['limit_step_cpu_s' if threads == 1 else 'limit_step_s']:.2f} s: "
+                    f"limit_step_ratio {st['limit_step_ratio']:.2f}, exact / limit "
+                    f"{st['step_of_limit']:.2f}; peak RSS exact "
+                    f"{st['exact_peak_rss_mib']:.0f} MiB, native {st['native_peak_rss_mib']:.0f} MiB "
+                    f"({st['rss_ratio']:.2f}x, steps only: {st['peak_rss_of_steps_only']}); integer-GEMM "
+                    "route "
+                    f"{st['gemm_route']}"
+                    + (
+                        f", on the float64 route: step_ratio {st['step_ratio_f64_route']:.2f}"
+                        if "step_ratio_f64_route" in st
+                        else ""
+                    ),
+                    flush=True,
+                )
     if a.json:
         first = steps[0] if steps else {}
         print(json.dumps({"gemm_ratio": res["gemm_ratio"], "dgemm_ratio": res["dgemm_ratio"],

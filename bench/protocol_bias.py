@@ -312,16 +312,22 @@ def committee_rows(sybils: int, honest_accounts: int, trials: int, rng: random.R
                 "with_replacement": capture_with_replacement(s, n),
             })
             sizes = (n, 2 * n, 4 * n)
-            esc.append({
-                "s": s, "N": n,
-                "seats_one": [min(x, len(w1)) for x in sizes],
-                "seats_split": [min(x, len(ws)) for x in sizes],
-                "one_exact": math.prod(capture_exact(1, w1[0], honest_accounts, HONEST_STAKE, x) for x in sizes),
-                "split_sim": escalation_probability(ws, as_, sizes, trials=trials, rng=rng),
-                "split_exact": math.prod(capture_exact(sybils, ws[0], honest_accounts, HONEST_STAKE, x)
-                                         for x in sizes),
-                "with_replacement": math.prod(capture_with_replacement(s, x) for x in sizes),
-            })
+            esc.append(
+                {
+                    "s": s,
+                    "N": n,
+                    "seats_one": [min(x, len(w1)) for x in sizes],
+                    "seats_split": [min(x, len(ws)) for x in sizes],
+                    "one_exact": math.prod(
+                        capture_exact(1, w1[0], honest_accounts, HONEST_STAKE, x) for x in sizes
+                    ),
+                    "split_sim": escalation_probability(ws, as_, sizes, trials=trials, rng=rng),
+                    "split_exact": math.prod(
+                        capture_exact(sybils, ws[0], honest_accounts, HONEST_STAKE, x) for x in sizes
+                    ),
+                    "with_replacement": math.prod(capture_with_replacement(s, x) for x in sizes),
+                }
+            )
     return rows, esc
 
 
@@ -352,7 +358,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--k", default="1,4,8", help="comma-separated challenges per run")
     ap.add_argument("--steps", type=int, default=1000, help="steps n of a run")
     ap.add_argument("--trials", type=int, default=100_000, help="Monte-Carlo trials per challenge-draw cell")
-    ap.add_argument("--committee-trials", type=int, default=20_000, help="Monte-Carlo trials per committee cell")
+    ap.add_argument(
+        "--committee-trials", type=int, default=20_000, help="Monte-Carlo trials per committee cell"
+    )
     ap.add_argument("--sybils", type=int, default=10, help="accounts the adversary splits its stake over")
     ap.add_argument("--honest-accounts", type=int, default=20, help="honest verifier accounts, equal stake")
     ap.add_argument("--seed", type=int, default=1, help="seed of random.Random")
@@ -376,10 +384,26 @@ def main(argv: list[str] | None = None) -> int:
     com, escal = committee_rows(a.sybils, a.honest_accounts, a.committee_trials, rng)
     splits = split_rows(a.honest_accounts)
     elapsed = time.perf_counter() - t0
-    res = {"params": {"phi": a.phi, "faked_steps": round(a.phi * a.steps), "steps": a.steps, "k": ks,
-                      "trials": a.trials, "committee_trials": a.committee_trials, "sybils": a.sybils,
-                      "honest_accounts": a.honest_accounts, "honest_stake": HONEST_STAKE, "seed": a.seed},
-           "escape": esc, "crossover": cross, "committee": com, "splits": splits, "escalation": escal, "seconds": round(elapsed, 2)}
+    res = {
+        "params": {
+            "phi": a.phi,
+            "faked_steps": round(a.phi * a.steps),
+            "steps": a.steps,
+            "k": ks,
+            "trials": a.trials,
+            "committee_trials": a.committee_trials,
+            "sybils": a.sybils,
+            "honest_accounts": a.honest_accounts,
+            "honest_stake": HONEST_STAKE,
+            "seed": a.seed,
+        },
+        "escape": esc,
+        "crossover": cross,
+        "committee": com,
+        "splits": splits,
+        "escalation": escal,
+        "seconds": round(elapsed, 2),
+    }
     if a.json:
         print(json.dumps(res))
         return 0
@@ -388,9 +412,24 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Escape probability: a run of {a.steps} steps, {res['params']['faked_steps']} faked "
           f"(phi = {a.phi:g}), {a.trials} trials per cell (standard error <= {se:.4f}), seed {a.seed}.")
     print()
-    print(markdown(["f", "r", "k", "honest (1-phi)^k", "v1 simulated", "v1 closed", "v2 simulated", "v2 closed"],
-                   [[_share(x["f"]), str(x["r"]), str(x["k"]), x["honest"], x["v1_sim"], x["v1_closed"],
-                     x["v2_sim"], x["v2_closed"]] for x in esc]))
+    print(
+        markdown(
+            ["f", "r", "k", "honest (1-phi)^k", "v1 simulated", "v1 closed", "v2 simulated", "v2 closed"],
+            [
+                [
+                    _share(x["f"]),
+                    str(x["r"]),
+                    str(x["k"]),
+                    x["honest"],
+                    x["v1_sim"],
+                    x["v1_closed"],
+                    x["v2_sim"],
+                    x["v2_closed"],
+                ]
+                for x in esc
+            ],
+        )
+    )
     print()
     if cross:
         print(f"v2 against v1 in closed form (phi = {a.phi:g}): escape at r = 1, the smallest r from which "
@@ -408,10 +447,31 @@ def main(argv: list[str] | None = None) -> int:
           f"accounts eligible ({a.honest_accounts + 1} with 1 adversarial account, "
           f"{a.honest_accounts + a.sybils} with {a.sybils}).")
     print()
-    print(markdown(["s", "N", "1 account sim", "1 account exact", f"{a.sybils} accounts sim",
-                    f"{a.sybils} accounts exact", "with replacement (any split)"],
-                   [[_share(x["s"]), str(x["N"]), x["one_sim"], x["one_exact"], x["split_sim"], x["split_exact"],
-                     x["with_replacement"]] for x in com]))
+    print(
+        markdown(
+            [
+                "s",
+                "N",
+                "1 account sim",
+                "1 account exact",
+                f"{a.sybils} accounts sim",
+                f"{a.sybils} accounts exact",
+                "with replacement (any split)",
+            ],
+            [
+                [
+                    _share(x["s"]),
+                    str(x["N"]),
+                    x["one_sim"],
+                    x["one_exact"],
+                    x["split_sim"],
+                    x["split_exact"],
+                    x["with_replacement"],
+                ]
+                for x in com
+            ],
+        )
+    )
     print()
     print(f"Capture by the number of equal adversarial accounts, exact, without replacement "
           f"({a.honest_accounts} honest accounts; seats capped at the accounts eligible).")
