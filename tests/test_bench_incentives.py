@@ -16,9 +16,17 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.slow
 def test_incentives_bench_json_has_every_strategy_and_the_signs():
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "incentives.py"), "--draws", "6", "--seed", "3", "--json"],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    )
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "incentives.py"), "--draws", "6", "--seed", "3", "--json"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout)
     results = out["results"]
@@ -43,7 +51,9 @@ def test_incentives_bench_json_has_every_strategy_and_the_signs():
 
 
 def test_incentives_bench_refuses_one_draw():
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    )
     r = subprocess.run([sys.executable, str(ROOT / "bench" / "incentives.py"), "--draws", "1"],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--draws must be at least 2" in r.stderr

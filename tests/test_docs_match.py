@@ -123,8 +123,10 @@ def route_problems(text: str, app: Any) -> list[str]:
             op = schema["paths"].get(route.path, {}).get(method.lower(), {})
             actual = {p["name"] for p in op.get("parameters", []) if p["in"] == "query"}
             if stated != actual:
-                problems.append(f"`{method} {path}` lists the query parameters {sorted(stated)}; the route takes "
-                                f"{sorted(actual)}")
+                problems.append(
+                    f"`{method} {path}` lists the query parameters {sorted(stated)}; the route takes "
+                    f"{sorted(actual)}"
+                )
     for (method, path), route in sorted(routes.items()):
         if method == "GET" and path not in paths:
             problems.append(f"the app serves GET {route.path}, which the doc never names")
@@ -171,7 +173,9 @@ def status_problems(text: str, claims: list[Claim], observe: Callable[[Claim], l
     for c in claims:
         m = re.search(c.pattern, body)
         if m is None:
-            problems.append(f"{c.name}: the doc no longer has the sentence /{c.pattern}/; update the claim with it")
+            problems.append(
+                f"{c.name}: the doc no longer has the sentence /{c.pattern}/; update the claim with it"
+            )
             continue
         spans.append(m.span())
         observed = observe(c)
@@ -186,7 +190,9 @@ def status_problems(text: str, claims: list[Claim], observe: Callable[[Claim], l
         if NEGATED.search(body[max(0, m.start() - 12): m.start()]):
             continue
         if not any(a <= m.start() < b for a, b in spans):
-            problems.append(f"the status {m.group(1)} stated at {_context(body, m.start())!r} is checked by no claim")
+            problems.append(
+                f"the status {m.group(1)} stated at {_context(body, m.start())!r} is checked by no claim"
+            )
     return problems
 
 
@@ -276,8 +282,12 @@ def obs_schema_errors(env: NodeApi) -> list[set[Any]]:
 def obs_unknown_id(env: NodeApi) -> list[set[Any]]:
     eng, _ = env.engine()
     with env.client(eng) as c:
-        return [{_answer(c.get(f"/api/v1/runs/{UNKNOWN}"), "run"), _answer(c.get(f"/api/v1/challenges/{UNKNOWN}"),
-                                                                            "challenge")}]
+        return [
+            {
+                _answer(c.get(f"/api/v1/runs/{UNKNOWN}"), "run"),
+                _answer(c.get(f"/api/v1/challenges/{UNKNOWN}"), "challenge"),
+            }
+        ]
 
 
 def obs_dashboard_errors(env: NodeApi) -> list[set[Any]]:
@@ -287,10 +297,14 @@ def obs_dashboard_errors(env: NodeApi) -> list[set[Any]]:
         for path in ["/runs/xyz", "/challenges/12", "/?status=bogus", "/?stage=nowhere", "/?cursor=12",
                      "/?run=zz"]:
             r = c.get(path)
-            bad.add(r.status_code if r.headers["content-type"].startswith("text/html") else f"{path} is not HTML")
+            bad.add(
+                r.status_code if r.headers["content-type"].startswith("text/html") else f"{path} is not HTML"
+            )
         for path in [f"/runs/{UNKNOWN}", f"/challenges/{UNKNOWN}"]:
             r = c.get(path)
-            unknown.add(r.status_code if r.headers["content-type"].startswith("text/html") else f"{path} is not HTML")
+            unknown.add(
+                r.status_code if r.headers["content-type"].startswith("text/html") else f"{path} is not HTML"
+            )
     return [bad, unknown]
 
 
@@ -320,18 +334,31 @@ def obs_outage(env: NodeApi) -> list[set[Any]]:
     return [got]
 
 
-ADMIN_ROUTES = [("post", f"/api/v1/admin/challenges/{UNKNOWN}/retry"), ("post", "/api/v1/admin/witness-conflicts/acknowledge")]
+ADMIN_ROUTES = [
+    ("post", f"/api/v1/admin/challenges/{UNKNOWN}/retry"),
+    ("post", "/api/v1/admin/witness-conflicts/acknowledge"),
+]
 
 
 def _admin(env: NodeApi) -> dict[str, set[Any]]:
     eng, seeded = env.engine()
-    out: dict[str, set[Any]] = {"none": set(), "wrong": set(), "disabled": set(), "ok": set(), "conflict": set()}
+    out: dict[str, set[Any]] = {
+        "none": set(),
+        "wrong": set(),
+        "disabled": set(),
+        "ok": set(),
+        "conflict": set(),
+    }
     with env.client(eng, admin_token=TOKEN) as c:
         for method, path in ADMIN_ROUTES:
             out["none"].add(_answer(getattr(c, method)(path), path))
-            out["wrong"].add(_answer(getattr(c, method)(path, headers={"Authorization": "Bearer not-the-token"}), path))
+            out["wrong"].add(
+                _answer(getattr(c, method)(path, headers={"Authorization": "Bearer not-the-token"}), path)
+            )
         auth = {"Authorization": f"Bearer {TOKEN}"}
-        out["ok"].add(c.post(f"/api/v1/admin/challenges/{seeded.retrying.hex()}/retry", headers=auth).status_code)
+        out["ok"].add(
+            c.post(f"/api/v1/admin/challenges/{seeded.retrying.hex()}/retry", headers=auth).status_code
+        )
         out["ok"].add(c.post("/api/v1/admin/witness-conflicts/acknowledge", headers=auth).status_code)
         # The three reasons of a 409: a replay running, the commit window closed, nothing to re-queue.
         with eng.begin() as conn:
@@ -340,7 +367,9 @@ def _admin(env: NodeApi) -> dict[str, set[Any]]:
             conn.execute(sa.update(challenges).where(challenges.c.challenge_id == seeded.missed_fetch)
                          .values(commit_deadline=1))
         for cid in (seeded.retrying, seeded.missed_fetch, seeded.honest):
-            out["conflict"].add(_answer(c.post(f"/api/v1/admin/challenges/{cid.hex()}/retry", headers=auth), cid.hex()))
+            out["conflict"].add(
+                _answer(c.post(f"/api/v1/admin/challenges/{cid.hex()}/retry", headers=auth), cid.hex())
+            )
     with env.client(eng) as c:  # no admin token configured
         for method, path in ADMIN_ROUTES:
             for headers in ({}, {"Authorization": f"Bearer {TOKEN}"}, {"Authorization": "Basic eDp5"}):
@@ -378,28 +407,64 @@ def obs_status_label(env: NodeApi) -> list[set[Any]]:
 
 API_CLAIMS = [
     Claim("readiness", r"`GET /readyz` \|[^|]*?(\d{3}) when all pass, (\d{3}) otherwise", obs_readyz),
-    Claim("host check", r"Any other name is answered (\d{3}) and a missing or malformed Host (\d{3}), both JSON with "
-                        r"a `detail`, on every path", obs_host),
-    Claim("bad input", r"Bad input is a ([1-5]xx) with a `detail` that says what to fix: (\d{3}) for a parameter "
-                       r"outside the schema", obs_schema_errors),
+    Claim(
+        "host check",
+        r"Any other name is answered (\d{3}) and a missing or malformed Host (\d{3}), both JSON with "
+        r"a `detail`, on every path",
+        obs_host,
+    ),
+    Claim(
+        "bad input",
+        r"Bad input is a ([1-5]xx) with a `detail` that says what to fix: (\d{3}) for a parameter "
+        r"outside the schema",
+        obs_schema_errors,
+    ),
     Claim("unknown id", r"`limit=0`\) and (\d{3}) for an unknown id", obs_unknown_id),
     Claim("API 400", r"so its (\d{3}) is the Host check's", lambda env: [obs_host(env)[1]]),
-    Claim("dashboard errors", r"The dashboard's pages answer (\d{3}) for an id, filter or cursor they cannot use and "
-                              r"(\d{3}) for an unknown id", obs_dashboard_errors),
-    Claim("database outage", r"A database outage is a (\d{3}) \(`/readyz` and `/metrics` keep answering", obs_outage),
-    Claim("admin token", r"without it they answer (\d{3}), with another token (\d{3}); with no token configured every "
-                         r"admin call is (\d{3})", obs_admin),
-    Claim("retry conflict", r"Otherwise (\d{3}) with the reason \(a replay is running, the window closed, the job is "
-                            r"done\)", obs_retry_conflict),
-    Claim("status label", r"`pot_http_requests_total` \| counter \| `method`, `route` \(template\), `status` "
-                          r"\(`([1-5]xx)`", obs_status_label),
+    Claim(
+        "dashboard errors",
+        r"The dashboard's pages answer (\d{3}) for an id, filter or cursor they cannot use and "
+        r"(\d{3}) for an unknown id",
+        obs_dashboard_errors,
+    ),
+    Claim(
+        "database outage",
+        r"A database outage is a (\d{3}) \(`/readyz` and `/metrics` keep answering",
+        obs_outage,
+    ),
+    Claim(
+        "admin token",
+        r"without it they answer (\d{3}), with another token (\d{3}); with no token configured every "
+        r"admin call is (\d{3})",
+        obs_admin,
+    ),
+    Claim(
+        "retry conflict",
+        r"Otherwise (\d{3}) with the reason \(a replay is running, the window closed, the job is "
+        r"done\)",
+        obs_retry_conflict,
+    ),
+    Claim(
+        "status label",
+        r"`pot_http_requests_total` \| counter \| `method`, `route` \(template\), `status` "
+        r"\(`([1-5]xx)`",
+        obs_status_label,
+    ),
     Claim("tests: admin", r"admin token (\d{3})/(\d{3})/(\d{3})/(\d{3})", obs_admin_tests),
-    Claim("tests: no admin token", r"an admin call on a node with no admin token is (\d{3})", obs_admin_disabled),
-    Claim("tests: host", r"a rebinding name gets (\d{3}) on every path, malformed and missing Host (\d{3})", obs_host),
+    Claim(
+        "tests: no admin token", r"an admin call on a node with no admin token is (\d{3})", obs_admin_disabled
+    ),
+    Claim(
+        "tests: host",
+        r"a rebinding name gets (\d{3}) on every path, malformed and missing Host (\d{3})",
+        obs_host,
+    ),
 ]
 
 OPERATOR_CLAIMS = [
-    Claim("operator: host check", r"any other name gets (\d{3}), a missing or malformed Host (\d{3})", obs_host),
+    Claim(
+        "operator: host check", r"any other name gets (\d{3}), a missing or malformed Host (\d{3})", obs_host
+    ),
 ]
 
 
@@ -432,7 +497,9 @@ def obs_prover_range(env: Prover) -> list[set[Any]]:
         for rng in ("bytes=0-9", "bytes=990-", "bytes=-10"):
             r = c.get(url, headers={"Range": rng})
             ok = r.headers.get("content-range", "").startswith("bytes ") and len(r.content) == 10
-            partial.add(r.status_code if ok else f"{r.status_code} without its Content-Range and 10 bytes ({rng})")
+            partial.add(
+                r.status_code if ok else f"{r.status_code} without its Content-Range and 10 bytes ({rng})"
+            )
         unsat = {c.get(url, headers={"Range": rng}).status_code for rng in ("bytes=1000-", "bytes=5000-6000")}
     if whole.status_code != 200 or len(whole.content) != 1000:
         partial.add(f"the whole opening answered {whole.status_code}")
@@ -451,8 +518,12 @@ def obs_prover_admin(env: Prover) -> list[set[Any]]:
 
 
 MINER_CLAIMS = [
-    Claim("prover ranges", r"single `Range: bytes=` requests answer (\d{3}) with `Content-Range` \((\d{3}) when "
-                           r"unsatisfiable\); files over the size limit answer (\d{3})", obs_prover_range),
+    Claim(
+        "prover ranges",
+        r"single `Range: bytes=` requests answer (\d{3}) with `Content-Range` \((\d{3}) when "
+        r"unsatisfiable\); files over the size limit answer (\d{3})",
+        obs_prover_range,
+    ),
     Claim("prover admin", r"Without `--token` the admin routes answer (\d{3})", obs_prover_admin),
 ]
 
@@ -528,14 +599,18 @@ def config_default_problems(text: str) -> tuple[list[str], list[tuple[int, int]]
     for m, key, raw in found:
         where = field_of(key, body, m.start())
         if where is None:
-            problems.append(f"{m.group(0)!r}: {key} is no key of node.config (a default of something else needs "
-                            f"a claim of its own)")
+            problems.append(
+                f"{m.group(0)!r}: {key} is no key of node.config (a default of something else needs "
+                f"a claim of its own)"
+            )
             continue
         spans.append(m.span())
         stated, actual = stated_value(raw), effective_default(*where)
         if not same(stated, actual):
-            problems.append(f"{m.group(0)!r}: the doc states {where[0]}.{where[1]} defaults to {stated!r}; node.config "
-                            f"has {actual!r}")
+            problems.append(
+                f"{m.group(0)!r}: the doc states {where[0]}.{where[1]} defaults to {stated!r}; node.config "
+                f"has {actual!r}"
+            )
     return problems, spans
 
 
@@ -559,7 +634,9 @@ def config_key_problems(text: str) -> list[str]:
             try:
                 SECTIONS[where[0]].model_validate({where[1]: value})
             except Exception as exc:  # a pydantic ValidationError or a TOML error: the doc's value is refused
-                problems.append(f"`{span}`: node.config refuses it for {where[0]}.{where[1]}: {str(exc)[:200]}")
+                problems.append(
+                    f"`{span}`: node.config refuses it for {where[0]}.{where[1]}: {str(exc)[:200]}"
+                )
     for lang, block in fenced_blocks(text):
         if lang != "toml":
             continue
@@ -573,7 +650,9 @@ def config_key_problems(text: str) -> list[str]:
         try:
             NodeConfig.model_validate(data)
         except Exception as exc:  # a pydantic ValidationError: a key or value node.config refuses
-            problems.append(f"the TOML snippet {block.strip()[:80]!r} is no valid node config: {str(exc)[:300]}")
+            problems.append(
+                f"the TOML snippet {block.strip()[:80]!r} is no valid node config: {str(exc)[:300]}"
+            )
     for m in re.finditer(r"\bPOT_([A-Z]+)_([A-Z0-9_]+)(?:=(\S+?))?`", text):
         sec, key = m.group(1).lower(), m.group(2).lower()
         if sec == "key":  # the secrets file's keys
@@ -588,7 +667,9 @@ def config_key_problems(text: str) -> list[str]:
             problems.append(f"{m.group(0).rstrip('`')}: node.config has no key {sec}.{key}")
         elif m.group(3) is not None:
             try:
-                got = getattr(getattr(load_config(None, env={m.group(0).split('=')[0]: m.group(3)}), sec), key)
+                got = getattr(
+                    getattr(load_config(None, env={m.group(0).split('=')[0]: m.group(3)}), sec), key
+                )
             except ConfigError as exc:
                 got = f"a config error: {exc}"
             if not same(stated_value(m.group(3)), got):
@@ -661,7 +742,9 @@ def invocations(text: str) -> list[tuple[str, list[str]]]:
         if lang not in ("", "sh", "bash", "console"):
             continue
         for line in block.replace("\\\n", " ").splitlines():
-            for m in re.finditer(r"(?:^|&&|;|\|)\s*(?:\$ )?(?:\.venv/bin/)?pot (.*)|-m pot -- (.*)", line.strip()):
+            for m in re.finditer(
+                r"(?:^|&&|;|\|)\s*(?:\$ )?(?:\.venv/bin/)?pot (.*)|-m pot -- (.*)", line.strip()
+            ):
                 found.append((line.strip()[:100], (m.group(1) or m.group(2)).split()))
     out = []
     for where, tokens in found:
@@ -694,25 +777,32 @@ def cli_problems(text: str) -> list[str]:
     for where, tokens in invocations(text):
         cmd, path, rest = resolve(tokens)
         if not path:
-            problems.append(f"`pot {' '.join(tokens)}` ({where!r}): pot has no command {tokens[0] if tokens else ''!r}")
+            problems.append(
+                f"`pot {' '.join(tokens)}` ({where!r}): pot has no command {tokens[0] if tokens else ''!r}"
+            )
             continue
         named.append(cmd)
         word = rest[0].strip("`'.,:;()") if rest else ""
         if getattr(cmd, "commands", None) and re.fullmatch(r"[a-z][a-z-]*", word) and not word.isupper():
-            problems.append(f"`pot {' '.join(tokens)}` ({where!r}): `pot {' '.join(path)}` has no command {word!r} "
-                            f"(it has {', '.join(sorted(cmd.commands))})")
+            problems.append(
+                f"`pot {' '.join(tokens)}` ({where!r}): `pot {' '.join(path)}` has no command {word!r} "
+                f"(it has {', '.join(sorted(cmd.commands))})"
+            )
         for t in rest:
             t = t.strip("[]`'.,;()")
             for opt in re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", t):
                 if t.startswith("-") and opt not in _options(cmd):
-                    problems.append(f"`pot {' '.join(tokens)}` ({where!r}): `pot {' '.join(path)}` has no option {opt}")
+                    problems.append(
+                        f"`pot {' '.join(tokens)}` ({where!r}): `pot {' '.join(path)}` has no option {opt}"
+                    )
     every = set().union(*(_options(c) for c in named)) if named else set()
     for pos, span in code_spans(text):
         if re.match(r"--[a-z]", span):
             for opt in re.findall(r"(?<![\w-])(--[a-z][\w-]*)", span):
                 if opt not in every:
-                    problems.append(f"`{span}` (near {_context(text, pos)!r}): no `pot` command the doc names "
-                                    f"takes {opt}")
+                    problems.append(
+                        f"`{span}` (near {_context(text, pos)!r}): no `pot` command the doc names takes {opt}"
+                    )
     return problems
 
 
@@ -734,7 +824,9 @@ def check_timeout_default(value: str, _tmp: Path) -> list[str]:
                 if "--timeout" in p.opts:
                     seen += 1
                     if not same(float(value), p.default):
-                        problems.append(f"pot {noun} {name} --timeout defaults to {p.default}, the doc says {value}")
+                        problems.append(
+                            f"pot {noun} {name} --timeout defaults to {p.default}, the doc says {value}"
+                        )
     return problems + ([] if seen else ["no command of pot node or pot chain takes --timeout"])
 
 
@@ -751,7 +843,9 @@ def check_dev_authority_default(value: str, tmp: Path) -> list[str]:
         got = t.network_authority()
     finally:
         t.close()
-    return [] if got == value else [f"pot chain dev without --authority records {got!r}, the doc says {value!r}"]
+    return (
+        [] if got == value else [f"pot chain dev without --authority records {got!r}, the doc says {value!r}"]
+    )
 
 
 def check_mirrors(value: str, _tmp: Path) -> list[str]:
@@ -759,7 +853,9 @@ def check_mirrors(value: str, _tmp: Path) -> list[str]:
 
     opt = next(p for p in cli_root().commands["miner"].commands["train"].params if "--mirror" in p.opts)
     problems = [] if opt.multiple else ["pot miner train --mirror cannot be repeated"]
-    return problems + ([] if int(value) == MAX_MIRRORS else [f"an opening carries at most {MAX_MIRRORS} mirrors"])
+    return problems + (
+        [] if int(value) == MAX_MIRRORS else [f"an opening carries at most {MAX_MIRRORS} mirrors"]
+    )
 
 
 def check_root_every(_value: str, _tmp: Path) -> list[str]:
@@ -772,8 +868,12 @@ def check_keep_every(value: str, _tmp: Path) -> list[str]:
     params = cli_root().commands["miner"].commands["train"].params
     keep = next(p for p in params if "--keep-every" in p.opts)
     adapt = next(p for p in params if "--adapt-keep-every" in p.opts)
-    problems = [] if keep.default == int(value) else [f"pot miner train --keep-every defaults to {keep.default}"]
-    return problems + ([] if adapt.default is True else ["pot miner train --adapt-keep-every is off by default"])
+    problems = (
+        [] if keep.default == int(value) else [f"pot miner train --keep-every defaults to {keep.default}"]
+    )
+    return problems + (
+        [] if adapt.default is True else ["pot miner train --adapt-keep-every is off by default"]
+    )
 
 
 def check_limit(value: str, tmp: Path) -> list[str]:
@@ -790,8 +890,10 @@ def check_limit(value: str, tmp: Path) -> list[str]:
                 seen += 1
                 got = param["schema"]
                 if (got.get("minimum"), got.get("maximum"), got.get("default")) != (lo, hi, default):
-                    problems.append(f"GET {path} takes limit {got.get('minimum')}..{got.get('maximum')} (default "
-                                    f"{got.get('default')}), the doc says {value}")
+                    problems.append(
+                        f"GET {path} takes limit {got.get('minimum')}..{got.get('maximum')} (default "
+                        f"{got.get('default')}), the doc says {value}"
+                    )
     return problems + ([] if seen >= 2 else ["no list route takes a limit"])
 
 
@@ -835,12 +937,20 @@ HOSTS_DEFAULT = r"default the listen address's host, (`[^`]+`, `[^`]+` and `[^`]
 API_STATED = [CliClaim("list limit", r"`limit` is (\d+\.\.\d+ \(default \d+\))", check_limit),
               CliClaim("allowed hosts", HOSTS_DEFAULT, check_allowed_hosts)]
 OPERATOR_CLI = [
-    CliClaim("allow from the environment", r"\(env (`POT_\w+`, comma-separated)\) opens exceptions", check_env_list),
+    CliClaim(
+        "allow from the environment", r"\(env (`POT_\w+`, comma-separated)\) opens exceptions", check_env_list
+    ),
     CliClaim("allowed hosts", HOSTS_DEFAULT, check_allowed_hosts),
-    CliClaim("node and chain --timeout", r"\(`--timeout`, default (\d+) s for the node's and the chain's commands\)",
-             check_timeout_default),
-    CliClaim("dev chain authority", r"`pot chain dev --db \S+ --authority NAME`, default `(\w+)`",
-             check_dev_authority_default),
+    CliClaim(
+        "node and chain --timeout",
+        r"\(`--timeout`, default (\d+) s for the node's and the chain's commands\)",
+        check_timeout_default,
+    ),
+    CliClaim(
+        "dev chain authority",
+        r"`pot chain dev --db \S+ --authority NAME`, default `(\w+)`",
+        check_dev_authority_default,
+    ),
 ]
 MINER_CLI = [
     CliClaim("prover token env", r"`--token` \(or `(POT_\w+)`\) guards", check_prover_token_env),
@@ -850,13 +960,17 @@ MINER_CLI = [
 ]
 
 
-def cli_default_problems(text: str, claims: list[CliClaim], tmp: Path) -> tuple[list[str], list[tuple[int, int]]]:
+def cli_default_problems(
+    text: str, claims: list[CliClaim], tmp: Path
+) -> tuple[list[str], list[tuple[int, int]]]:
     body = flat(without_fences(text))
     problems, spans = [], []
     for c in claims:
         m = re.search(c.pattern, body)
         if m is None:
-            problems.append(f"{c.name}: the doc no longer has the sentence /{c.pattern}/; update the claim with it")
+            problems.append(
+                f"{c.name}: the doc no longer has the sentence /{c.pattern}/; update the claim with it"
+            )
             continue
         spans.append(m.span())
         problems += [f"{c.name}: {p}" for p in c.check(m.group(1), tmp)]
@@ -906,15 +1020,25 @@ def test_miner_md_prover_routes_are_the_provers(prover):
         assert route_problems(section(read_doc("miner.md"), "The prover server"), c.app) == []
 
 
-@pytest.mark.parametrize(("old", "new", "finds"), [
-    ("`GET /api/v1/stake`", "`GET /api/v1/stakes`", "no such route"),
-    ("`POST /api/v1/admin/witness-conflicts/acknowledge`", "`GET /api/v1/admin/witness-conflicts/acknowledge`",
-     "no such route (it has POST"),
-    ("`GET /api/v1/refusals?origin=&limit=`", "`GET /api/v1/refusals?origin=&limit=&cursor=`", "query parameters"),
-    ("/api/v1/refusals", "/api/v1/refused", "GET /api/v1/refusals, which the doc never"),
-    ("`/redoc`", "`the other page`", "GET /redoc, which the doc never"),
-    ("`/static/live.js`", "`live.js`", "files under /static/"),
-])
+@pytest.mark.parametrize(
+    ("old", "new", "finds"),
+    [
+        ("`GET /api/v1/stake`", "`GET /api/v1/stakes`", "no such route"),
+        (
+            "`POST /api/v1/admin/witness-conflicts/acknowledge`",
+            "`GET /api/v1/admin/witness-conflicts/acknowledge`",
+            "no such route (it has POST",
+        ),
+        (
+            "`GET /api/v1/refusals?origin=&limit=`",
+            "`GET /api/v1/refusals?origin=&limit=&cursor=`",
+            "query parameters",
+        ),
+        ("/api/v1/refusals", "/api/v1/refused", "GET /api/v1/refusals, which the doc never"),
+        ("`/redoc`", "`the other page`", "GET /redoc, which the doc never"),
+        ("`/static/live.js`", "`live.js`", "files under /static/"),
+    ],
+)
 def test_the_route_check_finds_a_planted_mismatch(node_app, old, new, finds):
     text = read_doc("api.md")
     assert old in text
@@ -931,8 +1055,11 @@ def _planted(text: str, claims: list[Claim]) -> list[tuple[str, str]]:
         assert m, c.name
         for i in range(1, len(m.groups()) + 1):
             stated = m.group(i)
-            wrong = ("3xx" if stated[0] != "3" else "5xx") if stated.endswith("xx") else ("418" if stated != "418"
-                                                                                          else "419")
+            wrong = (
+                ("3xx" if stated[0] != "3" else "5xx")
+                if stated.endswith("xx")
+                else ("418" if stated != "418" else "419")
+            )
             out.append((f"{c.name} #{i}", body[:m.start(i)] + wrong + body[m.end(i):]))
     return out
 
@@ -948,7 +1075,10 @@ def test_operator_md_status_codes_are_what_the_app_answers(api_env):
 
 
 def test_miner_md_prover_status_codes_are_what_the_prover_answers(prover):
-    assert status_problems(section(read_doc("miner.md"), "The prover server"), MINER_CLAIMS, prover.observe) == []
+    assert (
+        status_problems(section(read_doc("miner.md"), "The prover server"), MINER_CLAIMS, prover.observe)
+        == []
+    )
 
 
 def test_the_status_check_finds_every_planted_code(api_env, prover):
@@ -958,12 +1088,16 @@ def test_the_status_check_finds_every_planted_code(api_env, prover):
     assert len(cases) >= 25
     for (what, text), claims, env in cases:
         problems = status_problems(text, claims, env.observe)
-        assert any(p.startswith(what.split(" #")[0] + ":") for p in problems), f"a wrong code in {what} went unnoticed"
+        assert any(p.startswith(what.split(" #")[0] + ":") for p in problems), (
+            f"a wrong code in {what} went unnoticed"
+        )
     # A code the doc states where no claim looks, and a claim whose sentence is gone.
     text = read_doc("api.md").replace("### Pagination", "A run that is gone answers 410.\n\n### Pagination")
     assert any("status 410" in p for p in status_problems(text, API_CLAIMS, api_env.observe))
     text = read_doc("api.md").replace("Otherwise 409 with the reason", "Otherwise an error with the reason")
-    assert any("retry conflict: the doc no longer" in p for p in status_problems(text, API_CLAIMS, api_env.observe))
+    assert any(
+        "retry conflict: the doc no longer" in p for p in status_problems(text, API_CLAIMS, api_env.observe)
+    )
 
 
 def test_readyz_reports_its_checks_over_a_database_without_the_nodes_tables(tmp_path):
@@ -1001,29 +1135,69 @@ def test_operator_md_states_the_defaults_it_is_checked_for():
     assert len(spans) >= 7  # listen, openings_miner_share, replay.timeout_s, max_opening_bytes, ...
 
 
-@pytest.mark.parametrize(("doc", "old", "new", "finds"), [
-    ("operator.md", "`listen` (default `127.0.0.1:8700`)", "`listen` (default `0.0.0.0:8700`)", "http.listen"),
-    ("operator.md", "`openings_miner_share` (default 0.5)", "`openings_miner_share` (default 0.25)",
-     "node.openings_miner_share"),
-    ("operator.md", "(default 4 GiB)", "(default 2 GiB)", "fetch.max_opening_bytes"),
-    ("operator.md", "`replay.timeout_s` (default 1800)", "`replay.timeout_s` (default 600)", "replay.timeout_s"),
-    ("operator.md", '`"auto"` (the default)', "`0` (the default)", "verifier.bond"),
-    ("operator.md", 'the default `backend = "local"`', 'the default `backend = "ray"`', "replay.backend"),
-    ("operator.md", "(default `data_dir/openings`;", "(default `data_dir`;", "node.openings_dir"),
-    ("api.md", "(default `127.0.0.1:8700`, env", "(default `127.0.0.1:8701`, env", "http.listen"),
-    ("api.md", "`localhost` and `[::1]`;", "`localhost` and `[::2]`;", "the doc says"),
-    ("operator.md", "`127.0.0.1`, `localhost` and `[::1]`; any", "`127.0.0.1`, `0.0.0.0` and `[::1]`; any",
-     "the doc says"),
-    ("api.md", "`limit` is 1..500 (default 50)", "`limit` is 1..100 (default 50)", "the doc says 1..100 (default 50)"),
-    ("operator.md", "`--timeout`, default\n  120 s", "`--timeout`, default\n  60 s", "defaults to 120.0"),
-    ("operator.md", "default `alice`;", "default `bob`;", "records 'alice'"),
-    ("miner.md", "(or `POT_PROVER_TOKEN`)", "(or `POT_MINER_TOKEN`)", "reads 'POT_PROVER_TOKEN'"),
-    ("operator.md", "`POT_FETCH_ALLOW`, comma-separated", "`POT_FETCH_ALLOWED`, comma-separated", "names no key"),
-    ("miner.md", "(repeatable, at most 4)", "(repeatable, at most 8)", "at most 4 mirrors"),
-    ("operator.md", "`schedule.stage_threads` bounds", "`schedule.stage_threads` (default 8) bounds",
-     "schedule.stage_threads defaults to 8"),
-    ("operator.md", "## First start", "A witness is kept (default 3 days).\n\n## First start", "checked by nothing"),
-])
+@pytest.mark.parametrize(
+    ("doc", "old", "new", "finds"),
+    [
+        (
+            "operator.md",
+            "`listen` (default `127.0.0.1:8700`)",
+            "`listen` (default `0.0.0.0:8700`)",
+            "http.listen",
+        ),
+        (
+            "operator.md",
+            "`openings_miner_share` (default 0.5)",
+            "`openings_miner_share` (default 0.25)",
+            "node.openings_miner_share",
+        ),
+        ("operator.md", "(default 4 GiB)", "(default 2 GiB)", "fetch.max_opening_bytes"),
+        (
+            "operator.md",
+            "`replay.timeout_s` (default 1800)",
+            "`replay.timeout_s` (default 600)",
+            "replay.timeout_s",
+        ),
+        ("operator.md", '`"auto"` (the default)', "`0` (the default)", "verifier.bond"),
+        ("operator.md", 'the default `backend = "local"`', 'the default `backend = "ray"`', "replay.backend"),
+        ("operator.md", "(default `data_dir/openings`;", "(default `data_dir`;", "node.openings_dir"),
+        ("api.md", "(default `127.0.0.1:8700`, env", "(default `127.0.0.1:8701`, env", "http.listen"),
+        ("api.md", "`localhost` and `[::1]`;", "`localhost` and `[::2]`;", "the doc says"),
+        (
+            "operator.md",
+            "`127.0.0.1`, `localhost` and `[::1]`; any",
+            "`127.0.0.1`, `0.0.0.0` and `[::1]`; any",
+            "the doc says",
+        ),
+        (
+            "api.md",
+            "`limit` is 1..500 (default 50)",
+            "`limit` is 1..100 (default 50)",
+            "the doc says 1..100 (default 50)",
+        ),
+        ("operator.md", "`--timeout`, default\n  120 s", "`--timeout`, default\n  60 s", "defaults to 120.0"),
+        ("operator.md", "default `alice`;", "default `bob`;", "records 'alice'"),
+        ("miner.md", "(or `POT_PROVER_TOKEN`)", "(or `POT_MINER_TOKEN`)", "reads 'POT_PROVER_TOKEN'"),
+        (
+            "operator.md",
+            "`POT_FETCH_ALLOW`, comma-separated",
+            "`POT_FETCH_ALLOWED`, comma-separated",
+            "names no key",
+        ),
+        ("miner.md", "(repeatable, at most 4)", "(repeatable, at most 8)", "at most 4 mirrors"),
+        (
+            "operator.md",
+            "`schedule.stage_threads` bounds",
+            "`schedule.stage_threads` (default 8) bounds",
+            "schedule.stage_threads defaults to 8",
+        ),
+        (
+            "operator.md",
+            "## First start",
+            "A witness is kept (default 3 days).\n\n## First start",
+            "checked by nothing",
+        ),
+    ],
+)
 def test_the_default_check_finds_a_planted_mismatch(doc, old, new, finds, tmp_path):
     text = read_doc(doc)
     assert old in text, old
@@ -1095,7 +1269,9 @@ def test_the_checkers_read_what_they_should():
     assert sum(bool(ROUTE_SPAN.match(s)) for _, s in code_spans(api)) >= 12
     body = flat(without_fences(api))
     assert len(list(MENTION.finditer(body))) >= 15
-    assert {"421", "400", "422", "404", "503", "401", "403", "409"} <= {m.group(1) for m in MENTION.finditer(body)}
+    assert {"421", "400", "422", "404", "503", "401", "403", "409"} <= {
+        m.group(1) for m in MENTION.finditer(body)
+    }
     assert not MENTION.search("127.0.0.1:8700, 1..500, 10,000 records, mode 600, 4096")
 
 
@@ -1107,7 +1283,11 @@ def probe_table_problems(text: str, probes: list[Any]) -> list[str]:
         if len(cells) >= 2 and re.fullmatch(r"[a-z0-9]+(?:-[a-z0-9]+)+", cells[0]):
             rows[cells[0]] = cells[1]
     problems = [f"the probe {p.name} is not in the table" for p in probes if p.name not in rows]
-    problems += [f"the table's {name} is no probe of pot redteam" for name in rows if name not in {p.name for p in probes}]
+    problems += [
+        f"the table's {name} is no probe of pot redteam"
+        for name in rows
+        if name not in {p.name for p in probes}
+    ]
     problems += [f"{p.name}: the table says kind {rows[p.name]!r}, the probe {p.kind!r}" for p in probes
                  if p.name in rows and rows[p.name] != p.kind]
     return problems
@@ -1119,9 +1299,12 @@ def test_redteam_md_lists_every_hostile_input_probe():
     text = read_doc("redteam.md")
     assert len(PROBES) >= 20
     assert probe_table_problems(text, PROBES) == []
-    planted = text.replace("| poison-manifest | a poison manifest |", "| poison-manifest | a hostile remark |")
-    assert probe_table_problems(planted, PROBES) == ["poison-manifest: the table says kind 'a hostile remark', "
-                                                     "the probe 'a poison manifest'"]
+    planted = text.replace(
+        "| poison-manifest | a poison manifest |", "| poison-manifest | a hostile remark |"
+    )
+    assert probe_table_problems(planted, PROBES) == [
+        "poison-manifest: the table says kind 'a hostile remark', the probe 'a poison manifest'"
+    ]
     gone = text.replace("| slowloris-prover |", "| slow-prover |")
     assert set(probe_table_problems(gone, PROBES)) == {"the probe slowloris-prover is not in the table",
                                                        "the table's slow-prover is no probe of pot redteam"}
@@ -1149,7 +1332,9 @@ def metrics_problems(text: str, exposition: str) -> list[str]:
         if sample:
             got = {kv.split("=")[0] for kv in sample.group(1).split(",")} - {"le", "quantile"}
             if got != labels:
-                problems.append(f"{name}: the table lists labels {sorted(labels)}, /metrics has {sorted(got)}")
+                problems.append(
+                    f"{name}: the table lists labels {sorted(labels)}, /metrics has {sorted(got)}"
+                )
     problems += [f"{name} is in /metrics but not in the table" for name in types if name not in rows]
     return problems
 
@@ -1161,9 +1346,11 @@ def test_api_md_metrics_table_is_the_apps_metrics(api_env):
         exposition = c.get("/metrics").text
     text = read_doc("api.md")
     assert metrics_problems(text, exposition) == []
-    for old, new, finds in [("| `pot_runs` | gauge |", "| `pot_runs` | counter |", "pot_runs: the table says"),
-                            ("| `pot_txs` | gauge | `state` |", "| `pot_txs` | gauge | `status` |", "labels"),
-                            ("| `pot_runs` | gauge |", "| `pot_run_count` | gauge |", "pot_runs is in /metrics")]:
+    for old, new, finds in [
+        ("| `pot_runs` | gauge |", "| `pot_runs` | counter |", "pot_runs: the table says"),
+        ("| `pot_txs` | gauge | `state` |", "| `pot_txs` | gauge | `status` |", "labels"),
+        ("| `pot_runs` | gauge |", "| `pot_run_count` | gauge |", "pot_runs is in /metrics"),
+    ]:
         assert old in text, old
         assert any(finds in p for p in metrics_problems(text.replace(old, new), exposition)), (old, new)
 
@@ -1232,7 +1419,9 @@ def signature_problems(text: str) -> list[str]:
             name, _, default = part.partition("=")
             stated.append((name, default or None))
         names = [n for n, _ in stated]
-        if names != [n for n, _ in actual][:len(names)] or len(names) < len([n for n, d in actual if d is None]):
+        if names != [n for n, _ in actual][: len(names)] or len(names) < len(
+            [n for n, d in actual if d is None]
+        ):
             problems.append(f"`{span}`: {m.group(1)} takes ({', '.join(n for n, _ in actual)})")
             continue
         for (name, default), (_, real) in zip(stated, actual, strict=False):
@@ -1270,4 +1459,6 @@ def test_miner_md_manifest_table_is_the_openings_fields():
     assert manifest_problems(text) == []
     assert manifest_problems(text.replace("| `root`, `size` |", "| `root`, `size`, `mirrors` |")) == [
         "the manifest table names mirrors, which a manifest does not hold"]
-    assert manifest_problems(text.replace("| `root`, `size` |", "| `root` |")) == ["the manifest table lacks size"]
+    assert manifest_problems(text.replace("| `root`, `size` |", "| `root` |")) == [
+        "the manifest table lacks size"
+    ]

@@ -121,8 +121,16 @@ def test_the_check_catches_a_dropped_bracketed_name():
     problems = _problems(("x",), cmd, page)
     assert any("not on the page as written" in p and "[init]" in p for p in problems)
     assert any("double space" in p for p in problems)
-    assert _problems(("x",), cmd, page.replace("spec's  commits to (its )", "spec's [init] commits to (its ())")
-                     .replace("the spec's\n", "the spec's [init]\n")) == []
+    assert (
+        _problems(
+            ("x",),
+            cmd,
+            page.replace("spec's  commits to (its )", "spec's [init] commits to (its ())").replace(
+                "the spec's\n", "the spec's [init]\n"
+            ),
+        )
+        == []
+    )
 
 
 @pytest.mark.parametrize(("noun", "module", "attr"), [(n, m, a) for n, m, a, _ in SUBAPPS])

@@ -28,8 +28,16 @@ pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 # Each node bonds 10 seat units and a committee has 10 seats: the two runs' challenges are open at
 # once (protocol v3 issues a challenge only when its seats are free), each seating both nodes.
-PARAMS = ProtocolParams(commit_window=260, reveal_window=60, opening_deadline=10, challenge_delay=2,
-                        quorum_min_reveals=2, challenges_per_run=1, committee_size=10, forced_challenge_steps=(7,))
+PARAMS = ProtocolParams(
+    commit_window=260,
+    reveal_window=60,
+    opening_deadline=10,
+    challenge_delay=2,
+    quorum_min_reveals=2,
+    challenges_per_run=1,
+    committee_size=10,
+    forced_challenge_steps=(7,),
+)
 BOND = 10 * PARAMS.verifier_stake
 NONCE_OK, NONCE_DEAD = b"\x51" * 16, b"\x52" * 16
 RUN_OK = run_id_for(NONCE_OK)  # its prover hangs the first two opening requests, then serves slowly
@@ -111,7 +119,10 @@ def test_node_recovers_from_kills_chain_restart_db_outage_and_a_hanging_prover(t
 
         view = net.view()
         res = {e.challenge_id: e for e in view.of(P.ChallengeResolved)}
-        assert res[ok.challenge_id].verdict == "honest" and res[ok.challenge_id].cluster_size == PARAMS.committee_size
+        assert (
+            res[ok.challenge_id].verdict == "honest"
+            and res[ok.challenge_id].cluster_size == PARAMS.committee_size
+        )
         dead_ch = view.state.challenges[dead.challenge_id]
         refused = refused_value_hash(dead.challenge_id)
         for name in ("a", "b"):
@@ -119,7 +130,10 @@ def test_node_recovers_from_kills_chain_restart_db_outage_and_a_hanging_prover(t
             # round gives the miner a second opening window (a re-challenge).
             assert tuple(dead_ch.reveals[name]) == (refused, REFUSED_BUCKET, refused)
             assert name in view.state.challenges[ok.challenge_id].reveals
-        assert res[dead.challenge_id].verdict == "inconclusive" and res[dead.challenge_id].rechallenge is not None
+        assert (
+            res[dead.challenge_id].verdict == "inconclusive"
+            and res[dead.challenge_id].rechallenge is not None
+        )
 
         for name in ("a", "b"):
             mine = [(n, c) for n, _, c in chain_calls(net, name)]
@@ -161,6 +175,8 @@ def test_a_loop_error_is_logged_with_its_traceback_not_raised():
     try:
         raise ConnectionError("the database went away")
     except ConnectionError:
-        log_event(logging.getLogger("node.daemon"), "loop_error", level=logging.ERROR, error="x", exc_info=True)
+        log_event(
+            logging.getLogger("node.daemon"), "loop_error", level=logging.ERROR, error="x", exc_info=True
+        )
     line = json.loads(buf.getvalue().strip().splitlines()[-1])
     assert line["event"] == "loop_error" and "the database went away" in line["exc"]

@@ -46,14 +46,27 @@ def _config(tmp, proxy_url: str, start_block: int, authority: str):
     data.mkdir()
     secrets = tmp / "secrets.toml"
     atomic_write_text(secrets, to_toml({"key": {"uri": unique_key("verifier")}}), mode=0o600)
-    doc = {"node": {"data_dir": str(data), "log_level": "info", "loop_interval_s": 0.1, "secrets_file": str(secrets)},
-           "chain": {"url": proxy_url, "start_block": start_block, "poll_s": 0.1, "watchdog_s": 10.0,
-                     "authority": authority,  # a Substrate node pins it (this chain records no parameters)
-                     "rpc_timeout_s": 5.0},
-           "database": {"url": ""}, "http": {"listen": f"127.0.0.1:{free_port()}"},
-           # The node follows the chain; it bonds nothing (a Substrate bond carries a transfer).
-           "verifier": {"bond": 0},
-           "protocol": PARAMS.to_dict()}
+    doc = {
+        "node": {
+            "data_dir": str(data),
+            "log_level": "info",
+            "loop_interval_s": 0.1,
+            "secrets_file": str(secrets),
+        },
+        "chain": {
+            "url": proxy_url,
+            "start_block": start_block,
+            "poll_s": 0.1,
+            "watchdog_s": 10.0,
+            "authority": authority,  # a Substrate node pins it (this chain records no parameters)
+            "rpc_timeout_s": 5.0,
+        },
+        "database": {"url": ""},
+        "http": {"listen": f"127.0.0.1:{free_port()}"},
+        # The node follows the chain; it bonds nothing (a Substrate bond carries a transfer).
+        "verifier": {"bond": 0},
+        "protocol": PARAMS.to_dict(),
+    }
     path = tmp / "node.toml"
     atomic_write_text(path, to_toml(doc))
     return path, data / "node.db"
@@ -70,9 +83,13 @@ def test_node_resumes_from_its_cursor_after_the_socket_is_cut(tmp_path, chopstic
         chopsticks.fund([writer.account, seats.account])
         seats.submit([BondVerifier(2 * PARAMS.verifier_stake)])  # the transport pays its transfer
         config, db_path = _config(tmp_path, proxy.url, base, writer.account)
-        proc = subprocess.Popen([sys.executable, "-m", "pot", "node", "run", "--config", str(config), "--init"],
-                                cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                                env={**os.environ, "PYTHONPATH": str(REPO)})
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pot", "node", "run", "--config", str(config), "--init"],
+            cwd=REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
         engine = None
 
         def cursor() -> int:
@@ -90,8 +107,13 @@ def test_node_resumes_from_its_cursor_after_the_socket_is_cut(tmp_path, chopstic
         spec = Spec.from_dict({"steps": 8, "model": {"kind": "mlp", "block_size": 16, "hidden": [32]},
                                "batch": {"batch_size": 4, "seq_len": 16}}).to_cbor()
         run = derive_run_id(writer.account, NONCE)  # a run id belongs to its sender
-        registered = writer.submit([StartTrainingCommitment(run, NONCE, b"\1" * 32, b"\2" * 32, b"\3" * 32, spec, 8,
-                                                            "http://127.0.0.1:9")]).block_number
+        registered = writer.submit(
+            [
+                StartTrainingCommitment(
+                    run, NONCE, b"\1" * 32, b"\2" * 32, b"\3" * 32, spec, 8, "http://127.0.0.1:9"
+                )
+            ]
+        ).block_number
         wait_for(lambda: cursor() >= registered, 180, "the node ingesting the registration")
 
         # Cut 1: the socket goes, and reconnection is refused for a while; the chain moves on.

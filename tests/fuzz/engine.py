@@ -65,11 +65,25 @@ def fuzz_target(name: str, seconds: int, artifacts: Path, *, timeout_s: int = PE
     dictionary = DICTS / f"{name}.dict" if (DICTS / f"{name}.dict").exists() else DICTS / "cbor.dict"
     with tempfile.TemporaryDirectory(prefix=f"pot-fuzz-{name}-") as work:
         # New coverage goes to a scratch folder first; the committed seeds are read only.
-        args = [python, "-m", "tests.fuzz.engine", "--child", name, work, *([str(seeds)] if seeds.is_dir() else []),
-                f"-max_total_time={max(1, int(seconds))}", f"-timeout={timeout_s}",
-                f"-rss_limit_mb={rss_limit_mb}", f"-max_len={MAX_LEN}", f"-artifact_prefix={artifacts}{os.sep}",
-                f"-dict={dictionary}", "-print_final_stats=1"]
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+        args = [
+            python,
+            "-m",
+            "tests.fuzz.engine",
+            "--child",
+            name,
+            work,
+            *([str(seeds)] if seeds.is_dir() else []),
+            f"-max_total_time={max(1, int(seconds))}",
+            f"-timeout={timeout_s}",
+            f"-rss_limit_mb={rss_limit_mb}",
+            f"-max_len={MAX_LEN}",
+            f"-artifact_prefix={artifacts}{os.sep}",
+            f"-dict={dictionary}",
+            "-print_final_stats=1",
+        ]
+        env = dict(
+            os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        )
         started = time.monotonic()
         # Room for start-up (imports, seeds) on top of the fuzzing time; past that it is a stall.
         try:
@@ -79,8 +93,13 @@ def fuzz_target(name: str, seconds: int, artifacts: Path, *, timeout_s: int = PE
                                   text=True, errors="replace", timeout=seconds + 120)
             code, out = proc.returncode, proc.stdout
         except subprocess.TimeoutExpired as exc:
-            text = b"".join(x if isinstance(x, bytes) else (x or "").encode() for x in (exc.stdout, exc.stderr))
-            code, out = -1, text.decode(errors="replace") + f"\nthe fuzzer itself stalled past {seconds + 120} s"
+            text = b"".join(
+                x if isinstance(x, bytes) else (x or "").encode() for x in (exc.stdout, exc.stderr)
+            )
+            code, out = (
+                -1,
+                text.decode(errors="replace") + f"\nthe fuzzer itself stalled past {seconds + 120} s",
+            )
     runs = _RUNS.search(out)
     return Result(name, code, time.monotonic() - started, int(runs.group(1)) if runs else 0,
                   [Path(p) for p in _ARTIFACT.findall(out)], out[-4000:])
@@ -111,10 +130,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=int, default=60, help="fuzzing time per target (default 60)")
     parser.add_argument("--artifacts", type=Path, default=None,
                         help="where found inputs go (default tests/fuzz/regressions/<target>/)")
-    parser.add_argument("--timeout", type=int, default=PER_INPUT_TIMEOUT_S, help="seconds per input before it "
-                        f"counts as a stall (default {PER_INPUT_TIMEOUT_S})")
-    parser.add_argument("--rss-limit-mb", type=int, default=RSS_LIMIT_MB,
-                        help=f"memory of one target's process before it counts as a blow-up (default {RSS_LIMIT_MB})")
+    parser.add_argument(
+        "--timeout",
+        type=int,
+        default=PER_INPUT_TIMEOUT_S,
+        help=f"seconds per input before it counts as a stall (default {PER_INPUT_TIMEOUT_S})",
+    )
+    parser.add_argument(
+        "--rss-limit-mb",
+        type=int,
+        default=RSS_LIMIT_MB,
+        help=f"memory of one target's process before it counts as a blow-up (default {RSS_LIMIT_MB})",
+    )
     args = parser.parse_args(argv)
     unknown = [t for t in args.targets if t not in TARGETS]
     if unknown:

@@ -41,9 +41,27 @@ segments = st.one_of(
     st.sampled_from(["..", "%2e%2e", "%00", "0x" + "ab" * 32, "AB" * 32, " " + "ab" * 32, "ab" * 32 + "\n",
                      "9" * 400, "-1", "null", "[]", "{}", "%", "\u202e" + "ab" * 31]),
 )
-query_values = st.one_of(st.text(max_size=60), st.integers().map(str), st.from_regex(r"\A[0-9]{1,30}-[0-9a-f]{0,70}\Z"),
-                         st.sampled_from(["", "0", "-5", "501", "1e9", "NaN", "honest", "fraud", "pending", "done",
-                                          "99999999999999999999", "1" * 15 + "-" + "f" * 64]))
+query_values = st.one_of(
+    st.text(max_size=60),
+    st.integers().map(str),
+    st.from_regex(r"\A[0-9]{1,30}-[0-9a-f]{0,70}\Z"),
+    st.sampled_from(
+        [
+            "",
+            "0",
+            "-5",
+            "501",
+            "1e9",
+            "NaN",
+            "honest",
+            "fraud",
+            "pending",
+            "done",
+            "99999999999999999999",
+            "1" * 15 + "-" + "f" * 64,
+        ]
+    ),
+)
 query_keys = st.sampled_from(["limit", "cursor", "status", "run", "stage", "miner"]) | st.text(max_size=12)
 queries = st.lists(st.tuples(query_keys, query_values), max_size=5)
 
@@ -64,8 +82,12 @@ def _assert_clean(resp, api: bool) -> None:
 
 
 @FUZZ
-@given(st.sampled_from(["/api/v1/runs", "/api/v1/challenges", "/api/v1/status", "/healthz", "/readyz", "/metrics"]),
-       queries)
+@given(
+    st.sampled_from(
+        ["/api/v1/runs", "/api/v1/challenges", "/api/v1/status", "/healthz", "/readyz", "/metrics"]
+    ),
+    queries,
+)
 def test_list_routes_with_any_query(client, path, query):
     _assert_clean(client.get(_url(path, query)), api=path.startswith("/api"))
 

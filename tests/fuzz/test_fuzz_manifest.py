@@ -115,8 +115,14 @@ def _value_like(v):
         near = st.sampled_from(["uint8", "uint16", "uint32", "int64", "float32", "pot/opening/v0", ""]) | text
     else:
         near = st.lists(st.binary(min_size=32, max_size=32), max_size=len(v) + 2) | st.lists(
-            st.lists(st.integers(0, 2**20) | st.binary(max_size=40) | st.lists(st.binary(min_size=32, max_size=32),
-                                                                           max_size=3), max_size=4), max_size=6)
+            st.lists(
+                st.integers(0, 2**20)
+                | st.binary(max_size=40)
+                | st.lists(st.binary(min_size=32, max_size=32), max_size=3),
+                max_size=4,
+            ),
+            max_size=6,
+        )
     return st.one_of(near, cbor_values)
 
 

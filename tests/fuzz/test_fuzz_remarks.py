@@ -76,7 +76,9 @@ def test_arbitrary_bytes(data):
 
 
 @FUZZ
-@given(st.sampled_from(sorted(CALL_TYPES)) | text, st.dictionaries(text, cbor_values, max_size=8) | cbor_values)
+@given(
+    st.sampled_from(sorted(CALL_TYPES)) | text, st.dictionaries(text, cbor_values, max_size=8) | cbor_values
+)
 def test_well_formed_cbor_with_any_shape(name, fields):
     _decodes_or_refuses(PREFIX + cbor.encode([name, fields]))
 
@@ -126,25 +128,42 @@ def test_oversized_payload_is_refused_before_parsing():
 ALICE = "5GrwvaEF5zXb26Fz9rcQpDWS57CtERHpNehXCPcNoHGKutQY"
 ALICE_PK = bytes.fromhex("d43593c715fdd31c61141abd04a99fd6822c8558854ccde39a5684e7a56da27d")
 
-scale_values = st.recursive(st.none() | st.booleans() | st.integers(-(2**64), 2**128) | text,
-                            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(text, inner, max_size=3),
-                            max_leaves=8)
+scale_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**64), 2**128) | text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(text, inner, max_size=3),
+    max_leaves=8,
+)
 addresses = st.one_of(st.just(ALICE), st.just("0x" + ALICE_PK.hex()), st.just({"Id": ALICE}),
                       st.just(["Id", ALICE]), text, scale_values)
-payloads = st.one_of(valid_calls.map(encode_call), st.binary(max_size=60), st.binary(max_size=60).map(lambda b: PREFIX + b))
+payloads = st.one_of(
+    valid_calls.map(encode_call), st.binary(max_size=60), st.binary(max_size=60).map(lambda b: PREFIX + b)
+)
 
 
 def _remark_call(payload: bytes) -> dict[str, Any]:
-    return {"module": "System", "function": "remark_with_event", "args": [], "raw": b"", "inner": [], "remark": payload}
+    return {
+        "module": "System",
+        "function": "remark_with_event",
+        "args": [],
+        "raw": b"",
+        "inner": [],
+        "remark": payload,
+    }
 
 
 calls = st.recursive(
     payloads.map(_remark_call)
-    | st.builds(lambda m, f, a: {"module": m, "function": f, "args": a, "raw": b"", "inner": []},
-                st.sampled_from(["System", "Timestamp", "Balances", "Utility"]) | text,
-                st.sampled_from(["remark", "set", "transfer", "batch_all"]) | text, scale_values),
-    lambda inner: st.builds(lambda kids, f: {"module": "Utility", "function": f, "args": [], "raw": b"", "inner": kids},
-                            st.lists(inner, max_size=3), st.sampled_from(["batch", "batch_all", "force_batch"])),
+    | st.builds(
+        lambda m, f, a: {"module": m, "function": f, "args": a, "raw": b"", "inner": []},
+        st.sampled_from(["System", "Timestamp", "Balances", "Utility"]) | text,
+        st.sampled_from(["remark", "set", "transfer", "batch_all"]) | text,
+        scale_values,
+    ),
+    lambda inner: st.builds(
+        lambda kids, f: {"module": "Utility", "function": f, "args": [], "raw": b"", "inner": kids},
+        st.lists(inner, max_size=3),
+        st.sampled_from(["batch", "batch_all", "force_batch"]),
+    ),
     max_leaves=6,
 )
 extrinsics = st.one_of(st.none(), st.builds(lambda a, c: {"address": a, "call": c}, addresses, calls),
@@ -174,8 +193,15 @@ def events(draw, exts):
             for payload in _walk_remarks(ext["call"], "fuzz"):
                 sender = draw(st.sampled_from([ALICE, "0x" + ALICE_PK.hex()]) | text | scale_values)
                 digest = draw(st.just(_blake(payload)) | text | scale_values)
-                out.append({"phase": phase, "extrinsic_idx": idx, "module_id": "System", "event_id": "Remarked",
-                            "attributes": draw(st.just({"sender": sender, "hash": digest}) | scale_values)})
+                out.append(
+                    {
+                        "phase": phase,
+                        "extrinsic_idx": idx,
+                        "module_id": "System",
+                        "event_id": "Remarked",
+                        "attributes": draw(st.just({"sender": sender, "hash": digest}) | scale_values),
+                    }
+                )
     out += draw(st.lists(st.builds(lambda p, i, m, e, a: {"phase": p, "extrinsic_idx": i, "module_id": m,
                                                           "event_id": e, "attributes": a},
                                    st.sampled_from(["ApplyExtrinsic", "Initialization"]) | scale_values,
@@ -205,8 +231,16 @@ def test_an_executed_remark_becomes_a_call_and_a_foreign_one_does_not():
     broken = PREFIX + b"\xa0"
     batch = {"module": "Utility", "function": "batch_all", "args": [], "raw": b"",
              "inner": [_remark_call(foreign), _remark_call(good), _remark_call(broken)]}
-    events = [{"phase": {"ApplyExtrinsic": 0}, "extrinsic_idx": 0, "module_id": "System", "event_id": "Remarked",
-               "attributes": {"sender": ALICE, "hash": _blake(p)}} for p in (foreign, good, broken)]
+    events = [
+        {
+            "phase": {"ApplyExtrinsic": 0},
+            "extrinsic_idx": 0,
+            "module_id": "System",
+            "event_id": "Remarked",
+            "attributes": {"sender": ALICE, "hash": _blake(p)},
+        }
+        for p in (foreign, good, broken)
+    ]
     events.append({"phase": {"ApplyExtrinsic": 0}, "extrinsic_idx": 0, "module_id": "System",
                    "event_id": "ExtrinsicSuccess", "attributes": {}})
     client.block = ([{"address": ALICE, "call": batch}], events)

@@ -44,7 +44,9 @@ def _replay(target: str, path: Path) -> None:
 
 
 def _inputs(root: Path) -> list[tuple[str, Path]]:
-    return [(t, p) for t in TARGETS if (root / t).is_dir() for p in sorted((root / t).iterdir()) if p.is_file()]
+    return [
+        (t, p) for t in TARGETS if (root / t).is_dir() for p in sorted((root / t).iterdir()) if p.is_file()
+    ]
 
 
 def test_every_target_has_seeds():
@@ -53,7 +55,9 @@ def test_every_target_has_seeds():
     assert total < 1024 * 1024, f"the seeds and regression inputs hold {total} bytes: keep them small"
 
 
-@pytest.mark.parametrize(("target", "path"), _inputs(CORPUS), ids=lambda v: v.name if isinstance(v, Path) else v)
+@pytest.mark.parametrize(
+    ("target", "path"), _inputs(CORPUS), ids=lambda v: v.name if isinstance(v, Path) else v
+)
 def test_seed(target, path):
     _replay(target, path)
 

@@ -22,7 +22,9 @@ def TestOneInput(data: bytes) -> None:
             raise AssertionError(f"a list of byte strings that cbor.decode reads was refused: {exc}") from exc
         return
     if not ok:
-        raise AssertionError("decode_byte_strings accepted what cbor.decode does not read as a list of byte strings")
+        raise AssertionError(
+            "decode_byte_strings accepted what cbor.decode does not read as a list of byte strings"
+        )
     if list(got) != want or [got[i] for i in range(len(got))] != want or list(got[1:-1]) != want[1:-1]:
         raise AssertionError("decode_byte_strings gave other items than cbor.decode")
 
@@ -32,7 +34,9 @@ def seeds() -> dict[str, bytes]:
 
     return {
         "empty": cbor.encode([]),
-        "leaves": cbor.encode([step_leaf(t, bytes([t]) * 32, 0 if t == 0 else 0x3F800000 - t) for t in range(20)]),
+        "leaves": cbor.encode(
+            [step_leaf(t, bytes([t]) * 32, 0 if t == 0 else 0x3F800000 - t) for t in range(20)]
+        ),
         "lengths": cbor.encode([b"", b"a", b"x" * 23, b"y" * 24, b"z" * 255, b"w" * 256]),
         "not-bytes": cbor.encode([b"a", [], {}, 1, "t"]),
     }

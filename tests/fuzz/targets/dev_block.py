@@ -73,7 +73,9 @@ def _check_events(view: ChainView, payloads: list[bytes]) -> None:
     # One per pot1 payload that is no call, and per near miss of the prefix (chain.calls.near_miss).
     expected = sum(1 for p in payloads if isinstance(read_payload(p), CallDecodeError))
     if len(ignored) != expected:
-        raise AssertionError(f"{len(ignored)} RemarkIgnored events for {expected} pot1 payloads that are no call")
+        raise AssertionError(
+            f"{len(ignored)} RemarkIgnored events for {expected} pot1 payloads that are no call"
+        )
     faults = [e for e in ignored if e.reason in ("decoder_fault", "transport_fault")]
     faults += [e for e in view.of(CallRefused) if e.refusal == ProtocolError.code]
     if faults:
@@ -94,8 +96,15 @@ def seeds() -> dict[str, bytes]:
     prefix = Writer()
     for v in (1, 2, 3):
         prefix.byte(v).blob(encode_call(bond(PARAMS.verifier_stake)))
-    prefix = (prefix.byte(0).blob(encode_call(run.register())).byte(0x80).blob(encode_call(run.submit_full_root()))
-              .byte(0x85).blob(b"").bytes())
+    prefix = (
+        prefix.byte(0)
+        .blob(encode_call(run.register()))
+        .byte(0x80)
+        .blob(encode_call(run.submit_full_root()))
+        .byte(0x85)
+        .blob(b"")
+        .bytes()
+    )
     view = apply(prefix)
     (cid, ch), = view.state.challenges.items()
     pairs = [witness(cid, ACCOUNTS[v], run.value_hash(ch.step)) for v in (1, 2, 3)]

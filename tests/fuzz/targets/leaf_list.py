@@ -27,5 +27,9 @@ def seeds() -> dict[str, bytes]:
     from commitments.leaves import step_leaf
 
     honest = [step_leaf(t, bytes([t]) * 32, 0 if t == 0 else 0x40800000 - t * 4096) for t in range(6)]
-    odd = [step_leaf(0, b"\0" * 32, 0), step_leaf(1, b"\1" * 32, 0x7F800000), step_leaf(2, b"\2" * 32, 0x00000001)]
+    odd = [
+        step_leaf(0, b"\0" * 32, 0),
+        step_leaf(1, b"\1" * 32, 0x7F800000),
+        step_leaf(2, b"\2" * 32, 0x00000001),
+    ]
     return {"honest": encode_leaves(honest), "odd-losses": encode_leaves(odd), "empty": encode_leaves([])}

@@ -19,15 +19,48 @@ from tests.fuzz.targets._script import Reader, Writer
 
 ALICE = "5GrwvaEF5zXb26Fz9rcQpDWS57CtERHpNehXCPcNoHGKutQY"
 ALICE_HEX = "0xd43593c715fdd31c61141abd04a99fd6822c8558854ccde39a5684e7a56da27d"
-ADDRESSES: tuple[Any, ...] = (ALICE, ALICE_HEX, {"Id": ALICE}, ["Id", ALICE], "5Grw", "0x12", 5, None, {"Id": 7},
-                              ["Id"], b"\1" * 32, "0x" + "zz" * 32)
-MODULES = (("System", "remark_with_event"), ("System", "remark"), ("Utility", "batch"), ("Utility", "batch_all"),
-           ("Utility", "force_batch"), ("Timestamp", "set"), ("Balances", "transfer"), ("System", None))
+ADDRESSES: tuple[Any, ...] = (
+    ALICE,
+    ALICE_HEX,
+    {"Id": ALICE},
+    ["Id", ALICE],
+    "5Grw",
+    "0x12",
+    5,
+    None,
+    {"Id": 7},
+    ["Id"],
+    b"\1" * 32,
+    "0x" + "zz" * 32,
+)
+MODULES = (
+    ("System", "remark_with_event"),
+    ("System", "remark"),
+    ("Utility", "batch"),
+    ("Utility", "batch_all"),
+    ("Utility", "force_batch"),
+    ("Timestamp", "set"),
+    ("Balances", "transfer"),
+    ("System", None),
+)
 EVENTS = (("System", "ExtrinsicSuccess"), ("System", "ExtrinsicFailed"), ("System", "Remarked"),
           ("Utility", "BatchInterrupted"), ("Utility", "ItemFailed"), ("Balances", "Transfer"), (None, None))
 PHASES: tuple[Any, ...] = ("ApplyExtrinsic", "Finalization", "Initialization", None, {"ApplyExtrinsic": 0}, 3)
-VALUES: tuple[Any, ...] = (None, 0, -1, 2**70, "", "x", [], {}, [{"value": 1}], [{"value": "soon"}], {"value": None},
-                           [None], b"\0")
+VALUES: tuple[Any, ...] = (
+    None,
+    0,
+    -1,
+    2**70,
+    "",
+    "x",
+    [],
+    {},
+    [{"value": 1}],
+    [{"value": "soon"}],
+    {"value": None},
+    [None],
+    b"\0",
+)
 
 
 def _call(r: Reader, payloads: list[bytes], depth: int) -> Any:
@@ -69,8 +102,11 @@ def build(data: bytes) -> tuple[list[Any], list[Any]]:
             sender = ADDRESSES[r.byte() % len(ADDRESSES)]
             which = r.byte()
             # Mostly the true hash of one of the block's remarks, so that the decoder is reached.
-            digest: Any = ("0x" + blake2_256(payloads[which % len(payloads)]).hex() if payloads and which < 0xF0
-                           else VALUES[which % len(VALUES)])
+            digest: Any = (
+                "0x" + blake2_256(payloads[which % len(payloads)]).hex()
+                if payloads and which < 0xF0
+                else VALUES[which % len(VALUES)]
+            )
             attrs: Any = {"sender": sender, "hash": digest}
         else:
             attrs = VALUES[r.byte() % len(VALUES)]
