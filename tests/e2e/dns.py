@@ -63,24 +63,8 @@ def unavailable(tmp: Path) -> str | None:
     probe = tmp / "resolv-probe.conf"
     probe.write_text(f"nameserver {HOST}\n")
     try:
-        out = subprocess.run(
-            [
-                "unshare",
-                "--mount",
-                "--propagation",
-                "private",
-                "sh",
-                "-c",
-                _MOUNT,
-                str(probe),
-                "cat",
-                "/etc/resolv.conf",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=False,
-        )
+        out = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", _MOUNT, str(probe),
+                              "cat", "/etc/resolv.conf"], capture_output=True, text=True, timeout=20, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"unshare failed: {exc}"
     if out.returncode != 0 or HOST not in out.stdout:

@@ -155,9 +155,7 @@ def _play(tmp_path, mode_of_round):
             cluster.start_verifier(name, fetch=FETCH)
         cluster.start_verifier("v4", fault="lazy", fetch=FETCH)
         cluster.wait_bonded([*HONEST, "v4"])
-        follower = threading.Thread(
-            target=_follow_rounds, args=(cluster, proxy, mode_of_round, stop), daemon=True
-        )
+        follower = threading.Thread(target=_follow_rounds, args=(cluster, proxy, mode_of_round, stop), daemon=True)
         follower.start()
         spec = tmp_path / "spec.toml"
         spec.write_text(TINY_GPT.format(steps=6))
@@ -196,9 +194,7 @@ def test_stalled_opening_is_fraud_after_two_windows_and_only_the_lazy_node_pays(
 
 
 def test_prover_offline_for_one_window_then_honest_and_only_the_lazy_node_pays(tmp_path):
-    rc, summary, resolved, paid, slashed, hits, cluster = _play(
-        tmp_path, lambda r: "down" if r == 1 else "pass"
-    )
+    rc, summary, resolved, paid, slashed, hits, cluster = _play(tmp_path, lambda r: "down" if r == 1 else "pass")
     assert [r.verdict for r in resolved] == ["inconclusive", "honest"], [r.reason for r in resolved]
     assert slashed == 0 and rc == 0, summary
     assert set(paid) == {"v4"}, paid  # the lazy node, an outlier in both rounds

@@ -83,25 +83,16 @@ def test_honest_run_is_verified_and_a_noisy_verifier_is_an_outlier(cluster, mate
     (issued,) = [e for e in view.of(P.ChallengeIssued) if e.challenge_id == cid]
     assert set(issued.committee) == {cluster.account(n) for n in VERIFIERS}
     (res,) = [e for e in view.of(P.ChallengeResolved) if e.challenge_id == cid]
-    seats = {
-        n: issued.committee.count(cluster.account(n)) for n in VERIFIERS
-    }  # one per verifier_stake of bond
+    seats = {n: issued.committee.count(cluster.account(n)) for n in VERIFIERS}  # one per verifier_stake of bond
     assert (res.step, res.verdict, res.cluster_size, res.reveals, res.rechallenge) == (
         7, "honest", seats["v1"] + seats["v2"], 3, None)
     assert res.outliers == (cluster.account("v3"),)
     assert [e.verifier for e in view.of(P.VerifierOutlier)] == [cluster.account("v3")]
     assert [(e.verifier, e.why) for e in view.of(VerifierPenalized)] == [(cluster.account("v3"), "outlier")]
     penalty = cluster.params.outlier_penalty * seats["v3"]  # a penalty per seat
-    paid = {
-        n: sum(e.amount for e in view.of(P.VerifierPaid) if e.verifier == cluster.account(n))
-        for n in VERIFIERS
-    }
+    paid = {n: sum(e.amount for e in view.of(P.VerifierPaid) if e.verifier == cluster.account(n)) for n in VERIFIERS}
     run = next(iter(view.state.runs.values()))
-    assert paid == {
-        "v1": run.seat_fee * seats["v1"],
-        "v2": run.seat_fee * seats["v2"],
-        "v3": 0,
-    }  # the winning seats
+    assert paid == {"v1": run.seat_fee * seats["v1"], "v2": run.seat_fee * seats["v2"], "v3": 0}  # the winning seats
     assert {n: view.state.vbonds[cluster.account(n)] for n in VERIFIERS} == {
         "v1": before["v1"] + paid["v1"], "v2": before["v2"] + paid["v2"], "v3": before["v3"] - penalty}
     assert view.of(P.MinerSlashed) == []
@@ -109,19 +100,9 @@ def test_honest_run_is_verified_and_a_noisy_verifier_is_an_outlier(cluster, mate
     cluster.wait_ingested(VERIFIERS, cid)
     for name in ("v1", "v2"):
         (job,) = _rows(cluster, name)
-        assert (job.verdict, job.in_winning_cluster, job.outlier, job.matches_leaf) == (
-            "honest",
-            True,
-            False,
-            True,
-        )
+        assert (job.verdict, job.in_winning_cluster, job.outlier, job.matches_leaf) == ("honest", True, False, True)
     (noisy,) = _rows(cluster, "v3")
-    assert (noisy.verdict, noisy.in_winning_cluster, noisy.outlier, noisy.fault) == (
-        "honest",
-        False,
-        True,
-        "noise",
-    )
+    assert (noisy.verdict, noisy.in_winning_cluster, noisy.outlier, noisy.fault) == ("honest", False, True, "noise")
 
 
 def test_substituted_batch_at_step_7_is_caught_and_slashed(cluster, material):

@@ -162,20 +162,8 @@ class Soak:
             nonce = digest("pot/test/soak-nonce/v1", self._n)[:16]
         run_id = derive_run_id(transport.account, nonce)  # a run id is its registering account's own
         w = self.walk
-        transport.submit(
-            [
-                StartTrainingCommitment(
-                    run_id,
-                    nonce,
-                    w.states[0].digest(),
-                    w.schedule.commitment,
-                    w.dataset.dataset_hash,
-                    w.spec.to_cbor(),
-                    w.spec.steps,
-                    endpoint,
-                )
-            ]
-        )
+        transport.submit([StartTrainingCommitment(run_id, nonce, w.states[0].digest(), w.schedule.commitment,
+                                                  w.dataset.dataset_hash, w.spec.to_cbor(), w.spec.steps, endpoint)])
         transport.submit([SubmitCheckpointRoot(run_id, merkle.root(w.leaves), len(w.leaves), ())])
         return run_id
 
@@ -226,9 +214,7 @@ class Soak:
                                    f"{type(exc).__name__}: {str(exc)[:200]}")
                 return
             for ev in events:
-                if isinstance(ev, P.ChallengeIssued) and (
-                    ev.run_id in self.honest or ev.run_id in self.hostile
-                ):
+                if isinstance(ev, P.ChallengeIssued) and (ev.run_id in self.honest or ev.run_id in self.hostile):
                     self._answer(ev)
                 elif isinstance(ev, P.ChallengeResolved):
                     self.verdicts[ev.challenge_id] = ev.verdict
@@ -302,9 +288,7 @@ def test_soak_hostile_remarks_and_provers_beside_honest_runs(tmp_path):
     try:
         # The node's account bonds before any run: a challenge's committee is drawn from the bonds on
         # chain when it is issued (on a dev chain any process may sign as the node's account).
-        DevTransport(net.chain_path, name).submit(
-            [BondVerifier(amount=20_000)]
-        )  # 200 seat units: seats never run short
+        DevTransport(net.chain_path, name).submit([BondVerifier(amount=20_000)])  # 200 seat units: seats never run short
         cfg = net.node_config(name)
         proc = net.start_node(name, cfg, wrap=None if nameserver is None else nameserver.wrap())
         data_dir = tmp_path / f"{name}-data"
@@ -375,25 +359,17 @@ def test_soak_hostile_remarks_and_provers_beside_honest_runs(tmp_path):
         third = max(1, len(samples) // 3)
         mib = 2 ** 20
         figures = {
-            "soak_s": round(samples[-1]["t"], 1),
-            "stopped_early": stopped_early,
-            "blocks": samples[-1]["head"],
-            "hostile_remarks": soak.remarks,
-            "honest_runs": len(soak.honest),
-            "honest_challenged": sum(c is not None for c in soak.honest.values()),
+            "soak_s": round(samples[-1]["t"], 1), "stopped_early": stopped_early,
+            "blocks": samples[-1]["head"], "hostile_remarks": soak.remarks,
+            "honest_runs": len(soak.honest), "honest_challenged": sum(c is not None for c in soak.honest.values()),
             "honest_resolved_honest": sum(v == "honest" for v in verdicts.values()),
             "honest_verdicts": sorted({str(v) for v in verdicts.values()}),
-            "hostile_runs": len(soak.hostile),
-            "hostile_challenged": len(soak.hostile_challenges),
+            "hostile_runs": len(soak.hostile), "hostile_challenged": len(soak.hostile_challenges),
             "hostile_resolved": sum(c in soak.verdicts for c in soak.hostile_challenges),
-            "hostile_verdicts": sorted(
-                {soak.verdicts[c] for c in soak.hostile_challenges if c in soak.verdicts}
-            ),
+            "hostile_verdicts": sorted({soak.verdicts[c] for c in soak.hostile_challenges if c in soak.verdicts}),
             "internal_requests": soak.internal.requests,
-            "remarks_ignored": events.get("RemarkIgnored", 0),
-            "remarks_ignored_expected": soak.expected["ignored"],
-            "calls_refused": events.get("CallRefused", 0),
-            "calls_refused_expected": soak.expected["refused"],
+            "remarks_ignored": events.get("RemarkIgnored", 0), "remarks_ignored_expected": soak.expected["ignored"],
+            "calls_refused": events.get("CallRefused", 0), "calls_refused_expected": soak.expected["refused"],
             "lag_max_blocks": max(s["lag"] for s in samples),
             "lag_final_blocks": samples[-1]["lag"],
             "rss_first_third_max_mib": round(max(s["rss"] for s in samples[:third]) / mib),
@@ -404,27 +380,20 @@ def test_soak_hostile_remarks_and_provers_beside_honest_runs(tmp_path):
             "openings_peak_mib": round(max(s["openings"] for s in samples) / mib, 1),
             "dns_staller": "skipped: " + no_dns if nameserver is None else "on",
             "dns_queries_unanswered": 0 if nameserver is None else nameserver.queries,
-            "authority": final.state.authority,
-            "params_changes_scheduled": len(final.state.schedule),
+            "authority": final.state.authority, "params_changes_scheduled": len(final.state.schedule),
             "params_unchanged": final.state.params == PARAMS,
         }
         report = "soak figures: " + json.dumps(figures, sort_keys=True)
         print("\n" + report, flush=True)
         log.info(report)
-        (tmp_path / "soak-figures.json").write_text(
-            json.dumps({"figures": figures, "samples": samples}, indent=1)
-        )
+        (tmp_path / "soak-figures.json").write_text(json.dumps({"figures": figures, "samples": samples}, indent=1))
 
         assert stopped_early is None, f"{stopped_early}\n{report}\n{net.log(name)[-3000:]}"
         assert soak.honest and all(c is not None for c in soak.honest.values()), report
         assert figures["honest_resolved_honest"] == len(soak.honest), f"{verdicts}\n{report}"
-        assert (
-            figures["lag_max_blocks"] <= MAX_LAG_BLOCKS and figures["lag_final_blocks"] <= FINAL_LAG_BLOCKS
-        ), report
+        assert figures["lag_max_blocks"] <= MAX_LAG_BLOCKS and figures["lag_final_blocks"] <= FINAL_LAG_BLOCKS, report
         assert figures["rss_peak_mib"] <= MAX_RSS_MIB, report
-        assert figures["rss_last_third_max_mib"] <= figures["rss_first_third_max_mib"] + MAX_RSS_GROWTH_MIB, (
-            report
-        )
+        assert figures["rss_last_third_max_mib"] <= figures["rss_first_third_max_mib"] + MAX_RSS_GROWTH_MIB, report
         assert figures["disk_peak_mib"] <= MAX_DISK_MIB, report
         assert figures["internal_requests"] == 0, report
         # A stranger's records neither took the network nor waited to change its parameters.
