@@ -26,6 +26,7 @@ TARGETS = (
     "recipe",
     "dev_block",
     "substrate_block",
+    "vrf",
 )
 
 
