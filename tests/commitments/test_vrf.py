@@ -299,3 +299,16 @@ def test_refusal_codes_are_stable_and_distinct():
         "VRFProofInvalid", "VRFEncodeToCurveExhausted",
     ]
     assert all(issubclass(e, vrf.VRFError) for e in errors)
+
+
+def test_the_benchmark_prints_consistent_figures():
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    command = [sys.executable, str(root / "bench" / "vrf.py"), "--calls", "5", "--per-block", "200", "--json"]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True).stdout
+    got = json.loads(out)
+    assert got["block_seconds"] == 6 and got["per_block"] == 200
+    assert got["prove_us_cpu"] > 0 and got["verify_us_cpu"] > 0 and got["libsodium_mult_us_cpu"] > 0
+    assert got["core_share_cpu"] == pytest.approx(200 * got["verify_us_cpu"] / 1e6 / 6, rel=0.01)
