@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from nacl.bindings import crypto_scalarmult_ed25519_noclamp  # noqa: E402
+from nacl.bindings import crypto_core_ed25519_add, crypto_scalarmult_ed25519_noclamp  # noqa: E402
 
 from chain.protocol.params import ProtocolParams  # noqa: E402 - after the path set-up
 from commitments import vrf  # noqa: E402
@@ -79,6 +79,23 @@ def main(argv: list[str] | None = None) -> int:
         (lambda p=p: crypto_scalarmult_ed25519_noclamp(p[48:], p[:32])) for p in proofs
     ]
     mult_cpu = _batch_cpu(mult_calls)
+    # A hostile input: key and Gamma moved out of the prime-order subgroup (plus the point of
+    # order 2), which libsodium will not multiply; verify does all its work, then refuses.
+    order_2 = (vrf.P - 1).to_bytes(32, "little")
+
+    def hostile(k: vrf.SecretKey, a: bytes, p: bytes) -> Callable[[], object]:
+        y, gamma = crypto_core_ed25519_add(k.public_key, order_2), crypto_core_ed25519_add(p[:32], order_2)
+
+        def call() -> None:
+            try:
+                vrf.verify(y, a, gamma + p[32:])
+            except vrf.VRFProofInvalid:
+                return
+            raise AssertionError("a proof with moved points verified")
+
+        return call
+
+    hostile_cpu = _batch_cpu([hostile(k, a, p) for k, a, p in zip(keys, alphas, proofs, strict=True)])
     share = args.per_block * verify_cpu / block_seconds
     share_wall = args.per_block * verify_wall / block_seconds
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
@@ -91,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         "verify_over_prove_cpu": round(verify_cpu / prove_cpu, 2),
         "libsodium_mult_us_cpu": round(mult_cpu * 1e6, 1),
         "verify_over_mult_cpu": round(verify_cpu / mult_cpu, 2),
+        "hostile_verify_us_cpu": round(hostile_cpu * 1e6, 1),
+        "hostile_over_verify_cpu": round(hostile_cpu / verify_cpu, 2),
         "per_block": args.per_block,
         "block_seconds": block_seconds,
         "core_share_cpu": round(share, 4),
@@ -108,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
           f"({verify_cpu / prove_cpu:.2f} x prove)")
     print(f"  libsodium variable-base multiplication: {mult_cpu * 1e6:.1f} us CPU; verify is "
           f"{verify_cpu / mult_cpu:.2f} of them (three are its floor)")
+    print(f"  verify of a key and Gamma outside the prime-order subgroup (refused): "
+          f"{hostile_cpu * 1e6:.1f} us CPU ({hostile_cpu / verify_cpu:.2f} x an honest verify)")
     print(f"  {args.per_block} verifies a block at {block_seconds} s blocks: {share:.2%} of one core "
           f"(CPU time; {share_wall:.2%} by median wall time)")
     return 0

@@ -6,19 +6,19 @@ gives an 80-byte proof `pi`, `proof_to_hash(pi)` its 64-byte output `beta`, and
 `alpha`. For one key and one `alpha` there is exactly one `beta` (uniqueness), which is what a
 self-selected committee needs: a member cannot grind its draw.
 
-The group operations run in libsodium (through PyNaCl's bindings): fixed-base and variable-base
-scalar multiplication without clamping, point subtraction, the prime-order subgroup check, and the
-scalar arithmetic mod L. What libsodium has no function for is done here with Python integers
-mod p: decoding a 32-byte string as an Edwards point (RFC 8032 §5.1.3), which encode_to_curve
-needs for its candidate points (they are generally outside the prime-order subgroup, which
-libsodium refuses), the multiplication by the cofactor 8 that brings them in, and the group
-operations on the few points a hostile proof or key can hold outside that subgroup (RFC 9381
-accepts those, so this module does too; an honest prover never makes one).
+Every group operation runs in libsodium (through PyNaCl's bindings): fixed-base and variable-base
+scalar multiplication without clamping, point addition and subtraction, and the scalar arithmetic
+mod L. libsodium multiplies only points of the prime-order subgroup, but RFC 9381 reads any point
+of the curve: encode_to_curve's candidates are generally outside that subgroup, and a hostile key
+or proof may be. Point addition decodes any curve point, so such a point P is handled through
+its multiples P, 2P, 4P, 8P (three doublings; 8P is in the subgroup): k*P = (k >> 3)*(8P) plus
+(k mod 8)*P from the first three. Python integers only check the two encodings that libsodium's
+decoding accepts and RFC 8032 §5.1.3 refuses (y not below p; x = 0 with the sign bit set).
 
 Untrusted input: `verify` and `proof_to_hash` take anything, read only the fixed-size key and
 proof (plus `alpha`, which is only hashed), and refuse with a `VRFError` subclass whose `code` is
-stable. Secret scalars only ever meet libsodium's constant-time code; the Python arithmetic here
-works on public values alone (the candidate points, a proof's and a key's points, the cofactor).
+stable. Every input costs at most a few libsodium multiplications, hostile or not. Secret scalars
+only meet libsodium's constant-time code.
 """
 
 from __future__ import annotations
@@ -50,12 +50,8 @@ MAX_CTR = 255  # encode_to_curve's counter is one byte
 # edwards25519 (RFC 8032 §5.1): -x^2 + y^2 = 1 + d x^2 y^2 over GF(p), a subgroup of prime order L.
 P = 2**255 - 19
 L = 2**252 + 27742317777372353535851937790883648493
-D = (-121665 * pow(121666, P - 2, P)) % P
-SQRT_M1 = pow(2, (P - 1) // 4, P)
 COFACTOR = 8
 
-_Point = tuple[int, int, int, int]  # extended coordinates (X, Y, Z, T), x = X/Z, y = Y/Z, xy = T/Z
-_IDENTITY: _Point = (0, 1, 1, 0)
 _IDENTITY_BYTES = (1).to_bytes(32, "little")
 
 
@@ -125,64 +121,7 @@ class VRFEncodeToCurveExhausted(VRFError):
     code = "VRFEncodeToCurveExhausted"
 
 
-# --- field and point arithmetic on public values (Python integers mod p) ---
-
-
-def _add(p1: _Point, p2: _Point) -> _Point:
-    """Point addition in extended coordinates (RFC 8032 §5.1.4); complete, so it also doubles."""
-    x1, y1, z1, t1 = p1
-    x2, y2, z2, t2 = p2
-    a = (y1 - x1) * (y2 - x2) % P
-    b = (y1 + x1) * (y2 + x2) % P
-    c = 2 * D * t1 * t2 % P
-    d = 2 * z1 * z2 % P
-    e, f, g, h = b - a, d - c, d + c, b + a
-    return (e * f % P, g * h % P, f * g % P, e * h % P)
-
-
-def _mul(k: int, point: _Point) -> _Point:
-    """k * point by double-and-add. Variable time: for public scalars and points only."""
-    result = _IDENTITY
-    addend = point
-    while k:
-        if k & 1:
-            result = _add(result, addend)
-        addend = _add(addend, addend)
-        k >>= 1
-    return result
-
-
-def _decode(data: bytes) -> _Point | None:
-    """RFC 8032 §5.1.3: 32 bytes as a point on the curve, or None (non-canonical y, no x)."""
-    n = int.from_bytes(data, "little")
-    sign = n >> 255
-    y = n & ((1 << 255) - 1)
-    if y >= P:
-        return None
-    u = (y * y - 1) % P
-    v = (D * y * y + 1) % P
-    x = u * pow(v, 3, P) * pow(u * pow(v, 7, P), (P - 5) // 8, P) % P
-    vxx = v * x * x % P
-    if vxx == (-u) % P:
-        x = x * SQRT_M1 % P
-    elif vxx != u:
-        return None
-    if x == 0 and sign:
-        return None
-    if x & 1 != sign:
-        x = P - x
-    return (x, y, 1, x * y % P)
-
-
-def _encode(point: _Point) -> bytes:
-    """RFC 8032 §5.1.2: y little-endian with x's low bit in the top bit."""
-    x, y, z, _ = point
-    zi = pow(z, P - 2, P)
-    x, y = x * zi % P, y * zi % P
-    return (y | ((x & 1) << 255)).to_bytes(32, "little")
-
-
-# --- group operations on encoded points: libsodium where it applies, Python otherwise ---
+# --- group operations on encoded points, in libsodium ---
 
 
 def _scalar_bytes(k: int) -> bytes:
@@ -210,24 +149,46 @@ def _sub(a: bytes, b: bytes) -> bytes:
     return crypto_core_ed25519_sub(a, b)
 
 
-def _cofactor_times(data: bytes) -> bytes | None:
-    """8 * the point that 32 bytes encode (RFC 8032 §5.1.3), or None if they encode none.
+def _multiples(data: bytes) -> tuple[bytes, bytes, bytes, bytes] | None:
+    """(P, 2P, 4P, 8P) for the point P that 32 bytes encode (RFC 8032 §5.1.3), or None if they
+    encode none.
 
-    Three doublings with crypto_core_ed25519_add, which decodes any point on the curve (in the
+    Doublings with crypto_core_ed25519_add, which decodes any point on the curve (in the
     prime-order subgroup or not) and fails when the bytes have no x; the two cases where its
     decoding is laxer than RFC 8032 (y not below p, and x = 0 with the sign bit set, which only
     y = 1 and y = -1 can give) are refused here first. tests/commitments/test_vrf.py checks this
-    against `_decode` and `_mul`."""
+    against a Python RFC 8032 decoder and its arithmetic."""
     n = int.from_bytes(data, "little")
     y = n & ((1 << 255) - 1)
     if y >= P or (n >> 255 and y in (1, P - 1)):
         return None
     try:
-        doubled = crypto_core_ed25519_add(data, data)
+        two = crypto_core_ed25519_add(data, data)
     except SodiumError:
         return None
-    doubled = crypto_core_ed25519_add(doubled, doubled)
-    return crypto_core_ed25519_add(doubled, doubled)
+    four = crypto_core_ed25519_add(two, two)
+    return data, two, four, crypto_core_ed25519_add(four, four)
+
+
+def _cofactor_times(data: bytes) -> bytes | None:
+    """8 * the point that 32 bytes encode, or None if they encode none (see `_multiples`)."""
+    multiples = _multiples(data)
+    return None if multiples is None else multiples[3]
+
+
+def _times(k: int, multiples: tuple[bytes, bytes, bytes, bytes]) -> bytes:
+    """k * P for 0 <= k < 2^255 and any curve point P, from (P, 2P, 4P, 8P): (k >> 3) * 8P, where
+    8P is in the prime-order subgroup (libsodium multiplies it), plus (k mod 8) * P as a sum of
+    P, 2P and 4P. The same group element as k * P whether or not P is in the subgroup."""
+    q = (k >> 3) % L
+    eight = multiples[3]
+    total = _IDENTITY_BYTES
+    if q and eight != _IDENTITY_BYTES:
+        total = crypto_scalarmult_ed25519_noclamp(_scalar_bytes(q), eight)
+    for bit in range(3):
+        if k >> bit & 1:
+            total = crypto_core_ed25519_add(total, multiples[bit])
+    return total
 
 
 # --- RFC 9381 §5.4 building blocks for suite 0x03 ---
@@ -335,7 +296,7 @@ def prove(key: object, alpha: object) -> bytes:
 
 def _decode_proof(pi: object) -> tuple[bytes, int, int]:
     """ECVRF_decode_proof (RFC 9381 §5.4.4) after the length check: (Gamma's encoding, c, s).
-    Whether Gamma is a point is checked where it is first used (`_times`)."""
+    Whether Gamma is a point is checked next (`_gamma_multiples`), then s."""
     data = _as_bytes(pi, "proof")
     if len(data) != PROOF_BYTES:
         raise VRFProofLength(f"a VRF proof is {PROOF_BYTES} bytes, not {len(data)}")
@@ -347,11 +308,11 @@ def _check_s(s: int) -> None:
         raise VRFScalarNotReduced(f"the proof's s {_scalar_bytes(s).hex()} is not below the group order L")
 
 
-def _gamma_times_cofactor(gamma: bytes) -> bytes:
-    point = _cofactor_times(gamma)
-    if point is None:
+def _gamma_multiples(gamma: bytes) -> tuple[bytes, bytes, bytes, bytes]:
+    multiples = _multiples(gamma)
+    if multiples is None:
         raise VRFGammaNotPoint(f"the proof's Gamma {gamma.hex()} is not an edwards25519 point")
-    return point
+    return multiples
 
 
 def _beta(gamma_times_cofactor: bytes) -> bytes:
@@ -363,23 +324,9 @@ def proof_to_hash(pi: object) -> bytes:
 
     It decodes the proof but does not verify it: use `verify` on a proof from anyone else."""
     gamma, _, s = _decode_proof(pi)
-    eight_gamma = _gamma_times_cofactor(gamma)
+    gamma_multiples = _gamma_multiples(gamma)
     _check_s(s)
-    return _beta(eight_gamma)
-
-
-def _times(k: int, point: bytes, refuse: type[VRFError], what: str) -> bytes:
-    """k * point, 0 <= k < 2^255, for a point taken from a key or proof: libsodium's scalar
-    multiplication when it accepts (a point of the prime-order subgroup and a product that is not
-    the identity), else the Python arithmetic on the decoded point, else `refuse` (not a point)."""
-    try:
-        return crypto_scalarmult_ed25519_noclamp(_scalar_bytes(k), point)
-    except SodiumError:
-        pass
-    decoded = _decode(point)
-    if decoded is None:
-        raise refuse(f"the {what} {point.hex()} is not an edwards25519 point")
-    return _encode(_mul(k, decoded))
+    return _beta(gamma_multiples[3])
 
 
 def _check_public_key(pk: object) -> bytes:
@@ -405,12 +352,12 @@ def _key_times(k: int, y: bytes) -> bytes:
         return crypto_scalarmult_ed25519_noclamp(_scalar_bytes(k), y)
     except SodiumError:
         pass
-    eight_y = _cofactor_times(y)
-    if eight_y is None:
+    multiples = _multiples(y)
+    if multiples is None:
         raise VRFPublicKeyNotPoint(f"the VRF public key {y.hex()} is not an edwards25519 point")
-    if eight_y == _IDENTITY_BYTES:
+    if multiples[3] == _IDENTITY_BYTES:
         raise VRFPublicKeySmallOrder(f"the VRF public key {y.hex()} is of small order")
-    return _times(k, y, VRFPublicKeyNotPoint, "VRF public key")
+    return _times(k, multiples)
 
 
 def verify(pk: object, alpha: object, pi: object) -> bytes:
@@ -419,16 +366,19 @@ def verify(pk: object, alpha: object, pi: object) -> bytes:
 
     Refusals, in order: VRFInputType, VRFPublicKeyLength, VRFProofLength, VRFPublicKeyNotPoint,
     VRFPublicKeySmallOrder, VRFGammaNotPoint, VRFScalarNotReduced, VRFProofInvalid."""
+    pk, alpha, pi = _as_bytes(pk, "public key"), _as_bytes(alpha, "alpha"), _as_bytes(pi, "proof")
     y = _check_public_key(pk)
-    alpha = _as_bytes(alpha, "alpha")
     gamma, c, s = _decode_proof(pi)
     c_y = _key_times(c, y)
-    eight_gamma = _gamma_times_cofactor(gamma)
+    gamma_multiples = _gamma_multiples(gamma)
     _check_s(s)
-    c_gamma = _times(c, gamma, VRFGammaNotPoint, "proof's Gamma")
+    try:
+        c_gamma = crypto_scalarmult_ed25519_noclamp(_scalar_bytes(c), gamma)
+    except SodiumError:  # Gamma outside the prime-order subgroup, or c = 0
+        c_gamma = _times(c, gamma_multiples)
     h_string = encode_to_curve(y, alpha)
     u = _sub(_smul_base(s), c_y)
     v = _sub(_h_times(s, h_string), c_gamma)
     if challenge(y, h_string, gamma, u, v) != c:
         raise VRFProofInvalid("the VRF proof does not verify under this public key for this alpha")
-    return _beta(eight_gamma)
+    return _beta(gamma_multiples[3])

@@ -24,6 +24,65 @@ from commitments import vrf
 from commitments.errors import CommitmentError
 
 VECTORS = json.loads((Path(__file__).parent / "vectors" / "ecvrf_tai.json").read_text())["vectors"]
+# --- an independent reference: RFC 8032's point decoding and arithmetic in Python integers ---
+
+_D = (-121665 * pow(121666, vrf.P - 2, vrf.P)) % vrf.P
+_SQRT_M1 = pow(2, (vrf.P - 1) // 4, vrf.P)
+_ID = (0, 1, 1, 0)
+
+
+def _add(p1, p2):
+    """Extended-coordinate addition (RFC 8032 §5.1.4); complete, so it also doubles."""
+    p = vrf.P
+    x1, y1, z1, t1 = p1
+    x2, y2, z2, t2 = p2
+    a = (y1 - x1) * (y2 - x2) % p
+    b = (y1 + x1) * (y2 + x2) % p
+    c = 2 * _D * t1 * t2 % p
+    d = 2 * z1 * z2 % p
+    e, f, g, h = b - a, d - c, d + c, b + a
+    return (e * f % p, g * h % p, f * g % p, e * h % p)
+
+
+def _mul(k, point):
+    result, addend = _ID, point
+    while k:
+        if k & 1:
+            result = _add(result, addend)
+        addend = _add(addend, addend)
+        k >>= 1
+    return result
+
+
+def _decode(data):
+    """RFC 8032 §5.1.3, or None."""
+    p = vrf.P
+    n = int.from_bytes(data, "little")
+    sign, y = n >> 255, n & ((1 << 255) - 1)
+    if y >= p:
+        return None
+    u, v = (y * y - 1) % p, (_D * y * y + 1) % p
+    x = u * pow(v, 3, p) * pow(u * pow(v, 7, p), (p - 5) // 8, p) % p
+    if v * x * x % p == (-u) % p:
+        x = x * _SQRT_M1 % p
+    elif v * x * x % p != u:
+        return None
+    if x == 0 and sign:
+        return None
+    if x & 1 != sign:
+        x = p - x
+    return (x, y, 1, x * y % p)
+
+
+def _encode(point):
+    x, y, z, _ = point
+    zi = pow(z, vrf.P - 2, vrf.P)
+    x, y = x * zi % vrf.P, y * zi % vrf.P
+    return (y | ((x & 1) << 255)).to_bytes(32, "little")
+
+
+IDENTITY = vrf._IDENTITY_BYTES
+
 _secrets = st.binary(min_size=32, max_size=32)
 _alphas = st.binary(max_size=80)
 
@@ -34,12 +93,12 @@ ORDER_2 = (vrf.P - 1).to_bytes(32, "little")
 
 def _order_8_point() -> bytes:
     for i in range(1000):
-        candidate = vrf._decode(hashlib.sha256(b"torsion %d" % i).digest())
+        candidate = _decode(hashlib.sha256(b"torsion %d" % i).digest())
         if candidate is None:
             continue
-        torsion = vrf._mul(vrf.L, candidate)  # kills the prime-order part
-        if vrf._encode(vrf._mul(4, torsion)) != vrf._IDENTITY_BYTES:
-            return vrf._encode(torsion)
+        torsion = _mul(vrf.L, candidate)  # kills the prime-order part
+        if _encode(_mul(4, torsion)) != IDENTITY:
+            return _encode(torsion)
     raise AssertionError("no point of order 8 found")
 
 
@@ -50,7 +109,7 @@ def _no_x() -> bytes:
     """32 bytes with y < p for which no x exists: not a point."""
     for y in range(2, 1000):
         data = y.to_bytes(32, "little")
-        if vrf._decode(data) is None:
+        if _decode(data) is None:
             return data
     raise AssertionError("every small y had an x")
 
@@ -74,7 +133,7 @@ def test_rfc9381_appendix_b3(tv):
     assert h.hex() == tv["H"]
     for ctr in range(tv["ctr"] + 1):
         digest = hashlib.sha512(b"\x03\x01" + sk.public_key + alpha + bytes([ctr]) + b"\x00").digest()
-        assert (vrf._decode(digest[:32]) is not None) == (ctr == tv["ctr"])
+        assert (_decode(digest[:32]) is not None) == (ctr == tv["ctr"])
     k_string = hashlib.sha512(sk._prefix + h).digest()
     assert k_string.hex() == tv["k"]
     k = vrf.nonce(sk._prefix, h)
@@ -145,40 +204,56 @@ def test_beta_differs_across_alphas_and_keys():
 def test_libsodium_doubling_decodes_exactly_as_rfc8032(data):
     # _cofactor_times (libsodium's point addition, plus the two pre-checks) against the Python
     # RFC 8032 decoding and multiplication: the same points accepted, the same 8P.
-    py = vrf._decode(data)
+    py = _decode(data)
     got = vrf._cofactor_times(data)
     assert (got is None) == (py is None)
     if py is not None:
-        assert got == vrf._encode(vrf._mul(8, py))
+        assert got == _encode(_mul(8, py))
 
 
 @pytest.mark.parametrize(
     "data",
-    [vrf._IDENTITY_BYTES, ORDER_2, ORDER_8, NOT_A_POINT, Y_NOT_BELOW_P,
+    [IDENTITY, ORDER_2, ORDER_8, NOT_A_POINT, Y_NOT_BELOW_P,
      (1 | 1 << 255).to_bytes(32, "little"), (vrf.P - 1 | 1 << 255).to_bytes(32, "little"),
      (2**255 - 1).to_bytes(32, "little"), bytes(32)],
     ids=["identity", "order2", "order8", "no-x", "y-not-below-p", "x0-sign1", "y-1-sign1", "all-ones",
          "zero"],
 )
 def test_edge_encodings_decode_as_rfc8032_says(data):
-    py = vrf._decode(data)
+    py = _decode(data)
     assert (vrf._cofactor_times(data) is None) == (py is None)
     if py is not None:
-        assert vrf._cofactor_times(data) == vrf._encode(vrf._mul(8, py))
+        assert vrf._cofactor_times(data) == _encode(_mul(8, py))
 
 
 @settings(max_examples=30, deadline=None)
 @given(_secrets, st.integers(0, 2**255 - 1))
 def test_python_scalar_multiplication_matches_libsodium(secret, k):
     point = vrf.public_key(secret)
-    decoded = vrf._decode(point)
+    decoded = _decode(point)
     assert decoded is not None
-    assert vrf._encode(decoded) == point
-    want = (vrf._IDENTITY_BYTES if k % vrf.L == 0
+    assert _encode(decoded) == point
+    want = (IDENTITY if k % vrf.L == 0
             else crypto_scalarmult_ed25519_noclamp(k.to_bytes(32, "little"), point))
-    assert vrf._encode(vrf._mul(k, decoded)) == want
-    assert vrf._times(k, point, vrf.VRFGammaNotPoint, "point") == want
-    assert vrf._times(0, point, vrf.VRFGammaNotPoint, "point") == vrf._IDENTITY_BYTES
+    assert _encode(_mul(k, decoded)) == want
+    assert vrf._times(k, vrf._multiples(point)) == want
+    assert vrf._times(0, vrf._multiples(point)) == IDENTITY
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.binary(min_size=32, max_size=32), st.integers(0, 2**255 - 1))
+def test_multiples_give_k_times_any_curve_point(data, k):
+    # Any point, mostly outside the prime-order subgroup (where libsodium will not multiply):
+    # (k >> 3) * 8P + (k mod 8) * P from libsodium equals k * P from the Python reference.
+    point = _decode(data)
+    multiples = vrf._multiples(data)
+    if point is None:
+        assert multiples is None
+        return
+    assert multiples is not None
+    assert list(multiples) == [_encode(_mul(m, point)) for m in (1, 2, 4, 8)]
+    assert vrf._times(k, multiples) == _encode(_mul(k, point))
+    assert vrf._times(k % 8, multiples) == _encode(_mul(k % 8, point))
 
 
 def _torsioned_proof(sk: vrf.SecretKey, alpha: bytes, torsion: bytes, on_key: bool) -> tuple[bytes, bytes]:
@@ -196,7 +271,7 @@ def _torsioned_proof(sk: vrf.SecretKey, alpha: bytes, torsion: bytes, on_key: bo
         parity = attempt % 2
         u = crypto_scalarmult_ed25519_base_noclamp(k.to_bytes(32, "little"))
         v = crypto_scalarmult_ed25519_noclamp(k.to_bytes(32, "little"), h)
-        shift = vrf._times(parity, torsion, vrf.VRFGammaNotPoint, "torsion")
+        shift = vrf._times(parity, vrf._multiples(torsion))
         if on_key:
             u = vrf._sub(u, shift)  # s*B - c*(Y + T) = k*B - (c mod 2)*T
         else:
@@ -245,7 +320,7 @@ REFUSALS = [
     ("pk-no-x", NOT_A_POINT, ALPHA, PI, vrf.VRFPublicKeyNotPoint),
     ("pk-y-not-below-p", Y_NOT_BELOW_P, ALPHA, PI, vrf.VRFPublicKeyNotPoint),
     ("pk-x0-sign1", (1 | 1 << 255).to_bytes(32, "little"), ALPHA, PI, vrf.VRFPublicKeyNotPoint),
-    ("pk-identity", vrf._IDENTITY_BYTES, ALPHA, PI, vrf.VRFPublicKeySmallOrder),
+    ("pk-identity", IDENTITY, ALPHA, PI, vrf.VRFPublicKeySmallOrder),
     ("pk-order-2", ORDER_2, ALPHA, PI, vrf.VRFPublicKeySmallOrder),
     ("pk-order-8", ORDER_8, ALPHA, PI, vrf.VRFPublicKeySmallOrder),
     ("gamma-no-x", PK, ALPHA, _with(PI, 0, NOT_A_POINT), vrf.VRFGammaNotPoint),
@@ -253,7 +328,7 @@ REFUSALS = [
     ("s-is-L", PK, ALPHA, _with(PI, 48, vrf.L.to_bytes(32, "little")), vrf.VRFScalarNotReduced),
     ("s-all-ones", PK, ALPHA, _with(PI, 48, b"\xff" * 32), vrf.VRFScalarNotReduced),
     ("c-flipped", PK, ALPHA, _with(PI, 32, bytes([PI[32] ^ 1])), vrf.VRFProofInvalid),
-    ("gamma-identity", PK, ALPHA, _with(PI, 0, vrf._IDENTITY_BYTES), vrf.VRFProofInvalid),
+    ("gamma-identity", PK, ALPHA, _with(PI, 0, IDENTITY), vrf.VRFProofInvalid),
     ("gamma-order-8", PK, ALPHA, _with(PI, 0, ORDER_8), vrf.VRFProofInvalid),
     ("c-zero-s-zero", PK, ALPHA, _with(PI, 32, bytes(48)), vrf.VRFProofInvalid),
     ("all-zero", bytes(32), b"", bytes(80), vrf.VRFPublicKeySmallOrder),  # y = 0: order 4
@@ -311,4 +386,5 @@ def test_the_benchmark_prints_consistent_figures():
     got = json.loads(out)
     assert got["block_seconds"] == 6 and got["per_block"] == 200
     assert got["prove_us_cpu"] > 0 and got["verify_us_cpu"] > 0 and got["libsodium_mult_us_cpu"] > 0
+    assert got["hostile_verify_us_cpu"] > 0
     assert got["core_share_cpu"] == pytest.approx(200 * got["verify_us_cpu"] / 1e6 / 6, rel=0.01)
