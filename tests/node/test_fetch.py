@@ -63,12 +63,16 @@ class Server:
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
 
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()  # the listening socket, which shutdown() leaves open
+
 
 @pytest.fixture
 def server():
     s = Server()
     yield s
-    s.httpd.shutdown()
+    s.close()
 
 
 def test_streams_to_disk_atomically(server, tmp_path):
@@ -173,7 +177,7 @@ def test_the_fetch_stage_falls_back_to_a_mirror_and_names_the_address_that_serve
     try:
         out = _stage(server.url + "/missing", tmp_path, [mirror.url + "/f"])
     finally:
-        mirror.httpd.shutdown()
+        mirror.close()
     assert out.ok and out.data["url"] == mirror.url + "/f" and out.data["bytes"] == len(BODY)
     assert (tmp_path / "o.opening").read_bytes() == BODY
     [failed] = out.data["tried"]
@@ -188,7 +192,7 @@ def test_the_fetch_stage_gives_each_address_its_own_retries(server, tmp_path):
     try:
         out = _stage(server.url + "/f", tmp_path, [unused.url + "/f"])
     finally:
-        unused.httpd.shutdown()
+        unused.close()
     assert out.ok and out.data["url"] == server.url + "/f" and "tried" not in out.data
     assert len(server.requests) == 2 and unused.requests == []
 
