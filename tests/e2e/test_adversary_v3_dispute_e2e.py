@@ -194,8 +194,8 @@ def net_b(tmp_path_factory):
                                   miner="forger2")
         # the rest of the honest stake joins once round 1 is drawn
         until(cluster, lambda v: any(v.state.runs[e.run_id].miner == "forger2"
-                                      for e in v.of(P.ChallengeIssued)),
-               "the second run's first round", timeout=TRAIN_TIMEOUT)
+                                     for e in v.of(P.ChallengeIssued)),
+              "the second run's first round", timeout=TRAIN_TIMEOUT)
         cluster.start_verifier(LATE, bond=vs * 2 * lazy_units, fetch=FETCH)
         cluster.wait_bonded([LATE])
         t.join(TRAIN_TIMEOUT + 180)

@@ -89,10 +89,10 @@ def net_a(tmp_path_factory):
         for s in SYBILS:
             adv.send(s, BondVerifier(amount=vs))
         until(cluster, lambda v: v.state.vbonds.get(ONE) == 2 * vs
-               and all(v.state.vbonds.get(s) for s in SYBILS), "the adversary's bonds")
+              and all(v.state.vbonds.get(s) for s in SYBILS), "the adversary's bonds")
         adv.send(ONE, UnbondVerifier(amount=2 * vs - vs // 2))  # would leave dust
         flooded = until(cluster, lambda v: any(e.origin == ONE for e in v.of(P.CallRefused)),
-                         "the dust unbond")
+                        "the dust unbond")
         # the real nodes, every one started after the flood
         for name in A_NODES:
             cluster.start_verifier(name, bond=A_BOND, fetch=FETCH)
