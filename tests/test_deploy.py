@@ -1,7 +1,9 @@
-"""The deployment files: the compose file validates (with the docker client, when there is one) and
-holds the whole network on standard images; every file it mounts exists; the Dockerfile copies
-every package pyproject.toml installs and installs the postgres extra; Prometheus scrapes every
-verifier; the Grafana dashboard asks only for pot_ metrics that the node exports."""
+"""The deployment files: the compose files validate (with the docker client, when there is one); the
+whole network's holds it on standard images, the small stack's builds every image here (deploy/image);
+every file they mount exists; the Dockerfile copies every package pyproject.toml installs, installs
+from the wheelhouse alone and the postgres extra, and .dockerignore lets each COPY source through;
+Prometheus scrapes every verifier; the Grafana dashboard asks only for pot_ metrics that the node
+exports. tests/e2e/test_docker_stack.py builds and runs the stack."""
 
 from __future__ import annotations
 
@@ -17,12 +19,13 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 COMPOSE = REPO / "docker-compose.yml"
+STACK = REPO / "docker-compose.stack.yml"
 DOCKERFILE = REPO / "deploy/Dockerfile"
 STANDARD_IMAGES = re.compile(r"^(postgres|node|curlimages/curl|prom/prometheus|grafana/grafana):[\w.-]+$")
 
 
-def compose() -> dict:
-    return yaml.safe_load(COMPOSE.read_text())
+def compose(path: Path = COMPOSE) -> dict:
+    return yaml.safe_load(path.read_text())
 
 
 def compose_command() -> list[str] | None:
@@ -36,16 +39,17 @@ def compose_command() -> list[str] | None:
     return None
 
 
-def test_docker_compose_config_validates():
+@pytest.mark.parametrize("path", [COMPOSE, STACK], ids=lambda p: p.name)
+def test_docker_compose_config_validates(path):
     cmd = compose_command()
     if cmd is None:
         pytest.skip("no docker client with compose here")
-    r = subprocess.run([*cmd, "-f", str(COMPOSE), "config", "-q"], cwd=REPO, capture_output=True, text=True,
+    r = subprocess.run([*cmd, "-f", str(path), "config", "-q"], cwd=REPO, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stderr
-    r = subprocess.run([*cmd, "-f", str(COMPOSE), "config", "--services"], cwd=REPO, capture_output=True,
+    r = subprocess.run([*cmd, "-f", str(path), "config", "--services"], cwd=REPO, capture_output=True,
                        text=True, timeout=120)
-    assert set(r.stdout.split()) == set(compose()["services"])
+    assert set(r.stdout.split()) == set(compose(path)["services"])
 
 
 def test_compose_runs_the_whole_network_on_standard_images():
@@ -65,12 +69,77 @@ def test_compose_runs_the_whole_network_on_standard_images():
     assert all(f"CREATE DATABASE {db} " in init for db in dbs)
 
 
-def test_every_mounted_file_exists():
-    for name, svc in compose()["services"].items():
+@pytest.mark.parametrize("path", [COMPOSE, STACK], ids=lambda p: p.name)
+def test_every_mounted_file_exists(path):
+    mounts = 0
+    for name, svc in compose(path)["services"].items():
         for vol in svc.get("volumes", []):
             src = vol.split(":", 1)[0]
             if src.startswith("./"):
+                mounts += 1
                 assert (REPO / src).exists(), f"{name} mounts {src}, which is missing"
+    assert mounts
+
+
+def test_stack_builds_every_image_here():
+    """Each service of the small stack runs an image deploy/image builds from Debian packages (no
+    registry): pot-verifier from deploy/Dockerfile, pot-postgres from deploy/postgres."""
+    services = compose(STACK)["services"]
+    assert {"postgres", "chain", "node", "miner"} <= set(services)
+    built = {"pot-verifier:latest": "deploy/Dockerfile", "pot-postgres:latest": "deploy/postgres/Dockerfile"}
+    for name, svc in services.items():
+        assert svc["image"] in built, f"{name}: {svc['image']} is not an image deploy/image builds"
+        context = REPO / svc["build"]["context"]
+        assert context / svc["build"].get("dockerfile", "Dockerfile") == REPO / built[svc["image"]], name
+        assert svc["build"]["args"]["BASE"].startswith("${POT_BASE_IMAGE:-pot-base:")
+    script = (REPO / "deploy/image").read_text()
+    assert "-t pot-verifier:latest" in script and "-t pot-postgres:latest" in script
+    # One config gives the chain its parameters, pins them for the miner and configures the node.
+    assert "--params" in services["chain"]["command"]
+    assert "--params /etc/pot/node.toml" in (REPO / "deploy/stack/miner.sh").read_text()
+    node_toml = tomllib.loads((REPO / "deploy/stack/node.toml").read_text())
+    assert node_toml["chain"]["url"] == "dev:///srv/chain/chain.db"
+    assert "node" in node_toml["http"]["allowed_hosts"] and node_toml["fetch"]["allow"] == ["miner"]
+    assert services["node"]["environment"]["POT_DATABASE_URL"].startswith("postgresql+psycopg2://")
+
+
+def dockerignore_admits(path: str) -> bool:
+    """Whether .dockerignore lets `path` (relative, no wildcards) into the build context: the last
+    pattern that matches it or a folder above it decides (Docker's rule, for the patterns used here)."""
+    import fnmatch
+
+    admitted = True
+    parts = path.strip("/").split("/")
+    prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    for line in (REPO / ".dockerignore").read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        negate = line.startswith("!")
+        pattern = line.lstrip("!").strip("/")
+        if pattern.startswith("**/"):
+            hit = any(fnmatch.fnmatchcase(p.rsplit("/", 1)[-1], pattern[3:]) for p in prefixes)
+        else:
+            hit = any(fnmatch.fnmatchcase(p, pattern) for p in prefixes)
+        if hit:
+            admitted = negate
+    return admitted
+
+
+def test_dockerignore_admits_every_copy_source():
+    copies = [src for src in dockerfile_copies() if not src.startswith("/")]  # COPY --from=deps /opt/venv
+    assert copies
+    shut = [src for src in copies if not dockerignore_admits(src)]
+    assert not shut, f".dockerignore keeps {shut} out of the build context, which deploy/Dockerfile copies"
+    for big in (".venv", "node_modules", ".git", "tests", "chain/__pycache__"):
+        assert not dockerignore_admits(big), f".dockerignore lets {big} into the build context"
+
+
+def test_dockerfile_installs_from_the_wheelhouse_alone():
+    text = DOCKERFILE.read_text()
+    assert "COPY deploy/wheelhouse " in text and "PIP_NO_INDEX=1" in text
+    assert "--index-url" not in text and "download.pytorch.org" not in text
+    assert re.search(r"^ARG BASE=", text, re.M) and "FROM ${BASE}" in text
 
 
 def pyproject() -> dict:
