@@ -93,7 +93,8 @@ def test_stack_builds_every_image_here():
         assert context / svc["build"].get("dockerfile", "Dockerfile") == REPO / built[svc["image"]], name
         assert svc["build"]["args"]["BASE"].startswith("${POT_BASE_IMAGE:-pot-base:")
     script = (REPO / "deploy/image").read_text()
-    assert "-t pot-verifier:latest" in script and "-t pot-postgres:latest" in script
+    assert "build pot-verifier:latest -f deploy/Dockerfile " in script
+    assert "build pot-postgres:latest --build-arg BASE=\"$tag\" deploy/postgres" in script
     # One config gives the chain its parameters, pins them for the miner and configures the node.
     assert "--params" in services["chain"]["command"]
     assert "--params /etc/pot/node.toml" in (REPO / "deploy/stack/miner.sh").read_text()
