@@ -224,6 +224,11 @@ def test_interval_sealer_and_follow_processes(tmp_path):
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait()
-    assert sealer.returncode == 0, sealer.stderr.read()
-    assert follower.returncode == 0, follower.stderr.read()
+    try:
+        assert sealer.returncode == 0, sealer.stderr.read()
+        assert follower.returncode == 0, follower.stderr.read()
+    finally:
+        for p in (follower, sealer):
+            p.stdout.close()
+            p.stderr.close()
     assert DevTransport(db).chain.verify() == []
