@@ -94,3 +94,4 @@ def test_a_node_fetch_succeeds_against_a_prover_started_with_a_token(run, tmp_pa
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+        proc.stderr.close()
