@@ -530,6 +530,8 @@ def test_stop_cuts_a_stalled_attempt(tmp_path):
             fetch_to_file(f"http://127.0.0.1:{port}/o", tmp_path / "x", max_bytes=10**6, policy=policy,
                           stop=flag.is_set)
     finally:
+        for conn, _ in held:  # the accepted connection, which the stopped fetch left
+            conn.close()
         srv.close()
 
 
