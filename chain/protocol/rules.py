@@ -659,7 +659,8 @@ def _activate_next(state: ProtocolState, n: int) -> Event:
     return ParamsEffective(n, state.params.digest(), configured_at)
 
 
-_HANDLERS = {
+# Each handler takes its own call type; the look-up by type(call) is what pairs them.
+_HANDLERS: dict[type, Callable[[ProtocolState, Any, str, int], list[Event]]] = {
     StartTrainingCommitment: _start,
     SubmitCheckpointRoot: _root,
     SubmitOpening: _opening,

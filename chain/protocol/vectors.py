@@ -150,7 +150,7 @@ class SyntheticRun:
         return derive_run_id(self.miner, self.nonce)
 
     def register(self, **overrides: Any) -> StartTrainingCommitment:
-        fields_ = {
+        fields_: dict[str, Any] = {
             "run_id": self.run_id, "nonce": self.nonce,
             "initial_hash": digest("pot/test/state/v1", self.seed, 0),
             "schedule_commitment": digest("pot/test/schedule/v1", self.seed),
