@@ -51,11 +51,11 @@ from chain.protocol.events import (
 from chain.transport import Block, Transport, TransportError
 from chain.view import ChainView, SnapshotKeyError, open_snapshot, seal_snapshot, snapshot_key
 from challenges.losschecks import LossCheckConfig
-from challenges.refused import REFUSED_BUCKET, fetch_refusal_class, refused_pair
+from challenges.refused import REFUSED_BUCKET, refused_pair
 from challenges.witness import new_salt
 from commitments.files import make_private_dir
 from commitments.retry import Backoff
-from node import journal, stake
+from node import journal, lifecycle, stake
 from node.config import ConfigError, NodeConfig, Secrets, check_authority
 from node.db import chain_cursor, chain_events, challenges, count_ignored, runs, stage_log, txs
 from node.faults import count_block_fault
@@ -72,19 +72,14 @@ from node.pipeline import (
     start_warm_up,
 )
 from node.scheduler import BlockClock, Budgets, InFlight, describe_error, is_input_error, round_robin
-from node.stages import NEXT_STAGE, RESOLUTION, WORK_STAGES, Stage
+from node.stages import RESOLUTION, WORK_STAGES, Stage
 from node.status import StatusSnapshot
 
 log = logging.getLogger("node.daemon")
 
-MAX_REPLAY_ATTEMPTS = 3
-# Retry delays, full jitter (commitments.retry): the main loop after an error, a stage thread or
-# replay that failed, a tx the chain connection did not take.
+# The main loop's retry delay after an error, full jitter (commitments.retry); the stages' and the
+# sender's are node.lifecycle's, with the rules of a challenge's life the daemon follows.
 LOOP_BACKOFF = Backoff(0.5, 30.0)
-STAGE_BACKOFF = Backoff(1.0, 5.0)
-# Between fetches of one opening that failed for a reason that may pass, within the commit window.
-FETCH_RETRY_BACKOFF = Backoff(1.0, 20.0)
-SEND_BACKOFF = Backoff(0.5, 3.0)
 # A stop (SIGTERM, SIGINT) waits at most this long for a fetch to reach a point it resumes from and
 # for the sender to finish a send; nothing else is waited for (docs/operator.md, "First start").
 STOP_GRACE_S = 1.5
@@ -200,6 +195,7 @@ class VerifierNode:
         self._rr_last: str | None = None  # the miner served last: the next pass starts after it
         self.replays: Any = self._replay_backend(cfg)
         self.cluster = cfg.replay.backend == "ray"
+        self.limits = lifecycle.Limits(stage_attempts=sched.stage_attempts, cluster=self.cluster)
         self.cluster_specs: dict[bytes, Any] = {}  # the spec each peeked manifest carried (sizes the task)
         self._send_wake = threading.Event()  # a one-slot mailbox: "there may be a tx to send"
         self._sender: threading.Thread | None = None
@@ -386,7 +382,7 @@ class VerifierNode:
         """Stop within about STOP_GRACE_S: nothing durable is lost, and nothing waits on work that is redone.
 
         Replays are stopped at once (a replay is redone after the restart, and the stopped attempt
-        does not count against MAX_REPLAY_ATTEMPTS); a fetch sees `stop` and keeps its partial file
+        does not count against the replay attempts); a fetch sees `stop` and keeps its partial file
         to resume; validations and loss checks, which read their input and write nothing until they
         end, are left running and start again on the next start. The sender gets the same grace to
         finish its send: a tx it had begun is journaled in_progress and sent again on the next start,
@@ -655,12 +651,7 @@ class VerifierNode:
                 run = conn.execute(select(runs.c.miner).where(runs.c.run_id == ev.run_id)).first()
                 own = run is not None and run.miner == self.account
                 seated = self.account in ev.committee
-                if own:
-                    stage, status = Stage.SKIPPED, "our own run: a miner cannot witness its challenge"
-                elif not seated:
-                    stage, status = Stage.SKIPPED, f"not on this challenge's committee (round {ev.round})"
-                else:
-                    stage, status = Stage.AWAITING_OPENING, None
+                stage, status = lifecycle.issued_stage(own, seated, ev.round)
                 conn.execute(challenges.insert().values(
                     challenge_id=ev.challenge_id, run_id=ev.run_id, idx=ev.index, step=ev.step, root=ev.root,
                     size=ev.size, mode=ev.mode, endpoint=ev.endpoint, issued_block=ev.block,
@@ -680,7 +671,7 @@ class VerifierNode:
                     conn.execute(update(challenges).where(challenges.c.challenge_id == ev.challenge_id).values(
                         opening_digest=ev.opening_digest, opening_uri=ev.uri, leaf=ev.leaf, leaf_hash=ev.leaf_hash,
                         opening_mirrors=json.dumps(list(ev.mirrors)), opening_block=ev.block,
-                        stage=Stage.WITNESS if lazy else Stage.FETCH, updated_at=now))
+                        stage=lifecycle.opening_stage(lazy), updated_at=now))
                     self._log_stage(conn, ev.challenge_id, Stage.AWAITING_OPENING, job.created_at, now,
                                     f"opening on chain at block {ev.block}"
                                     + (f" ({len(ev.mirrors)} mirror(s))" if ev.mirrors else "")
@@ -810,8 +801,8 @@ class VerifierNode:
             in_winning = self.account not in ev.outliers
         winning = ev.winning_value.hex() if isinstance(ev.winning_value, bytes) else (
             None if ev.winning_value is None else str(ev.winning_value))
-        stopped = job.stage in (Stage.SKIPPED, Stage.MISSED)
-        stage = job.stage if stopped else Stage.DONE
+        stage = lifecycle.resolved_stage(job.stage)
+        stopped = stage != Stage.DONE
         values: dict[str, Any] = {}
         again = None
         if ev.rechallenge is not None:
@@ -829,7 +820,7 @@ class VerifierNode:
         conn.execute(update(txs).where(and_(txs.c.challenge_id == ev.challenge_id, txs.c.verifier == self.account,
                                             txs.c.state.in_(("unstarted", "in_progress", "unconfirmed"))))
                      .values(state="failed", last_error="the challenge resolved first", updated_at=now))
-        if job.stage not in (Stage.SKIPPED, Stage.MISSED):
+        if not stopped:
             self._log_stage(conn, ev.challenge_id, RESOLUTION, job.updated_at, now,
                             f"{ev.verdict}: {ev.reason}" + (f"; {again}" if again else ""))
         log_event(log, "challenge_resolved", challenge_id=_hex(ev.challenge_id), verdict=ev.verdict,
@@ -924,16 +915,16 @@ class VerifierNode:
         ready = []
         for job in self._work_jobs():
             cid = bytes(job.challenge_id)
-            if cid in self.tasks or self.replays.running(cid) or time.time() < job.next_attempt_at:
+            if cid in self.tasks or self.replays.running(cid):
                 continue
-            if self.head >= job.commit_deadline:
-                self._miss(job, "the commit window closed before a witness value was ready")
-                continue
-            if job.stage == Stage.WITNESS:
+            act = lifecycle.due(lifecycle.JobState.of(job), self.head, time.time())
+            if isinstance(act, lifecycle.Miss):
+                self._miss(job, act.reason)
+            elif isinstance(act, lifecycle.Ready):
+                ready.append(job)
+            elif act is not None:  # the witness: _witness makes the choice (a test fault's comes first)
                 self._witness(job)
                 self._send_wake.set()
-                continue
-            ready.append(job)
         threads_free = self.cfg.schedule.stage_threads - len(self.tasks)
         replays_free = self.replays.free()
         for job in round_robin(ready, key=lambda j: str(j.miner), after=self._rr_last):
@@ -942,23 +933,22 @@ class VerifierNode:
             stage = Stage(job.stage)
             if (replays_free if stage == Stage.REPLAY else threads_free) <= 0:
                 continue
-            if stage == Stage.REPLAY and not self.cluster and not self._paths(bytes(job.challenge_id))[0].exists():
-                # fetched by a cluster worker before this node switched to its local pool: fetch it here
-                self._set(bytes(job.challenge_id), stage=Stage.FETCH,
-                          status="the opening was fetched on the cluster; fetching it for the local pool")
+            here = stage != Stage.REPLAY or self.cluster or self._paths(bytes(job.challenge_id))[0].exists()
+            moved = lifecycle.placement(stage, opening_here=here, cluster=self.cluster)
+            if moved is not None:  # fetched by a cluster worker before this node switched to its local pool
+                self._set(bytes(job.challenge_id), stage=moved.to, status=moved.reason)
                 continue
             owners = self._owners(job)
             if not self.in_flight.admits(owners):
                 continue
             budget = self.budgets.budget(stage, head=self.head, commit_deadline=job.commit_deadline,
                                          clock=self.clock)
-            if budget <= 0 and stage == Stage.FETCH and job.refusal_class:
-                # fetches that failed and may have passed were retried until now: the failure stands
-                self._refuse_fetch(job, f"{job.refusal_reason} (retried until the commit window's last safe moment)")
+            act = lifecycle.start(lifecycle.JobState.of(job), self.head, budget)
+            if isinstance(act, lifecycle.Miss):
+                self._miss(job, act.reason)
                 continue
-            if budget <= 0:
-                self._miss(job, f"{job.commit_deadline - self.head} block(s) left in the commit window: "
-                                f"too late to start {stage}")
+            if isinstance(act, lifecycle.Advance):  # fetches that failed and may have passed: it stands
+                self._refuse_fetch(job, act.reason or "")
                 continue
             if stage == Stage.REPLAY:
                 self._start_replay(job, owners, budget)
@@ -1073,32 +1063,40 @@ class VerifierNode:
             why = f"{stage} refused the input: {describe_error(exc)}"
             log_event(log, "stage_input_refused", level=logging.WARNING, challenge_id=cid.hex(), stage=stage,
                       error=describe_error(exc))
-            if stage == Stage.LOSSCHECKS:  # the leaf list only feeds the secondary checks: a finding
-                self._persist(cid, StageOutcome(stage, task.started_at, time.time(),
-                                                data={"ok": False, "error": why, "findings": []}))
-            else:
-                self._persist(cid, StageOutcome(stage, task.started_at, time.time(), ok=False, reason=why,
-                                                refusal_class=fetch_refusal_class("bad_uri")
-                                                if stage == Stage.FETCH else "malformed"))
+            self._persist(cid, self._refusal(stage, task.started_at, lifecycle.input_refusal(stage), why))
             return
         if isinstance(exc, OpeningsFull):
             # The node's own disk, not the miner's fault nor a bug: wait for room until the window closes.
             log_event(log, "openings_full", level=logging.WARNING, challenge_id=cid.hex(), error=str(exc)[:300])
-            self._set(cid, next_attempt_at=time.time() + STAGE_BACKOFF.delay(3), status=str(exc)[:2000])
+            delay = lifecycle.STAGE_BACKOFF.delay(lifecycle.DISK_FULL_ATTEMPT)
+            self._set(cid, next_attempt_at=time.time() + delay, status=str(exc)[:2000])
             return
         # A bug or a local fault (disk, memory): retry with backoff, a bounded number of times.
         failures = self.stage_failures[cid] = self.stage_failures.get(cid, 0) + 1
         error = describe_error(exc, 2000)
         log_event(log, "stage_error", level=logging.ERROR, challenge_id=cid.hex(), stage=stage, error=error,
                   attempt=failures, exc_info=exc)
-        if failures >= self.cfg.schedule.stage_attempts:
-            with self.engine.connect() as conn:
-                job = self._job(conn, cid)
-            if job is not None and job.stage == stage:
-                self._miss(job, f"{stage} failed {failures} times; last: {error}"[:2000])
-            return
-        self._set(cid, next_attempt_at=time.time() + STAGE_BACKOFF.delay(failures),
-                  status=f"{stage} failed: {error}"[:2000])
+        act = lifecycle.after_error(stage, failures, error, now=time.time(),
+                                    jitter=lifecycle.STAGE_BACKOFF.rng.random(), limits=self.limits)
+        if isinstance(act, lifecycle.RetryAt):
+            self._set(cid, next_attempt_at=act.at, status=act.reason)
+        else:
+            self._miss_at(cid, stage, act.reason)
+
+    def _miss_at(self, cid: bytes, stage: Stage, why: str) -> None:
+        """Miss the job if it is still at `stage` (its work may have been moved on from)."""
+        with self.engine.connect() as conn:
+            job = self._job(conn, cid)
+        if job is not None and job.stage == stage:
+            self._miss(job, why)
+
+    @staticmethod
+    def _refusal(stage: Stage, started: float, refusal_class: str | None, why: str) -> StageOutcome:
+        """The outcome of a stage that refused its input (`refusal_class`), or of loss checks that
+        could not run (None: a finding; the replay goes on)."""
+        if refusal_class is None:
+            return StageOutcome(stage, started, time.time(), data={"ok": False, "error": why, "findings": []})
+        return StageOutcome(stage, started, time.time(), ok=False, refusal_class=refusal_class, reason=why)
 
     def _retry_fetch(self, cid: bytes, o: StageOutcome) -> bool:
         """A fetch that failed for a reason that may pass: keep the job at fetch and try again after
@@ -1110,7 +1108,7 @@ class VerifierNode:
             return False
         attempt = self.fetch_retries.get(cid, 0)
         delay = self.budgets.retry_delay(head=self.head, commit_deadline=job.commit_deadline, clock=self.clock,
-                                         attempt=attempt, backoff=FETCH_RETRY_BACKOFF,
+                                         attempt=attempt, backoff=lifecycle.FETCH_RETRY_BACKOFF,
                                          min_s=self.policy.connect_timeout_s)
         if delay is None:
             return False
@@ -1140,22 +1138,14 @@ class VerifierNode:
         self.stage_failures.pop(cid, None)
         log_event(log, "stage_overran", level=logging.WARNING, challenge_id=cid.hex(), stage=stage,
                   budget_s=round(budget, 1))
-        now = time.time()
-        if stage == Stage.FETCH:
-            self._persist(cid, StageOutcome(stage, task.started_at, now, ok=False,
-                                            refusal_class=fetch_refusal_class("unreachable"),
-                                            reason=f"the opening did not arrive within the fetch budget of {budget:.1f} s"))
-        elif stage == Stage.LOSSCHECKS:
-            self._persist(cid, StageOutcome(stage, task.started_at, now, data={
-                "ok": False, "error": f"the loss checks did not finish within {budget:.1f} s", "findings": []}))
+        act = lifecycle.after_overrun(stage, budget)
+        if isinstance(act, lifecycle.Miss):
+            self._miss_at(cid, stage, act.reason)
         else:
-            with self.engine.connect() as conn:
-                job = self._job(conn, cid)
-            if job is not None and job.stage == stage:
-                self._miss(job, f"{stage} did not finish within its budget of {budget:.1f} s")
+            self._persist(cid, self._refusal(stage, task.started_at, act.refusal_class, act.reason or ""))
 
     def _persist(self, cid: bytes, o: StageOutcome) -> None:
-        nxt = NEXT_STAGE[o.stage]
+        nxt = lifecycle.next_stage(o.stage, o.ok, cluster=self.cluster)
         values: dict[str, Any] = {}
         detail = o.reason
         if o.stage == Stage.FETCH and o.ok:
@@ -1168,7 +1158,6 @@ class VerifierNode:
                 f"; leaves: {o.data['leaves_error']}" if "leaves_error" in o.data else "")
             if self.cluster:
                 # the manifest only: a cluster worker fetches and validates the whole opening
-                nxt = Stage.LOSSCHECKS
                 values["opening_path"] = None
                 if o.data.get("spec") is not None:
                     self.cluster_specs[cid] = o.data["spec"]
@@ -1179,7 +1168,6 @@ class VerifierNode:
             values["loss_checks"] = json.dumps(o.data, sort_keys=True)
             detail = "ok" if o.data.get("ok") else json.dumps(o.data.get("findings") or o.data.get("error"))
         if not o.ok:
-            nxt = Stage.WITNESS
             values.update(refusal_class=o.refusal_class, refusal_reason=o.reason)
         with self.engine.begin() as conn:
             conn.execute(update(challenges).where(and_(challenges.c.challenge_id == cid, challenges.c.stage == o.stage))
@@ -1200,11 +1188,13 @@ class VerifierNode:
             return
         if not msg.get("ok"):
             # The process died or hung: not the opening's fault as far as we know. Retry, then give up.
-            if msg.get("timeout") or job.attempts >= MAX_REPLAY_ATTEMPTS:
-                self._miss(job, msg.get("reason", "replay failed"))
+            act = lifecycle.after_replay_failure(job.attempts, bool(msg.get("timeout")),
+                                                 msg.get("reason", "replay failed"), now=now,
+                                                 jitter=lifecycle.STAGE_BACKOFF.rng.random(), limits=self.limits)
+            if isinstance(act, lifecycle.Miss):
+                self._miss(job, act.reason)
             else:
-                self._set(cid, status=f"replay attempt {job.attempts} failed: {msg.get('reason')}"[:2000],
-                          next_attempt_at=now + STAGE_BACKOFF.delay(job.attempts))
+                self._set(cid, status=act.reason, next_attempt_at=act.at)
             log_event(log, "replay_failed", level=logging.ERROR, challenge_id=cid.hex(), reason=msg.get("reason"))
             return
         r = msg.get("result")
@@ -1296,7 +1286,7 @@ class VerifierNode:
                 failures = 0
             except Exception as exc:  # the sender never dies: a broken connection is rebuilt
                 failures += 1
-                delay = SEND_BACKOFF.delay(failures)
+                delay = lifecycle.SEND_BACKOFF.delay(failures)
                 log_event(log, "sender_error", level=logging.ERROR, error=describe_error(exc, 2000),
                           retry_in_s=round(delay, 2), exc_info=True)
                 if isinstance(exc, TransportError) and transport is not None:
@@ -1365,35 +1355,22 @@ class VerifierNode:
             cid = bytes(job.challenge_id)
             kind = job.stage
             tx = journal.get_tx(self.engine, cid, self.account, kind)
-            if tx is None:
-                self._miss(job, f"no journaled {kind} tx for this account")
-                continue
-            if tx.state == "confirmed":
-                continue
-            if tx.state == "failed":
-                self._miss(job, f"{kind} failed: {tx.last_error}")
-                continue
-            if tx.origin != self.account:
-                self._miss(job, f"the {kind} was journaled for {tx.origin!r}; this node signs as {self.account!r}")
-                continue
-            if kind == "commit" and self._commit_on_chain(cid):
-                continue  # the ingest of its block confirms it
-            if kind == "commit" and head >= job.commit_deadline:
-                self._fail_tx(job, tx, "the commit window closed")
-                continue
-            if kind == "reveal":
-                if head < job.commit_deadline:
-                    continue  # reveals open after the commit window
-                if head >= job.reveal_deadline:
-                    self._fail_tx(job, tx, "the reveal window closed")
-                    continue
-            due = (tx.state == "unstarted" or tx.id not in self.sent_here
-                   or head - (tx.sent_block or 0) >= self.cfg.chain.resend_after_blocks)
-            if due and time.time() >= job.next_attempt_at:
-                deadline = job.commit_deadline if kind == "commit" else job.reveal_deadline
-                timeout = Budgets.send_budget(head=head, deadline=deadline, clock=self.clock,
-                                              cap_s=self.cfg.chain.submit_timeout_s)
-                self._send(transport, head, job, tx, timeout)
+            ev = lifecycle.SendPass(head, "none") if tx is None else lifecycle.SendPass(
+                head, tx.state, str(tx.last_error), tx.origin, self.account,
+                commit_on_chain=kind == "commit" and tx.state != "confirmed" and self._commit_on_chain(cid),
+                resend_due=tx.state == "unstarted" or tx.id not in self.sent_here
+                or head - (tx.sent_block or 0) >= self.cfg.chain.resend_after_blocks)
+            for act in lifecycle.send_decision(lifecycle.JobState.of(job), ev, time.time()):
+                if isinstance(act, lifecycle.FailTx) and tx is not None:
+                    with self.engine.begin() as conn:
+                        journal.set_tx_state(conn, tx.id, "failed", last_error=act.reason)
+                elif isinstance(act, lifecycle.Miss):
+                    self._miss(job, act.reason)
+                elif isinstance(act, lifecycle.SendTx) and tx is not None:
+                    deadline = job.commit_deadline if kind == "commit" else job.reveal_deadline
+                    timeout = Budgets.send_budget(head=head, deadline=deadline, clock=self.clock,
+                                                  cap_s=self.cfg.chain.submit_timeout_s)
+                    self._send(transport, head, job, tx, timeout)
 
     def _commit_on_chain(self, cid: bytes) -> bool:
         # Read from the sender thread: the main loop may swap or drop the view meanwhile; a stale
@@ -1404,11 +1381,6 @@ class VerifierNode:
         ch = view.state.challenges.get(cid)
         return ch is not None and self.account in ch.commitments
 
-    def _fail_tx(self, job, tx: journal.TxRecord, why: str) -> None:
-        with self.engine.begin() as conn:
-            journal.set_tx_state(conn, tx.id, "failed", last_error=why)
-        self._miss(job, why)
-
     def _send(self, transport: Transport, head: int, job, tx: journal.TxRecord, timeout: float) -> None:
         cid = bytes(job.challenge_id)
         journal.mark_in_progress(self.engine, tx.id, head)
@@ -1417,7 +1389,7 @@ class VerifierNode:
             receipt = transport.submit_payloads([tx.payload], wait=False, timeout=max(1.0, timeout))
         except TransportError as exc:
             journal.mark_send_error(self.engine, tx.id, str(exc))
-            self._set(cid, next_attempt_at=time.time() + SEND_BACKOFF.delay(tx.sends + 1))
+            self._set(cid, next_attempt_at=time.time() + lifecycle.SEND_BACKOFF.delay(tx.sends + 1))
             log_event(log, "tx_send_failed", level=logging.WARNING, challenge_id=cid.hex(), kind=tx.kind,
                       error=str(exc))
             return

@@ -69,6 +69,15 @@ class JobState:
     running: bool = False  # stage work or a replay is running (VerifierNode.tasks, replays.running)
     status: str | None = None
 
+    @classmethod
+    def of(cls, row, *, stage_failures: int = 0, fetch_retries: int = 0, running: bool = False) -> JobState:
+        """The state of a `challenges` row (node.db), with what the daemon keeps of it in memory."""
+        return cls(Stage(row.stage), row.commit_deadline, row.reveal_deadline, attempts=row.attempts,
+                   next_attempt_at=row.next_attempt_at, refusal_class=row.refusal_class,
+                   refusal_reason=row.refusal_reason, has_proof_hash=row.replay_proof_hash is not None,
+                   stage_failures=stage_failures, fetch_retries=fetch_retries, running=running,
+                   status=row.status)
+
     @property
     def over(self) -> bool:
         return self.stage in STOPPED
@@ -308,17 +317,23 @@ def due(state: JobState, head: int, now: float) -> Miss | JournalWitness | Advan
     return Ready()
 
 
-def start(state: JobState, head: int, budget: float, *, opening_here: bool, cluster: bool) -> Action:
-    """VerifierNode.schedule, second pass, once the job's miner and endpoint have room: start the
-    stage with `budget`, unless too little of the window is left (a fetch retried until now then
-    refuses with the failure kept, any other stage is missed) or a local replay lacks the file."""
-    stage = state.stage
+def placement(stage: Stage, *, opening_here: bool, cluster: bool) -> Advance | None:
+    """VerifierNode.schedule, second pass, before the job's owners are asked for room: a replay for
+    the local pool whose opening a cluster worker fetched (it is not here) is fetched again."""
     if stage == Stage.REPLAY and not cluster and not opening_here:
         return Advance(
             stage,
             Stage.FETCH,
             reason="the opening was fetched on the cluster; fetching it for the local pool",
         )
+    return None
+
+
+def start(state: JobState, head: int, budget: float) -> Miss | Advance | StartWork:
+    """VerifierNode.schedule, second pass, once the job's miner and endpoint have room: start the
+    stage with `budget`, unless too little of the window is left (a fetch retried until now then
+    refuses with the failure kept, any other stage is missed)."""
+    stage = state.stage
     if budget <= 0 and stage == Stage.FETCH and state.refusal_class:
         return Advance(
             stage,
@@ -465,10 +480,8 @@ def step(
         first = due(state, event.head, now)
         if not isinstance(first, Ready):
             return _run(state, [] if first is None else [first])
-        return _run(
-            state,
-            [start(state, event.head, event.budget, opening_here=event.opening_here, cluster=limits.cluster)],
-        )
+        moved = placement(state.stage, opening_here=event.opening_here, cluster=limits.cluster)
+        return _run(state, [moved or start(state, event.head, event.budget)])
     if isinstance(event, WitnessJournaled):
         if state.stage != Stage.WITNESS:
             return state, []
@@ -602,6 +615,7 @@ __all__ = [
     "jittered",
     "next_stage",
     "opening_stage",
+    "placement",
     "resolved_stage",
     "send_decision",
     "start",
