@@ -3,7 +3,8 @@ stores their string values, and the API, queries, metrics and dashboard read and
 
 awaiting_opening -> fetch -> validate -> losschecks -> replay -> witness -> commit -> reveal ->
 revealed -> done, or skipped (our own run, or a committee this node is not on) / missed (a window
-closed first).
+closed first). The rules that move a job between them are node.lifecycle's (a pure state machine
+the daemon follows).
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ STAGES: tuple[str, ...] = tuple(s.value for s in Stage)
 WORK_STAGES: tuple[Stage, ...] = (Stage.FETCH, Stage.VALIDATE, Stage.LOSSCHECKS, Stage.REPLAY, Stage.WITNESS)
 # Stages after which a job moves no further in this node.
 STOPPED: tuple[Stage, ...] = (Stage.DONE, Stage.MISSED, Stage.SKIPPED)
-# The stage after each thread stage that succeeded.
+# The stage after each thread stage that succeeded (node.lifecycle.next_stage: a refusal goes to the
+# witness, and a fetch for a Ray cluster skips validate).
 NEXT_STAGE: dict[Stage, Stage] = {Stage.FETCH: Stage.VALIDATE, Stage.VALIDATE: Stage.LOSSCHECKS,
                                   Stage.LOSSCHECKS: Stage.REPLAY}
 # The stage log's last row of a resolved job: not a job stage, the chain's resolution.
