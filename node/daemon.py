@@ -1113,8 +1113,9 @@ class VerifierNode:
         if delay is None:
             return False
         self.fetch_retries[cid] = attempt + 1
-        self._set(cid, next_attempt_at=time.time() + delay, refusal_class=o.refusal_class, refusal_reason=o.reason,
-                  status=f"fetch attempt {attempt + 1} failed, retrying in {delay:.1f} s: {o.reason}"[:2000])
+        act = lifecycle.fetch_retry(attempt, delay, o.reason, now=time.time())
+        self._set(cid, next_attempt_at=act.at, refusal_class=o.refusal_class, refusal_reason=o.reason,
+                  status=act.reason)
         with self.engine.begin() as conn:
             self._log_stage(conn, cid, Stage.FETCH, o.started_at, o.finished_at,
                             f"failed, retried in {delay:.1f} s: {o.reason}")

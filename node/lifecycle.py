@@ -378,6 +378,13 @@ def after_replay_failure(
     )
 
 
+def fetch_retry(retries: int, delay: float, reason: str | None, *, now: float) -> RetryAt:
+    """VerifierNode._retry_fetch: retry `retries + 1` of a fetch that failed for a reason that may
+    pass, after `delay` (Budgets.retry_delay: the backoff cut to the latest safe moment)."""
+    why = f"fetch attempt {retries + 1} failed, retrying in {delay:.1f} s: {reason}"
+    return RetryAt(now + delay, why[:2000])
+
+
 def after_overrun(stage: Stage, budget_s: float) -> Advance | Miss:
     """VerifierNode._overran: a fetch past its budget refuses the opening as unavailable; loss
     checks past theirs are a finding and the replay goes on; any other stage is missed."""
@@ -521,42 +528,20 @@ def _finished(state: JobState, ev: WorkFinished, now: float, limits: Limits) -> 
             return _run(
                 state, [Advance(stage, Stage.WITNESS, ev.refusal_class or "replay_failed", ev.reason)]
             )
-        return _run(
-            state,
-            [
-                after_replay_failure(
-                    state.attempts,
-                    out == Outcome.OVERRAN,
-                    ev.reason,
-                    now=now,
-                    jitter=ev.jitter,
-                    limits=limits,
-                )
-            ],
-        )
+        over = out == Outcome.OVERRAN
+        act = after_replay_failure(state.attempts, over, ev.reason, now=now, jitter=ev.jitter, limits=limits)
+        return _run(state, [act])
     if out == Outcome.OK:
         return _run(ok_state, [Advance(stage, next_stage(stage, True, cluster=limits.cluster))])
     if out == Outcome.REFUSED:
         return _run(ok_state, [Advance(stage, Stage.WITNESS, ev.refusal_class, ev.reason)])
     if out == Outcome.RETRYABLE:
-        if ev.retry_delay is None:  # no retry has room: the failure stands
+        # VerifierNode._retry_fetch: only a fetch is retried, while a retry has room; else it stands
+        if stage != Stage.FETCH or ev.retry_delay is None:
             return _run(ok_state, [Advance(stage, Stage.WITNESS, ev.refusal_class, ev.reason)])
-        kept = replace(
-            ok_state,
-            fetch_retries=state.fetch_retries + 1,
-            refusal_class=ev.refusal_class,
-            refusal_reason=ev.reason,
-        )
-        return _run(
-            kept,
-            [
-                RetryAt(
-                    now + ev.retry_delay,
-                    f"fetch attempt {kept.fetch_retries} failed, retrying in "
-                    f"{ev.retry_delay:.1f} s: {ev.reason}"[:2000],
-                )
-            ],
-        )
+        kept = replace(ok_state, fetch_retries=state.fetch_retries + 1, refusal_class=ev.refusal_class,
+                       refusal_reason=ev.reason)
+        return _run(kept, [fetch_retry(state.fetch_retries, ev.retry_delay, ev.reason, now=now)])
     if out == Outcome.INPUT_ERROR:
         cls = input_refusal(stage)
         to = Stage.WITNESS if cls is not None else next_stage(stage, True, cluster=limits.cluster)
@@ -609,6 +594,7 @@ __all__ = [
     "after_overrun",
     "after_replay_failure",
     "due",
+    "fetch_retry",
     "input_refusal",
     "issue",
     "issued_stage",

@@ -393,6 +393,12 @@ def test_retryable_fetch_retries_while_there_is_room_then_the_failure_stands():
     assert acts == [L.Advance(Stage.FETCH, Stage.WITNESS, "unavailable", "http 503")]
 
 
+def test_only_a_fetch_is_retried():
+    ev = L.WorkFinished(Stage.VALIDATE, L.Outcome.RETRYABLE, "invalid", "x", retry_delay=1.0)
+    s, _ = L.step(fresh(Stage.VALIDATE, running=True), ev, 0.0)
+    assert s.stage == Stage.WITNESS and s.refusal_class == "invalid"
+
+
 def test_own_errors_retry_with_backoff_until_stage_attempts_then_miss():
     s = fresh(Stage.VALIDATE, running=True)
     ev = L.WorkFinished(Stage.VALIDATE, L.Outcome.TRANSIENT, reason="OSError: disk", jitter=0.5)
