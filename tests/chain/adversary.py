@@ -86,7 +86,7 @@ class Game:
     honest_refusals: list[CallRefused] = field(default_factory=list)
     # (challenge id, account, refusal code) of every refused escalation
     escalation_refusals: list[tuple[bytes, str, str]] = field(default_factory=list)
-    watched: set[bytes] = field(default_factory=set)  # rounds an honest account escalated (or could not)
+    watched: set[bytes] = field(default_factory=set)  # rounds whose wrong verdict the honest accounts saw
 
     def true_value(self, step: int) -> bytes:
         return witness_value_hash(self.truth[step])
@@ -224,15 +224,18 @@ def play(sc: Scenario, rng: random.Random, *, max_blocks: int = 2000) -> Game:
 
 
 def _honest_escalations(game: Game, n: int) -> list:
-    """Honest accounts watch every round: inside its escalation window, when the verdict its
-    reveals give is wrong (fraud on a true step, honest on a forged one), the first honest account
-    (seated or not) with the free bond escalates it, once."""
+    """Honest accounts watch every round: in each block of its escalation window, while the verdict
+    its reveals give is wrong (fraud on a true step, honest on a forged one) and no honest
+    escalation is on record, every honest account (seated or not) with the room escalates it, as
+    each honest node does on its own. The room is read before the block, whose own work (a new
+    round's seats) may still take it: the chain then refuses, and the account tries again in the
+    next block of the window. An account without the room is recorded as refused for it."""
     state, p = game.chain.state, game.scenario.params
     calls = []
     for cid, ch in state.challenges.items():
         if ch.dispute or ch.verdict is not None or not ch.reveal_deadline < n <= ch.escalate_deadline:
             continue
-        if any(a.startswith("h") for a in ch.escalations) or cid in game.watched:
+        if any(a.startswith("h") for a in ch.escalations):
             continue
         result = round_result(state, cid)
         final = result.verdict in ("honest", "fraud") or (
@@ -241,16 +244,12 @@ def _honest_escalations(game: Game, n: int) -> list:
         says_fraud = result.verdict != "honest"
         if not final or says_fraud == game.scenario.forged:
             continue
+        game.watched.add(cid)
         for a in sorted(x for x in state.vbonds if x.startswith("h")):
             if escalation_room(state, a) >= p.escalation_stake:
                 calls.append((a, EscalateChallenge(cid)))
-                game.watched.add(cid)
-                break
-        else:
-            game.escalation_refusals += [
-                (cid, a, "InsufficientFreeBond") for a in state.vbonds if a.startswith("h")
-            ]
-            game.watched.add(cid)
+            else:
+                game.escalation_refusals.append((cid, a, "InsufficientFreeBond"))
     return calls
 
 
