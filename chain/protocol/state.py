@@ -611,10 +611,28 @@ def dispute_bonds(state: ProtocolState, exclude: str | None = None) -> list[tupl
 
 def eligible_verifiers(state: ProtocolState, exclude: str | None = None) -> list[tuple[str, int]]:
     """[(account, free bond)] of the accounts a committee may seat: free bond at least
-    verifier_stake (one seat's collateral), the run's miner excluded, in account order."""
-    floor = state.params.verifier_stake
-    return sorted((a, f) for a in state.vbonds
-                  if a != exclude and (f := state.vbonds[a] - state.reserved.get(a, 0)) >= floor)
+    verifier_stake (one seat's collateral), the run's miner excluded, in account order.
+
+    The free bond is what `reserved` leaves, but no more seat units than the account's escalation
+    room pays one worst penalty each for: the open dispute round's seats hold outside `reserved`
+    (a round seat's unit may back one of them), so after penalties have shrunk a bond, its dispute
+    seats may already claim what `reserved` shows as free. So every open seat's penalty, the new
+    ones included, is paid in full."""
+    p = state.params
+    floor = p.verifier_stake
+    worst = max(p.no_show_penalty, p.outlier_penalty)
+    seats = open_seats(state)
+    out = []
+    for a in state.vbonds:
+        if a == exclude:
+            continue
+        f = state.vbonds[a] - state.reserved.get(a, 0)
+        if worst:
+            room = state.vbonds[a] - state.staked.get(a, 0) - worst * seats[a]
+            f = min(f, floor * (max(0, room) // worst))
+        if f >= floor:
+            out.append((a, f))
+    return sorted(out)
 
 
 def escalation_room(state: ProtocolState, account: str) -> int:

@@ -33,6 +33,7 @@ from chain.protocol.events import (
     ChallengeResolved,
     MinerSlashed,
     RunSettled,
+    VerifierPenalized,
     WitnessCommitted,
     WitnessRevealed,
 )
@@ -412,3 +413,19 @@ def test_a_forger_that_starves_some_dispute_seats_is_judged_fraud():
     game = _game(sc, random.Random(1), noted=False)
     assert sorted(next(iter(game.rounds.values())).served) == ["c1", "h1"]
     assert _forgery_faults(game) == []
+
+
+def test_a_bond_shrunk_by_penalties_takes_no_round_seat_its_dispute_seats_already_claim():
+    """Found by the search above: c0 bonded 301 sat 2 dispute seats; penalties elsewhere left it 101,
+    which `reserved` showed free, and a new round seat on it would have owed 150 in all. Its seats
+    are bounded by its escalation room too, so every penalty is paid in full (check_books)."""
+    params = ProtocolParams(commit_window=2, reveal_window=2, opening_deadline=2, challenges_per_run=3,
+                            challenge_delay=1, quorum_min_reveals=1, quorum_share=Fraction(1, 2),
+                            committee_size=7, max_rounds=2, unbonding_delay=5, escalation_window=2,
+                            escalation_stake=100)
+    sc = Scenario(params=params, honest=(600,), coalition=(301,), forged=True, play="withhold_commit",
+                  serve=("none",))
+    for seed in range(20):
+        game = play(sc, random.Random(seed))  # check_books runs after every block
+        assert all(ev.amount == 50 * game.rounds[ev.challenge_id].seats[ev.verifier]
+                   for ev in game.chain.of(VerifierPenalized))
