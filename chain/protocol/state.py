@@ -575,11 +575,11 @@ def free_bond(state: ProtocolState, account: str) -> int:
     )
 
 
-def open_seats(state: ProtocolState, *, dispute: bool | None = None) -> Counter:
+def open_seats(state: ProtocolState, *, dispute: bool | None = None) -> Counter[str]:
     """account -> its seats on rounds whose penalties are still to come (open, or escalated and
     waiting for their dispute round); `dispute` True or False counts only rounds of that kind.
     One pass over the challenges."""
-    out: Counter = Counter()
+    out: Counter[str] = Counter()
     for ch in state.challenges.values():
         if (ch.verdict is None or ch.pending) and (dispute is None or ch.dispute == dispute):
             out.update(a for a in ch.committee if ch.held.get(a))
@@ -622,7 +622,7 @@ def eligible_verifiers(state: ProtocolState, exclude: str | None = None) -> list
     floor = p.verifier_stake
     worst = max(p.no_show_penalty, p.outlier_penalty)
     seats = open_seats(state)
-    out = []
+    out: list[tuple[str, int]] = []
     for a in state.vbonds:
         if a == exclude:
             continue
