@@ -220,7 +220,8 @@ def test_interval_sealer_and_follow_processes(tmp_path):
         for p in (follower, sealer):
             if p is not None:
                 try:
-                    p.wait(timeout=15)
+                    # a clean exit on SIGINT; the room is for a machine loaded by a parallel suite
+                    p.wait(timeout=40)
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait()
