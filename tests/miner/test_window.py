@@ -6,13 +6,18 @@ the clock; and every refusal of a sent call is printed with its code, with exit 
 
 from __future__ import annotations
 
+import contextlib
 import json
-import threading
+import os
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from chain.dev import DevChain, DevTransport
+from chain.dev import DevTransport
 from chain.protocol import ChallengeIssued, ProtocolParams, RunRegistered
 from chain.protocol.cost import opening_blocks
 from chain.protocol.params import MAX_SIZING
@@ -32,6 +37,26 @@ from miner.window import (
 from tests.miner.helpers import bond_verifiers, corpus, tiny_spec
 from tests.miner.test_outcomes import _trained
 from tests.miner.test_trainer import PARAMS, STEPS, chain
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@contextlib.contextmanager
+def sealing(db: Path, interval: float):
+    """`pot chain dev --interval` on `db`, in a process of its own: a sealer thread in this busy
+    process (a training run, the other test worker) would seal at an uneven pace."""
+    proc = subprocess.Popen([sys.executable, "-m", "pot", "chain", "dev", "--db", str(db), "--interval",
+                             str(interval)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 # One step of tiny_spec's MLP is 4_718_592 FLOPs: at this reference rate it takes 1 s, and moving
 # an opening takes next to nothing. With a block of 1 s and an opening_deadline of 11 blocks, the
@@ -200,18 +225,12 @@ def test_the_block_time_is_measured_from_a_chain_sealing_by_the_clock(tmp_path):
     for _ in range(12):  # sealed on demand, a burst: no pace
         reader.seal()
     assert measured_block_seconds(reader) is None
-    stop = threading.Event()
-    sealer = threading.Thread(target=DevChain(db).run_sealer, args=(0.1, stop.is_set), daemon=True)
-    sealer.start()
-    try:
+    with sealing(db, 0.1):
         deadline = time.monotonic() + 30
         got = None
         while got is None and time.monotonic() < deadline:
             time.sleep(0.2)
             got = measured_block_seconds(reader)
-    finally:
-        stop.set()
-        sealer.join(5)
     assert got is not None and 0.05 <= got <= 0.5, got
     # a chain that stopped sealing long ago shows no pace now
     assert measured_block_seconds(reader, now=time.time() + 3600) is None
@@ -233,11 +252,8 @@ def test_an_opening_after_regeneration_lands_within_the_window(tmp_path, data):
     db = tmp_path / "chain.db"
     miner = DevTransport(db, "miner", sealing="interval")
     miner.record_params(params)
-    stop = threading.Event()
-    sealer = threading.Thread(target=DevChain(db).run_sealer, args=(0.5, stop.is_set), daemon=True)
-    sealer.start()
     logs: list[str] = []
-    try:
+    with sealing(db, 0.5):
         bond_verifiers(db, ("v1", "v2"))
         while miner.finalized_head() < 10:  # enough blocks for the miner to measure the pace
             time.sleep(0.1)
@@ -247,9 +263,6 @@ def test_an_opening_after_regeneration_lands_within_the_window(tmp_path, data):
         assert tr.block is not None and tr.block.source == "the chain's measured block time"
         assert 0.25 <= tr.block.seconds <= 1.0, tr.block
         tr.follow(stop=lambda: bool(tr.answered or tr.failed or tr.refused), timeout=120)
-    finally:
-        stop.set()
-        sealer.join(5)
     assert not tr.failed and not tr.refused and not tr.refusals, (tr.failed, tr.refused, logs)
     assert 4 not in tr.store.kept_steps()  # the pre-state was regenerated, not read
     view = ChainView(miner, params)
